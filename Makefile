@@ -1,0 +1,57 @@
+# turnstile: every set-up step a fresh Debian machine with Go and gcc needs
+# lives here, so `make run` and `make test` work from a clean clone.
+
+GO        ?= go
+MODEL_DIR := testdata/models
+MODEL     := $(MODEL_DIR)/stories260K.gguf
+BIN       := bin/turnstile
+# The model ships inside this Go module (file testdata/stories260K.gguf); we
+# only download the module, never import it.
+MODEL_MOD := github.com/mutablelogic/go-llama@v0.0.11
+MODEL_SHA := 270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d
+
+.PHONY: all build run test bench lint fmt deps model clean
+
+all: build
+
+## model: fetch stories260K.gguf (the real tiny model used by tests and `make run`).
+model: $(MODEL)
+
+$(MODEL):
+	@mkdir -p $(MODEL_DIR)
+	@dir=$$($(GO) mod download -json $(MODEL_MOD) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$$/\1/p'); \
+	  test -n "$$dir" || { echo "make: could not download $(MODEL_MOD)"; exit 1; }; \
+	  cp "$$dir/testdata/stories260K.gguf" $@.tmp && chmod 644 $@.tmp
+	@echo "$(MODEL_SHA)  $@.tmp" | sha256sum -c --quiet - || { rm -f $@.tmp; echo "make: stories260K.gguf checksum mismatch"; exit 1; }
+	@mv $@.tmp $@
+
+## deps: system packages and files the build and tests need.
+deps: model
+	@./scripts/install-deps.sh
+
+build:
+	$(GO) build -o $(BIN) ./cmd/turnstile
+
+## run: the main job.
+run: deps build
+	./$(BIN) pools --demo
+
+## test: formatting check, vet, and every test with the race detector.
+test: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) test -race -timeout 15m ./...
+
+## bench: the microbenchmarks with allocation counts.
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint: fmt
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
+
+clean:
+	rm -rf bin

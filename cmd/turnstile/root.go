@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at link time with -ldflags "-X main.version=..."; the
+// default says the binary was built from a source tree.
+var version = "dev"
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "turnstile",
+		Short:         "turnstile: an LLM inference executor with exact KV and seat accounting",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCmd())
+	return root
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, the Go toolchain and the VCS revision",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rev := "unknown"
+			if info, ok := debug.ReadBuildInfo(); ok {
+				for _, s := range info.Settings {
+					if s.Key == "vcs.revision" {
+						rev = s.Value
+					}
+				}
+			}
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "turnstile %s (%s, %s/%s, rev %s)\n",
+				version, runtime.Version(), runtime.GOOS, runtime.GOARCH, rev)
+			return err
+		},
+	}
+}

@@ -1,0 +1,114 @@
+package model
+
+import "github.com/turnstile-llm/turnstile/sampling"
+
+// FutureToken in Batch.Tokens stands for "the token this sequence's seat
+// sampled in the previous step". The overlap scheduler plans step n+1 before
+// step n's tokens reach the host; the runner substitutes the value where it
+// was produced (its own per-seat last-token row), so no host round trip is
+// needed between steps.
+const FutureToken int32 = -1
+
+// SeqBatch is one sequence's slice of a Batch.
+type SeqBatch struct {
+	// Seat is the sequence's seat index (seatpool): its row in every
+	// slot-indexed buffer of the runner (sampler state, last-token row, ...).
+	Seat int32
+	// TokenStart and NumTokens select this sequence's new tokens in
+	// Batch.Tokens/Batch.Positions (varlen layout). NumTokens ≥ 1.
+	TokenStart int32
+	NumTokens  int32
+	// ContextLen is the number of tokens in the sequence's KV cache after this
+	// step, i.e. the position of its last new token + 1.
+	ContextLen int32
+	// BlockTable lists the kvpool block ids holding positions
+	// [0, ContextLen) in order; block i holds positions [i*bs, (i+1)*bs).
+	// The slice is owned by the caller and valid until Execute returns.
+	BlockTable []int32
+	// Sample asks for a token for this sequence (decode, or the last chunk
+	// of a prefill). When false the step only fills the KV cache.
+	Sample bool
+	// Start marks the sequence's first step at this seat: the runner resets
+	// the seat's sampler state from Params and History.
+	Start bool
+	// Params is the sequence's sampling settings; read when Start is set.
+	Params *sampling.Params
+	// History is the prompt (all tokens before the first generated one),
+	// read when Start is set so that repetition penalties see prefix-cached
+	// tokens the runner never receives as input.
+	History []int32
+}
+
+// BlockCopy asks the runner to copy the KV contents of block Src into block
+// Dst before the step runs (copy-on-write after a fork).
+type BlockCopy struct {
+	Src, Dst int32
+}
+
+// Batch is one step of work in varlen layout. All slices are owned by the
+// caller and must not be retained by the runner after Execute returns.
+type Batch struct {
+	// Tokens are the new tokens of every sequence, flattened; an entry may be
+	// FutureToken. Positions are their absolute positions (same length).
+	Tokens    []int32
+	Positions []int32
+	Seqs      []SeqBatch
+	Copies    []BlockCopy
+}
+
+// NumTokens is the number of new tokens in the batch.
+func (b *Batch) NumTokens() int { return len(b.Tokens) }
+
+// Reset empties the batch, keeping its capacity (no allocation per step).
+func (b *Batch) Reset() {
+	b.Tokens = b.Tokens[:0]
+	b.Positions = b.Positions[:0]
+	b.Seqs = b.Seqs[:0]
+	b.Copies = b.Copies[:0]
+}
+
+// Output is what a step produced, aligned with Batch.Seqs. Slices are owned by
+// the caller, who sizes them with Output.Resize; the runner fills them.
+type Output struct {
+	// Tokens[i] is the token sampled for Seqs[i], or -1 when Seqs[i].Sample is false.
+	Tokens []int32
+	// Logprobs[i] is the log-probability of Tokens[i] (0 when not requested).
+	Logprobs []float32
+	// TopTokens/TopLogprobs hold, for Seqs[i], sampling.MaxTopLogprobs
+	// alternatives at [i*MaxTopLogprobs, i*MaxTopLogprobs+Params.TopLogprobs).
+	TopTokens   []int32
+	TopLogprobs []float32
+}
+
+// Resize sets the output's length to n sequences, reusing capacity.
+func (o *Output) Resize(n int) {
+	o.Tokens = resize(o.Tokens, n)
+	o.Logprobs = resize(o.Logprobs, n)
+	o.TopTokens = resize(o.TopTokens, n*sampling.MaxTopLogprobs)
+	o.TopLogprobs = resize(o.TopLogprobs, n*sampling.MaxTopLogprobs)
+}
+
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// Capacity is what a runner can hold, declared so that the engine validates
+// its sizes against it at start-up (seatpool, kvpool).
+type Capacity struct {
+	// Seats is the number of slot-indexed rows (sampler state, last-token
+	// row, scratch) the runner allocated.
+	Seats int
+	// KVBlocks and BlockSize describe the paged KV cache the runner owns;
+	// block ids are in [0, KVBlocks).
+	KVBlocks  int
+	BlockSize int
+	// MaxContext is the longest sequence (prompt + output) the model accepts.
+	MaxContext int
+	// MaxBatchTokens is the most new tokens one Execute call accepts.
+	MaxBatchTokens int
+	// Vocab is the number of logits per row.
+	Vocab int
+}
