@@ -1,0 +1,303 @@
+package kvpool
+
+import "fmt"
+
+// get resolves a handle, refusing out-of-range and released ones.
+func (p *Pool) get(s SeqID) (*seq, error) {
+	if s < 0 {
+		return nil, fmt.Errorf("%w: %d is negative", ErrInvalidSeq, s)
+	}
+	slot := int(s & seqSlotMask)
+	if slot >= len(p.seqs) {
+		return nil, fmt.Errorf("%w: %d (slot %d) is out of range (%d slots)", ErrInvalidSeq, s, slot, len(p.seqs))
+	}
+	q := &p.seqs[slot]
+	if !q.live || uint16(s>>seqSlotBits) != q.gen {
+		return nil, fmt.Errorf("%w: %d (slot %d) was released", ErrInvalidSeq, s, slot)
+	}
+	return q, nil
+}
+
+// Valid reports whether s is a live handle of this pool.
+func (p *Pool) Valid(s SeqID) bool {
+	_, err := p.get(s)
+	return err == nil
+}
+
+// newSlot takes a free sequence slot with key entry k; -1 when none is left.
+func (p *Pool) newSlot(k int32) (SeqID, *seq) {
+	var slot int32
+	if n := len(p.freeSeqs); n > 0 {
+		slot = p.freeSeqs[n-1]
+		p.freeSeqs = p.freeSeqs[:n-1]
+	} else {
+		if len(p.seqs) >= maxSeqSlots {
+			return InvalidSeq, nil
+		}
+		slot = int32(len(p.seqs))
+		p.seqs = append(p.seqs, seq{partial: make([]int32, 0, p.bs)})
+	}
+	q := &p.seqs[slot]
+	q.live = true
+	q.key = k
+	q.tokens = 0
+	q.parent = p.keyTab[k].root
+	return SeqID(int32(q.gen)<<seqSlotBits | slot), q
+}
+
+// NewSeq returns an empty sequence under keys. O(1); it allocates nothing in
+// steady state (slots and their slices are reused). It returns InvalidSeq
+// when all 2^20 slots are live.
+func (p *Pool) NewSeq(keys Keys) SeqID {
+	if len(p.freeSeqs) == 0 && len(p.seqs) >= maxSeqSlots {
+		return InvalidSeq
+	}
+	s, _ := p.newSlot(p.keyRef(keys))
+	return s
+}
+
+// Release drops s's references and invalidates the handle. Blocks whose
+// refcount reaches zero are freed tail first (see the package doc). Release
+// of an invalid or already released handle is a no-op.
+func (p *Pool) Release(s SeqID) {
+	q, err := p.get(s)
+	if err != nil {
+		return
+	}
+	for i := len(q.blocks) - 1; i >= 0; i-- {
+		p.unref(q.blocks[i])
+	}
+	p.keyUnref(q.key)
+	q.blocks = q.blocks[:0]
+	q.partial = q.partial[:0]
+	q.tokens = 0
+	q.parent = Hash{}
+	q.key = -1
+	q.live = false
+	q.gen = (q.gen + 1) & seqGenMask
+	p.freeSeqs = append(p.freeSeqs, int32(s&seqSlotMask))
+}
+
+// MatchPrefix takes references on the longest run of cached full blocks
+// matching tokens' prefix under s's Keys and appends them to s, which must be
+// empty. It always leaves at least the last token uncomputed, so the returned
+// hitTokens is a multiple of BlockSize and <= len(tokens)-1 (0 for no
+// tokens). The caller then Appends tokens[hitTokens:].
+func (p *Pool) MatchPrefix(s SeqID, tokens []int32) (hitTokens int, err error) {
+	q, err := p.get(s)
+	if err != nil {
+		return 0, err
+	}
+	if q.tokens != 0 {
+		return 0, fmt.Errorf("kvpool: MatchPrefix on sequence %d holding %d tokens; it must be empty", s, q.tokens)
+	}
+	hit, parent := p.chain(q.key, tokens, true, q)
+	q.tokens = hit << p.shift
+	q.parent = parent
+	return q.tokens, nil
+}
+
+// PeekPrefix returns the hitTokens MatchPrefix would give for a new sequence
+// under keys, taking nothing.
+func (p *Pool) PeekPrefix(keys Keys, tokens []int32) int {
+	k, ok := p.keyIdx[keys]
+	if !ok {
+		// No live sequence and no published block has these keys.
+		return 0
+	}
+	hit, _ := p.chain(k, tokens, false, nil)
+	return hit << p.shift
+}
+
+// blocksNeeded is how many new blocks n more tokens take after cur tokens.
+func (p *Pool) blocksNeeded(cur, n int) int {
+	if n <= 0 {
+		return 0
+	}
+	have := (cur + p.bs - 1) >> p.shift
+	return (cur+n+p.bs-1)>>p.shift - have
+}
+
+// BlocksNeeded is how many new blocks Append(s, n tokens) would allocate
+// (0 for an invalid handle or n <= 0).
+func (p *Pool) BlocksNeeded(s SeqID, n int) int {
+	q, err := p.get(s)
+	if err != nil {
+		return 0
+	}
+	return p.blocksNeeded(q.tokens, n)
+}
+
+// Append grows s by len(tokens) tokens, allocating blocks as needed. It is
+// all-or-nothing: on error nothing changed. It returns a *TooLargeError when
+// s would outgrow the whole pool, and wraps ErrOutOfBlocks when too few
+// blocks are available now. Each block that becomes full is hashed and
+// published (see the package doc for an already published identical block).
+func (p *Pool) Append(s SeqID, tokens []int32) error {
+	q, err := p.get(s)
+	if err != nil {
+		return err
+	}
+	if len(tokens) == 0 {
+		return nil
+	}
+	if total := q.tokens + len(tokens); total > p.poolTokens {
+		return &TooLargeError{Tokens: total, PoolTokens: p.poolTokens}
+	}
+	if need := p.blocksNeeded(q.tokens, len(tokens)); need > p.Available() {
+		return fmt.Errorf("%w: appending %d tokens to sequence %d needs %d blocks, %d available", ErrOutOfBlocks, len(tokens), s, need, p.Available())
+	}
+	bs := p.bs
+	for len(tokens) > 0 {
+		if q.tokens&(bs-1) == 0 {
+			b := p.allocate()
+			q.blocks = append(q.blocks, b)
+			if len(tokens) >= bs {
+				// A whole block straight from the caller's slice.
+				p.fill(q, b, tokens[:bs])
+				q.tokens += bs
+				tokens = tokens[bs:]
+				continue
+			}
+		}
+		n := min(bs-len(q.partial), len(tokens))
+		q.partial = append(q.partial, tokens[:n]...)
+		q.tokens += n
+		tokens = tokens[n:]
+		if len(q.partial) == bs {
+			p.fill(q, q.blocks[len(q.blocks)-1], q.partial)
+			q.partial = q.partial[:0]
+		}
+	}
+	return nil
+}
+
+// fill hashes the now-full block b of q and publishes it.
+func (p *Pool) fill(q *seq, b BlockID, tokens []int32) {
+	h := p.blockHash(q.parent, tokens)
+	q.parent = h
+	p.publish(b, h, q.key)
+}
+
+// Fork returns a child sharing s's full blocks. If s ends in a partial block
+// the child gets a fresh block and cp tells the runner to copy its KV
+// (copy-on-write); that needs one available block, else ErrOutOfBlocks.
+func (p *Pool) Fork(s SeqID) (child SeqID, cp Copy, err error) {
+	q, err := p.get(s)
+	if err != nil {
+		return InvalidSeq, Copy{}, err
+	}
+	partial := len(q.partial) > 0
+	if partial && p.Available() == 0 {
+		return InvalidSeq, Copy{}, fmt.Errorf("%w: fork of sequence %d needs 1 block for its partial block, 0 available", ErrOutOfBlocks, s)
+	}
+	full := q.tokens >> p.shift
+	child, c, err := p.dup(s, q, full)
+	if err != nil {
+		return InvalidSeq, Copy{}, err
+	}
+	q = &p.seqs[int32(s&seqSlotMask)] // p.seqs may have grown
+	if partial {
+		b := p.allocate()
+		c.blocks = append(c.blocks, b)
+		c.partial = append(c.partial, q.partial...)
+		c.tokens = q.tokens
+		cp = Copy{Src: q.blocks[len(q.blocks)-1], Dst: b, Valid: true}
+	}
+	return child, cp, nil
+}
+
+// Pin returns a new handle holding references to s's full blocks, so they
+// survive s's Release (agentic programs between turns). Unpin is
+// Release(pin). The pin is an ordinary sequence: it may be appended to.
+func (p *Pool) Pin(s SeqID) (SeqID, error) {
+	q, err := p.get(s)
+	if err != nil {
+		return InvalidSeq, err
+	}
+	pin, _, err := p.dup(s, q, q.tokens>>p.shift)
+	return pin, err
+}
+
+// dup makes a new sequence with q's keys referencing q's first full blocks.
+func (p *Pool) dup(s SeqID, q *seq, full int) (SeqID, *seq, error) {
+	if len(p.freeSeqs) == 0 && len(p.seqs) >= maxSeqSlots {
+		return InvalidSeq, nil, fmt.Errorf("kvpool: copying sequence %d: all %d sequence slots are live", s, maxSeqSlots)
+	}
+	p.keyTab[q.key].refs++
+	parent, key := q.parent, q.key
+	child, c := p.newSlot(key)
+	q = &p.seqs[int32(s&seqSlotMask)] // p.seqs may have grown
+	for _, b := range q.blocks[:full] {
+		p.addRef(b)
+	}
+	c.blocks = append(c.blocks, q.blocks[:full]...)
+	c.tokens = full << p.shift
+	c.parent = parent
+	return child, c, nil
+}
+
+// Blocks is s's block table: a read-only view valid until s changes (nil for
+// an invalid handle).
+func (p *Pool) Blocks(s SeqID) []BlockID {
+	q, err := p.get(s)
+	if err != nil {
+		return nil
+	}
+	return q.blocks[:len(q.blocks):len(q.blocks)]
+}
+
+// Tokens is the number of tokens in s (0 for an invalid handle).
+func (p *Pool) Tokens(s SeqID) int {
+	q, err := p.get(s)
+	if err != nil {
+		return 0
+	}
+	return q.tokens
+}
+
+// Keys returns s's keys (zero Keys for an invalid handle).
+func (p *Pool) Keys(s SeqID) Keys {
+	q, err := p.get(s)
+	if err != nil {
+		return Keys{}
+	}
+	return p.keyTab[q.key].keys
+}
+
+// SumBlocks is Σ len(Blocks(s)) over seqs, counting a shared block once per
+// sequence. O(len(seqs)); invalid handles count 0.
+func (p *Pool) SumBlocks(seqs []SeqID) int {
+	sum := 0
+	for _, s := range seqs {
+		if q, err := p.get(s); err == nil {
+			sum += len(q.blocks)
+		}
+	}
+	return sum
+}
+
+// DistinctBlocks is the number of distinct blocks referenced by seqs (a
+// handle listed twice counts once). O(blocks involved), no allocation.
+func (p *Pool) DistinctBlocks(seqs []SeqID) int {
+	p.epoch++
+	if p.epoch == 0 {
+		// Stamp wrapped: clear once every 2^32 calls.
+		clear(p.mark)
+		p.epoch = 1
+	}
+	n := 0
+	for _, s := range seqs {
+		q, err := p.get(s)
+		if err != nil {
+			continue
+		}
+		for _, b := range q.blocks {
+			if p.mark[b] != p.epoch {
+				p.mark[b] = p.epoch
+				n++
+			}
+		}
+	}
+	return n
+}
