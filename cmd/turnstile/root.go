@@ -20,6 +20,8 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd())
+	root.AddCommand(newPoolsCmd())
+	root.AddCommand(newModelCmd())
 	return root
 }
 

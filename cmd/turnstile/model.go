@@ -1,0 +1,196 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/turnstile-llm/turnstile/model/gguf"
+	"github.com/turnstile-llm/turnstile/model/tokenizer"
+)
+
+func newModelCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "model",
+		Short: "Inspect GGUF model files and synthesize test models",
+	}
+	cmd.AddCommand(newModelInspectCmd(), newModelSynthCmd())
+	return cmd
+}
+
+func newModelInspectCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect FILE",
+		Short: "Print a GGUF file's metadata, tensors, parameter count and size",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := gguf.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return inspect(cmd.OutOrStdout(), args[0], f)
+		},
+	}
+}
+
+// arraySummaryLen is how many array elements inspect prints.
+const arraySummaryLen = 4
+
+func formatValue(v gguf.Value) string {
+	switch x := v.V.(type) {
+	case string:
+		return fmt.Sprintf("%q", x)
+	case []string:
+		parts := make([]string, 0, arraySummaryLen)
+		for i := 0; i < len(x) && i < arraySummaryLen; i++ {
+			parts = append(parts, fmt.Sprintf("%q", x[i]))
+		}
+		return summarize(parts, len(x))
+	case []gguf.Value:
+		return fmt.Sprintf("[%d arrays]", len(x))
+	}
+	if v.Type == gguf.ValArray {
+		// Numeric arrays: print the head of fmt's rendering.
+		s := strings.Fields(strings.Trim(fmt.Sprint(v.V), "[]"))
+		return summarize(s[:min(len(s), arraySummaryLen)], v.Len())
+	}
+	return fmt.Sprint(v.V)
+}
+
+func summarize(head []string, n int) string {
+	s := "[" + strings.Join(head, " ")
+	if n > len(head) {
+		s += fmt.Sprintf(" ... (%d total)", n)
+	}
+	return s + "]"
+}
+
+func inspect(w io.Writer, path string, f *gguf.File) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "file %s: GGUF v%d, %d bytes, alignment %d, %d metadata keys, %d tensors\n",
+		path, f.Version, f.Size, f.Alignment, len(f.Metadata), len(f.Tensors))
+	b.WriteString("metadata:\n")
+	for _, kv := range f.Metadata {
+		fmt.Fprintf(&b, "  %-40s %-14s %s\n", kv.Key, kv.Value.TypeName(), formatValue(kv.Value))
+	}
+	fmt.Fprintf(&b, "tensors:\n  %-28s %-5s %-14s %10s\n", "name", "type", "shape", "bytes")
+	var total uint64
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		total += uint64(len(t.Data))
+		fmt.Fprintf(&b, "  %-28s %-5s %-14s %10d\n", t.Name, t.Type, t.Shape(), len(t.Data))
+	}
+	fmt.Fprintf(&b, "parameters: %d\ntensor bytes: %d\n", f.Params(), total)
+	if c, err := f.LlamaConfig(); err == nil {
+		fmt.Fprintf(&b, "llama: dim %d, layers %d, heads %d, kv heads %d, head dim %d, ffn %d, vocab %d, context %d, rms eps %g, rope theta %g, tied output %v\n",
+			c.Dim, c.Layers, c.Heads, c.KVHeads, c.HeadDim, c.FFN, c.Vocab, c.ContextLength, c.NormEps, c.RopeTheta, c.TiedOutput)
+	} else {
+		fmt.Fprintf(&b, "llama: not loadable: %v\n", err)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// parseType reads a --type flag value.
+func parseType(s string) (gguf.GGMLType, error) {
+	switch strings.ToLower(s) {
+	case "f32":
+		return gguf.TypeF32, nil
+	case "f16":
+		return gguf.TypeF16, nil
+	case "bf16":
+		return gguf.TypeBF16, nil
+	case "q8_0":
+		return gguf.TypeQ8_0, nil
+	}
+	return 0, fmt.Errorf("--type %q: want f32, f16, bf16 or q8_0", s)
+}
+
+func newModelSynthCmd() *cobra.Command {
+	var (
+		c         gguf.LlamaConfig
+		typ       string
+		vocabFrom string
+		seed      uint64
+		out       string
+	)
+	cmd := &cobra.Command{
+		Use:   "synth",
+		Short: "Write a llama-shaped GGUF with seeded random weights and another file's tokenizer",
+		Long: "synth writes a llama model whose weights are drawn from N(0, 0.02²) (norm weights 1) " +
+			"with the given shape, and copies every tokenizer.* key of --vocab-from; the vocabulary " +
+			"size is that tokenizer's. Same flags and seed give the same file.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := parseType(typ)
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				return errors.New("-o: an output file is required")
+			}
+			if vocabFrom == "" {
+				return errors.New("--vocab-from: a GGUF file with a tokenizer is required")
+			}
+			src, err := gguf.Open(vocabFrom)
+			if err != nil {
+				return fmt.Errorf("--vocab-from: %w", err)
+			}
+			defer src.Close()
+			tok, err := tokenizer.FromGGUF(src)
+			if err != nil {
+				return fmt.Errorf("--vocab-from %s: %w", vocabFrom, err)
+			}
+			c.Vocab = tok.VocabSize()
+			w, err := gguf.SynthLlama(c, t, rand.New(rand.NewPCG(seed, 0x7475726e)))
+			if err != nil {
+				return err
+			}
+			for _, kv := range src.Metadata {
+				if strings.HasPrefix(kv.Key, "tokenizer.") {
+					w.SetValue(kv.Key, kv.Value)
+				}
+			}
+			return writeFile(out, w)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&c.Dim, "dim", 64, "embedding width")
+	fl.IntVar(&c.Layers, "layers", 2, "transformer blocks")
+	fl.IntVar(&c.Heads, "heads", 4, "query heads (must divide --dim)")
+	fl.IntVar(&c.KVHeads, "kv-heads", 2, "key/value heads (must divide --heads)")
+	fl.IntVar(&c.FFN, "ffn", 128, "feed-forward hidden width")
+	fl.IntVar(&c.ContextLength, "context", 512, "context length written to llama.context_length")
+	fl.BoolVar(&c.TiedOutput, "tied", false, "omit output.weight (logits use token_embd.weight)")
+	fl.StringVar(&typ, "type", "f32", "weight type: f32, f16, bf16 or q8_0 (norms stay f32)")
+	fl.StringVar(&vocabFrom, "vocab-from", "", "GGUF file whose tokenizer metadata is copied")
+	fl.Uint64Var(&seed, "seed", 1, "random seed for the weights")
+	fl.StringVarP(&out, "output", "o", "", "output GGUF file")
+	return cmd
+}
+
+// writeFile writes w to path through a temporary file, so that a failed
+// write never leaves a partial model under the final name.
+func writeFile(path string, w *gguf.Writer) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := w.WriteTo(f); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,194 @@
+package gguf
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// F16ToF32 converts an IEEE 754 half-precision value (bits) to float32,
+// exactly (subnormals, infinities and NaN included).
+func F16ToF32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	man := uint32(h) & 0x3ff
+	switch {
+	case exp == 0x1f: // inf or NaN; keep the payload's top bits
+		return math.Float32frombits(sign | 0x7f800000 | man<<13)
+	case exp != 0:
+		return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
+	case man == 0:
+		return math.Float32frombits(sign)
+	}
+	// Subnormal half: value = man · 2^-24, exact in float32.
+	v := float32(man) * (1.0 / (1 << 24))
+	if sign != 0 {
+		v = -v
+	}
+	return v
+}
+
+// F32ToF16 converts float32 to half precision with round-to-nearest-even;
+// values beyond the half range become ±Inf, NaN stays NaN.
+func F32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int32(b>>23) & 0xff
+	man := b & 0x7fffff
+	if exp == 0xff {
+		if man != 0 {
+			return sign | 0x7e00 // quiet NaN
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 127 + 15
+	if e >= 0x1f {
+		return sign | 0x7c00
+	}
+	if e <= 0 {
+		// Subnormal (or zero) half: shift the full mantissa into place.
+		if e < -10 {
+			return sign
+		}
+		m := man | 0x800000
+		shift := uint32(14 - e)
+		half := m >> shift
+		rem := m & (1<<shift - 1)
+		mid := uint32(1) << (shift - 1)
+		if rem > mid || (rem == mid && half&1 == 1) {
+			half++
+		}
+		return sign | uint16(half)
+	}
+	half := uint32(e)<<10 | man>>13
+	rem := man & 0x1fff
+	if rem > 0x1000 || (rem == 0x1000 && half&1 == 1) {
+		half++ // may carry into the exponent, up to Inf: correct rounding
+	}
+	return sign | uint16(half)
+}
+
+// BF16ToF32 converts a bfloat16 (bits) to float32 exactly.
+func BF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// F32ToBF16 converts float32 to bfloat16 with round-to-nearest-even; NaN stays NaN.
+func F32ToBF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+// Quantize encodes src in type t (F32, F16, BF16 or Q8_0) and returns the
+// bytes. Q8_0 needs len(src) to be a multiple of 32: each block stores
+// d = max|x|/127 as F16 and q = round(x/d) as int8.
+func Quantize(t GGMLType, src []float32) ([]byte, error) {
+	n, err := t.RowBytes(uint64(len(src)))
+	if err != nil {
+		return nil, fmt.Errorf("quantize %d values to %v: %w", len(src), t, err)
+	}
+	out := make([]byte, n)
+	le := binary.LittleEndian
+	switch t {
+	case TypeF32:
+		for i, x := range src {
+			le.PutUint32(out[4*i:], math.Float32bits(x))
+		}
+	case TypeF16:
+		for i, x := range src {
+			le.PutUint16(out[2*i:], F32ToF16(x))
+		}
+	case TypeBF16:
+		for i, x := range src {
+			le.PutUint16(out[2*i:], F32ToBF16(x))
+		}
+	case TypeQ8_0:
+		for b := 0; b < len(src)/QK8_0; b++ {
+			blk := src[b*QK8_0 : (b+1)*QK8_0]
+			dst := out[b*BlockBytesQ80 : (b+1)*BlockBytesQ80]
+			var amax float32
+			for _, x := range blk {
+				amax = max(amax, float32(math.Abs(float64(x))))
+			}
+			d := amax / 127
+			var id float32
+			if d != 0 {
+				id = 1 / d
+			}
+			le.PutUint16(dst, F32ToF16(d))
+			for i, x := range blk {
+				dst[2+i] = byte(int8(math.Round(float64(x * id))))
+			}
+		}
+	}
+	return out, nil
+}
+
+// Dequantize decodes len(dst) values of type t from src into dst. src must
+// hold exactly those values (len(dst) a multiple of t's block size).
+func Dequantize(t GGMLType, src []byte, dst []float32) error {
+	n, err := t.RowBytes(uint64(len(dst)))
+	if err != nil {
+		return fmt.Errorf("dequantize %d values of %v: %w", len(dst), t, err)
+	}
+	if uint64(len(src)) != n {
+		return fmt.Errorf("dequantize %d values of %v: have %d bytes, want %d", len(dst), t, len(src), n)
+	}
+	le := binary.LittleEndian
+	switch t {
+	case TypeF32:
+		for i := range dst {
+			dst[i] = math.Float32frombits(le.Uint32(src[4*i:]))
+		}
+	case TypeF16:
+		for i := range dst {
+			dst[i] = F16ToF32(le.Uint16(src[2*i:]))
+		}
+	case TypeBF16:
+		for i := range dst {
+			dst[i] = BF16ToF32(le.Uint16(src[2*i:]))
+		}
+	case TypeQ8_0:
+		for b := 0; b < len(dst)/QK8_0; b++ {
+			blk := src[b*BlockBytesQ80 : (b+1)*BlockBytesQ80]
+			d := F16ToF32(le.Uint16(blk))
+			for i := 0; i < QK8_0; i++ {
+				dst[b*QK8_0+i] = float32(int8(blk[2+i])) * d
+			}
+		}
+	}
+	return nil
+}
+
+// Float32s decodes the whole tensor into a new slice (a copy; for tests,
+// tools and small tensors — the forward pass reads Data directly).
+func (t *TensorInfo) Float32s() ([]float32, error) {
+	out := make([]float32, t.Elements())
+	if err := Dequantize(t.Type, t.Data, out); err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	return out, nil
+}
+
+// Row decodes row i (Dims[0] elements, e.g. one token's embedding) into
+// dst, which must have length Dims[0].
+func (t *TensorInfo) Row(i int, dst []float32) error {
+	rows := t.Elements() / t.Dims[0]
+	if i < 0 || uint64(i) >= rows {
+		return fmt.Errorf("tensor %q: row %d out of range [0, %d)", t.Name, i, rows)
+	}
+	if uint64(len(dst)) != t.Dims[0] {
+		return fmt.Errorf("tensor %q: row buffer has %d elements, want %d", t.Name, len(dst), t.Dims[0])
+	}
+	rb, err := t.Type.RowBytes(t.Dims[0])
+	if err != nil {
+		return fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	off := uint64(i) * rb
+	if off+rb > uint64(len(t.Data)) {
+		return fmt.Errorf("tensor %q: row %d past the %d data bytes", t.Name, i, len(t.Data))
+	}
+	return Dequantize(t.Type, t.Data[off:off+rb], dst)
+}

@@ -1,0 +1,414 @@
+package gguf
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func openTestModel(t *testing.T) *File {
+	t.Helper()
+	p, err := TestModelPath()
+	require.NoError(t, err, "run `make model`")
+	f, err := Open(p)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, f.Close()) })
+	return f
+}
+
+func TestStories260K(t *testing.T) {
+	f := openTestModel(t)
+	require.Equal(t, uint32(3), f.Version)
+	require.Equal(t, uint64(32), f.Alignment)
+	require.Len(t, f.Tensors, 48)
+	require.Equal(t, uint64(292800), f.Params())
+
+	c, err := f.LlamaConfig()
+	require.NoError(t, err)
+	require.Equal(t, LlamaConfig{
+		Dim: 64, Layers: 5, Heads: 8, KVHeads: 4, HeadDim: 8, FFN: 172, Vocab: 512,
+		ContextLength: 2048, NormEps: 1e-5, RopeTheta: 10000, RopeDim: 8,
+		RopeScaling: "none", RopeScaleFactor: 1, TiedOutput: false,
+	}, c)
+
+	tok, err := f.Strings("tokenizer.ggml.tokens")
+	require.NoError(t, err)
+	require.Len(t, tok, 512)
+	require.Equal(t, "<s>", tok[1])
+	bos, err := f.Uint32("tokenizer.ggml.bos_token_id")
+	require.NoError(t, err)
+	require.Equal(t, uint32(1), bos)
+
+	// The mmapped tensor bytes equal the same bytes parsed from memory.
+	raw, err := os.ReadFile(mustPath(t))
+	require.NoError(t, err)
+	g, err := Parse(raw)
+	require.NoError(t, err)
+	for i := range f.Tensors {
+		require.Equal(t, g.Tensors[i].Data, f.Tensors[i].Data, f.Tensors[i].Name)
+	}
+	emb, err := f.Tensor("token_embd.weight")
+	require.NoError(t, err)
+	row := make([]float32, 64)
+	require.NoError(t, emb.Row(511, row))
+	all, err := emb.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, all[511*64:], row)
+}
+
+func mustPath(t *testing.T) string {
+	p, err := TestModelPath()
+	require.NoError(t, err, "run `make model`")
+	return p
+}
+
+func TestTestModelPathEnv(t *testing.T) {
+	t.Setenv("TURNSTILE_MODEL", filepath.Join(t.TempDir(), "nope.gguf"))
+	_, err := TestModelPath()
+	require.ErrorContains(t, err, "make model")
+}
+
+func TestCloseTwice(t *testing.T) {
+	f, err := Open(mustPath(t))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, f.Close())
+	require.Nil(t, f.Tensors[0].Data)
+}
+
+func encode(t *testing.T, w *Writer) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	n, err := w.WriteTo(&buf)
+	require.NoError(t, err)
+	require.Equal(t, int64(buf.Len()), n)
+	return buf.Bytes()
+}
+
+func TestMetadataRoundTrip(t *testing.T) {
+	vals := map[string]any{
+		"u8": uint8(200), "i8": int8(-5), "u16": uint16(60000), "i16": int16(-300),
+		"u32": uint32(4e9), "i32": int32(-7), "f32": float32(1.5), "b": true, "s": "héllo",
+		"u64": uint64(1 << 60), "i64": int64(-1 << 60), "f64": 2.25,
+		"au8": []uint8{1, 2}, "ai8": []int8{-1}, "au16": []uint16{7}, "ai16": []int16{-7},
+		"au32": []uint32{1, 2, 3}, "ai32": []int32{-1, 5}, "af32": []float32{0.5},
+		"ab": []bool{true, false}, "as": []string{"a", "", "ccc"}, "au64": []uint64{9},
+		"ai64": []int64{-9}, "af64": []float64{1e300},
+		"nested": []Value{{Type: ValArray, Elem: ValString, V: []string{"x"}}, {Type: ValArray, Elem: ValInt32, V: []int32{4}}},
+	}
+	w := NewWriter()
+	for k, v := range vals {
+		require.NoError(t, w.Set(k, v))
+	}
+	for _, version := range []uint32{2, 3} {
+		b := encode(t, w)
+		binary.LittleEndian.PutUint32(b[4:], version)
+		f, err := Parse(b)
+		require.NoError(t, err)
+		require.Equal(t, version, f.Version)
+		require.Len(t, f.Metadata, len(vals))
+		for k, v := range vals {
+			got, ok := f.Value(k)
+			require.True(t, ok, k)
+			require.Equal(t, v, got.V, k)
+		}
+	}
+	f, err := Parse(encode(t, w))
+	require.NoError(t, err)
+	// Typed getters accept any integer width and name key and type on error.
+	n, err := f.Int("i16")
+	require.NoError(t, err)
+	require.Equal(t, -300, n)
+	_, err = f.Uint32("i8")
+	require.ErrorIs(t, err, ErrWrongType)
+	require.ErrorContains(t, err, `"i8"`)
+	_, err = f.String("u32")
+	require.ErrorIs(t, err, ErrWrongType)
+	require.ErrorContains(t, err, "uint32")
+	_, err = f.Strings("missing.key")
+	require.ErrorIs(t, err, ErrMissingKey)
+	require.ErrorContains(t, err, "missing.key")
+	i32, err := f.Int32s("au32")
+	require.NoError(t, err)
+	require.Equal(t, []int32{1, 2, 3}, i32)
+	f64, err := f.Float32("f64")
+	require.NoError(t, err)
+	require.Equal(t, float32(2.25), f64)
+	_, err = f.Float32s("as")
+	require.ErrorContains(t, err, "array[string]")
+}
+
+func tinyConfig() LlamaConfig {
+	return LlamaConfig{Dim: 32, Layers: 2, Heads: 4, KVHeads: 2, FFN: 64, Vocab: 16, ContextLength: 128}
+}
+
+func tinyFile(t *testing.T, c LlamaConfig, typ GGMLType) []byte {
+	t.Helper()
+	w, err := SynthLlama(c, typ, rand.New(rand.NewPCG(1, 2)))
+	require.NoError(t, err)
+	return encode(t, w)
+}
+
+func TestSynthTypes(t *testing.T) {
+	for _, typ := range []GGMLType{TypeF32, TypeF16, TypeBF16, TypeQ8_0} {
+		for _, tied := range []bool{false, true} {
+			c := tinyConfig()
+			c.TiedOutput = tied
+			f, err := Parse(tinyFile(t, c, typ))
+			require.NoError(t, err, typ)
+			w, err := f.Llama()
+			require.NoError(t, err, typ)
+			require.Equal(t, tied, w.Config.TiedOutput)
+			require.Equal(t, 8, w.Config.HeadDim)
+			require.Equal(t, typ, w.Layers[1].Down.Type)
+			require.Equal(t, TypeF32, w.Layers[1].FFNNorm.Type)
+			if tied {
+				require.Same(t, w.TokenEmbd, w.Output)
+			}
+			norm, err := w.OutputNorm.Float32s()
+			require.NoError(t, err)
+			require.Equal(t, float32(1), norm[31])
+			q, err := w.Layers[0].Q.Float32s()
+			require.NoError(t, err)
+			var sum float64
+			for _, x := range q {
+				sum += float64(x * x)
+			}
+			std := sum / float64(len(q))
+			require.InDelta(t, 0.02*0.02, std, 0.0001, "weights ~N(0, 0.02)")
+			for i := range f.Tensors {
+				require.Zero(t, (f.DataOffset+f.Tensors[i].Offset)%32, f.Tensors[i].Name)
+			}
+		}
+	}
+}
+
+func TestSynthRejects(t *testing.T) {
+	for _, tc := range []struct {
+		mod  func(*LlamaConfig)
+		typ  GGMLType
+		want string
+	}{
+		{func(c *LlamaConfig) { c.Heads = 5 }, TypeF32, "dim 32 is not divisible by heads 5"},
+		{func(c *LlamaConfig) { c.KVHeads = 3 }, TypeF32, "heads 4 is not divisible by kv-heads 3"},
+		{func(c *LlamaConfig) { c.Heads = 32; c.KVHeads = 1 }, TypeF32, "head dim 1"},
+		{func(c *LlamaConfig) { c.FFN = 48 }, TypeQ8_0, "ffn (48)"},
+		{func(c *LlamaConfig) { c.Layers = 0 }, TypeF32, "layers = 0"},
+		{func(c *LlamaConfig) {}, GGMLType(2), "Q4_0"},
+	} {
+		c := tinyConfig()
+		tc.mod(&c)
+		_, err := SynthLlama(c, tc.typ, rand.New(rand.NewPCG(1, 2)))
+		require.ErrorContains(t, err, tc.want)
+	}
+}
+
+// patch rewrites the first occurrence of old in b (which must exist).
+func patch(t *testing.T, b []byte, old, new []byte) []byte {
+	t.Helper()
+	i := bytes.Index(b, old)
+	require.GreaterOrEqual(t, i, 0, "pattern %q", old)
+	out := append([]byte(nil), b...)
+	copy(out[i:], new)
+	return out
+}
+
+// tensorTypeOffset finds the type field of the named tensor's info.
+func tensorTypeOffset(t *testing.T, b []byte, name string) int {
+	t.Helper()
+	i := bytes.Index(b, []byte(name))
+	require.GreaterOrEqual(t, i, 0)
+	nd := int(binary.LittleEndian.Uint32(b[i+len(name):]))
+	return i + len(name) + 4 + 8*nd
+}
+
+func TestParseErrors(t *testing.T) {
+	good := tinyFile(t, tinyConfig(), TypeF32)
+	setU32 := func(off int, v uint32) []byte {
+		out := append([]byte(nil), good...)
+		binary.LittleEndian.PutUint32(out[off:], v)
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		is   error
+		want string
+	}{
+		{"empty", nil, ErrTruncated, "magic"},
+		{"bad magic", patch(t, good, []byte("GGUF"), []byte("GGML")), ErrBadMagic, "GGML"},
+		{"version 1", setU32(4, 1), ErrBadVersion, "1"},
+		{"big endian", setU32(4, 3<<24), ErrBadVersion, ""},
+		{"header only", good[:20], ErrTruncated, "tensor count"},
+		{"cut in metadata", good[:100], ErrTruncated, ""},
+		{"cut in data", good[:len(good)-10], ErrTruncated, "blk.1.ffn_down.weight"},
+		{"huge tensor count", func() []byte {
+			b := append([]byte(nil), good...)
+			binary.LittleEndian.PutUint64(b[8:], 1<<62)
+			return b
+		}(), ErrTruncated, "tensor count"},
+		{"unknown tensor type", setU32(tensorTypeOffset(t, good, "blk.0.attn_k.weight"), 2), ErrUnknownType, `"blk.0.attn_k.weight" has type Q4_0`},
+		{"Q8_0 row not multiple of 32", func() []byte {
+			w := NewWriter()
+			require.NoError(t, w.AddTensor("odd", TypeF32, []uint64{4, 16}, make([]byte, 256)))
+			b := encode(t, w)
+			binary.LittleEndian.PutUint32(b[tensorTypeOffset(t, b, "odd"):], uint32(TypeQ8_0))
+			return b
+		}(), ErrShapeMismatch, `"odd" first dimension 4`},
+		{"duplicate key", patch(t, good, []byte("llama.context_length"), []byte("general.architecture")), ErrMalformed, `duplicate metadata key "general.architecture"`},
+		{"bad value type", patch(t, good, []byte("general.name\x08"), []byte("general.name\x63")), ErrMalformed, "general.name"},
+		{"bad alignment", func() []byte {
+			w, err := SynthLlama(tinyConfig(), TypeF32, rand.New(rand.NewPCG(1, 2)))
+			require.NoError(t, err)
+			require.NoError(t, w.Set("general.alignment", uint32(64)))
+			b := encode(t, w)
+			return patch(t, b, []byte("general.alignment\x04\x00\x00\x00\x40"), []byte("general.alignment\x04\x00\x00\x00\x30"))
+		}(), ErrMalformed, "general.alignment = 48"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(tc.data)
+			require.ErrorIs(t, err, tc.is)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	// Every prefix of a valid file fails cleanly: each cut inside the
+	// header and tensor infos, and a few inside the data.
+	f, err := Parse(good)
+	require.NoError(t, err)
+	last := f.Tensors[len(f.Tensors)-1]
+	end := int(f.DataOffset + last.Offset + uint64(len(last.Data))) // then only padding
+	for n := 0; n < end; n++ {
+		if n > int(f.DataOffset) {
+			n = min(n+len(good)/16, end-1)
+		}
+		_, err := Parse(good[:n])
+		require.ErrorIs(t, err, ErrTruncated, "prefix %d", n)
+	}
+}
+
+func TestOpenErrorsNamePath(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "bad.gguf")
+	require.NoError(t, os.WriteFile(p, []byte("GGUF\x03\x00\x00\x00"), 0o644))
+	_, err := Open(p)
+	require.ErrorIs(t, err, ErrTruncated)
+	require.ErrorContains(t, err, p)
+	_, err = Open(filepath.Join(dir, "none.gguf"))
+	require.ErrorContains(t, err, "none.gguf")
+}
+
+func TestLlamaErrors(t *testing.T) {
+	base := func() *Writer {
+		w, err := SynthLlama(tinyConfig(), TypeF32, rand.New(rand.NewPCG(1, 2)))
+		require.NoError(t, err)
+		return w
+	}
+	drop := func(w *Writer, name string) *Writer {
+		out := NewWriter()
+		for _, kv := range w.kvs {
+			out.SetValue(kv.Key, kv.Value)
+		}
+		for _, ti := range w.tensors {
+			if ti.Name != name {
+				require.NoError(t, out.AddTensor(ti.Name, ti.Type, ti.Dims, ti.Data))
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		w    func() *Writer
+		is   error
+		want string
+	}{
+		{"unsupported arch", func() *Writer { w := base(); require.NoError(t, w.Set("general.architecture", "gpt2")); return w }, ErrUnsupportedArch, `"gpt2"`},
+		{"missing key", func() *Writer {
+			w := base()
+			out := NewWriter()
+			for _, kv := range w.kvs {
+				if kv.Key != "llama.feed_forward_length" {
+					out.SetValue(kv.Key, kv.Value)
+				}
+			}
+			out.tensors = w.tensors
+			return out
+		}, ErrMissingKey, "llama.feed_forward_length"},
+		{"wrong key type", func() *Writer { w := base(); require.NoError(t, w.Set("llama.block_count", "two")); return w }, ErrWrongType, "llama.block_count"},
+		{"missing tensor", func() *Writer { return drop(base(), "blk.1.attn_v.weight") }, ErrMissingTensor, "blk.1.attn_v.weight"},
+		{"shape mismatch", func() *Writer {
+			w := base()
+			require.NoError(t, w.Set("llama.feed_forward_length", uint32(96)))
+			return w
+		}, ErrShapeMismatch, `"blk.0.ffn_gate.weight" is [32 64], want [32 96]`},
+		{"kv heads mismatch", func() *Writer {
+			w := base()
+			require.NoError(t, w.Set("llama.attention.head_count_kv", uint32(4)))
+			return w
+		}, ErrShapeMismatch, "blk.0.attn_k.weight"},
+		{"vocab mismatch", func() *Writer {
+			w := base()
+			require.NoError(t, w.Set("tokenizer.ggml.tokens", []string{"a"}))
+			return w
+		}, ErrShapeMismatch, "tokenizer.ggml.tokens"},
+		{"rope scaling", func() *Writer { w := base(); require.NoError(t, w.Set("llama.rope.scaling.type", "yarn")); return w }, ErrUnsupportedArch, "yarn"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Parse(encode(t, tc.w()))
+			require.NoError(t, err)
+			_, err = f.LlamaConfig()
+			require.ErrorIs(t, err, tc.is)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestWriterRejects(t *testing.T) {
+	w := NewWriter()
+	require.ErrorContains(t, w.AddTensor("a", TypeF32, []uint64{4}, make([]byte, 15)), "has 15 bytes, want 16")
+	require.ErrorContains(t, w.AddTensor("q", TypeQ8_0, []uint64{16}, make([]byte, 17)), "block size 32")
+	require.ErrorContains(t, w.AddTensor("x", GGMLType(12), []uint64{256}, nil), "Q4_K")
+	require.NoError(t, w.AddTensor("a", TypeF32, []uint64{4}, make([]byte, 16)))
+	require.ErrorContains(t, w.AddTensor("a", TypeF32, []uint64{4}, make([]byte, 16)), `duplicate tensor "a"`)
+	require.ErrorContains(t, w.Set("k", struct{}{}), `"k"`)
+	w.SetValue("bad", Value{Type: ValUint32, V: "str"})
+	_, err := w.WriteTo(&bytes.Buffer{})
+	require.ErrorContains(t, err, `"bad"`)
+}
+
+func TestLlamaOptionalKeys(t *testing.T) {
+	c := tinyConfig()
+	c.KVHeads = c.Heads
+	w, err := SynthLlama(c, TypeF16, rand.New(rand.NewPCG(1, 2)))
+	require.NoError(t, err)
+	out := NewWriter()
+	for _, kv := range w.kvs {
+		if kv.Key != "llama.attention.head_count_kv" && kv.Key != "llama.rope.dimension_count" {
+			out.SetValue(kv.Key, kv.Value)
+		}
+	}
+	out.tensors = w.tensors
+	require.NoError(t, out.Set("llama.rope.freq_base", float32(500000)))
+	require.NoError(t, out.Set("llama.rope.scaling.type", "linear"))
+	require.NoError(t, out.Set("llama.rope.scaling.factor", float32(4)))
+	require.NoError(t, out.Set("llama.attention.key_length", uint32(8)))
+	f, err := Parse(encode(t, out))
+	require.NoError(t, err)
+	got, err := f.LlamaConfig()
+	require.NoError(t, err)
+	require.Equal(t, 4, got.KVHeads)
+	require.Equal(t, 8, got.RopeDim)
+	require.Equal(t, float32(500000), got.RopeTheta)
+	require.Equal(t, "linear", got.RopeScaling)
+	require.Equal(t, float32(4), got.RopeScaleFactor)
+
+	require.NoError(t, out.Set("llama.attention.key_length", uint32(16)))
+	f, err = Parse(encode(t, out))
+	require.NoError(t, err)
+	_, err = f.LlamaConfig()
+	require.ErrorContains(t, err, "llama.attention.key_length = 16")
+}

@@ -1,0 +1,253 @@
+// Package tokenizer turns text into token ids and back using the vocabulary
+// stored in a GGUF file: SentencePiece-style (tokenizer.ggml.model "llama":
+// merge the adjacent pair whose merged piece has the best score, with
+// <0xXX> byte fallback) and GPT-2 byte-level BPE ("gpt2": merge the pair of
+// lowest rank after the GPT-2 pre-tokenizer split).
+//
+// Special tokens written in the input text (e.g. "<s>") are not recognized:
+// Encode treats all text as plain text, so user input can never inject a
+// control token.
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/turnstile-llm/turnstile/model/gguf"
+)
+
+// Kind is the tokenization algorithm.
+type Kind int
+
+// The supported tokenizer kinds.
+const (
+	SPM Kind = iota // tokenizer.ggml.model = "llama"
+	BPE             // tokenizer.ggml.model = "gpt2"
+)
+
+// Token types of tokenizer.ggml.token_type (llama.cpp's values).
+const (
+	typeNormal      = 1
+	typeUnknown     = 2
+	typeControl     = 3
+	typeUserDefined = 4
+	typeUnused      = 5
+	typeByte        = 6
+)
+
+// spmSpace is SentencePiece's visible space, U+2581 "▁".
+const spmSpace = "\u2581"
+
+// unkSurface is how an unknown token decodes (SentencePiece's default).
+const unkSurface = " \u2047 "
+
+// Tokenizer is immutable after FromGGUF and safe for concurrent use.
+type Tokenizer struct {
+	kind           Kind
+	tokens         []string
+	scores         []float32
+	pieces         [][]byte // decoded bytes of each token
+	index          map[string]int32
+	byteTok        [256]int32 // SPM: id of <0xXX>; BPE: id of the mapped byte's char; -1 if none
+	ranks          map[pair]int32
+	bos, eos, unk  int32
+	addBOS         bool
+	addSpacePrefix bool
+}
+
+// FromGGUF builds the tokenizer from f's tokenizer.ggml.* metadata. Keys read:
+// model, tokens, scores (SPM; zeros when absent), token_type (normal when
+// absent), merges (BPE), bos/eos/unknown_token_id, add_bos_token (default
+// true for llama, false for gpt2), add_space_prefix (default true for
+// llama, false for gpt2).
+func FromGGUF(f *gguf.File) (*Tokenizer, error) {
+	model, err := f.String("tokenizer.ggml.model")
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t := &Tokenizer{bos: -1, eos: -1, unk: -1}
+	switch model {
+	case "llama":
+		t.kind, t.addBOS, t.addSpacePrefix = SPM, true, true
+	case "gpt2":
+		t.kind = BPE
+	default:
+		return nil, fmt.Errorf("tokenizer: tokenizer.ggml.model = %q is not supported (accepted: llama, gpt2)", model)
+	}
+	if t.tokens, err = f.Strings("tokenizer.ggml.tokens"); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	n := len(t.tokens)
+	if n == 0 || n > 1<<31-1 {
+		return nil, fmt.Errorf("tokenizer: tokenizer.ggml.tokens has %d entries", n)
+	}
+	t.scores = make([]float32, n)
+	if f.Has("tokenizer.ggml.scores") {
+		s, err := f.Float32s("tokenizer.ggml.scores")
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		if len(s) != n {
+			return nil, fmt.Errorf("tokenizer: tokenizer.ggml.scores has %d entries, tokens has %d", len(s), n)
+		}
+		t.scores = s
+	}
+	types := make([]int32, n)
+	for i := range types {
+		types[i] = typeNormal
+	}
+	if f.Has("tokenizer.ggml.token_type") {
+		tt, err := f.Int32s("tokenizer.ggml.token_type")
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		if len(tt) != n {
+			return nil, fmt.Errorf("tokenizer: tokenizer.ggml.token_type has %d entries, tokens has %d", len(tt), n)
+		}
+		types = tt
+	}
+	for _, k := range []struct {
+		key string
+		dst *int32
+	}{{"tokenizer.ggml.bos_token_id", &t.bos}, {"tokenizer.ggml.eos_token_id", &t.eos}, {"tokenizer.ggml.unknown_token_id", &t.unk}} {
+		if !f.Has(k.key) {
+			continue
+		}
+		id, err := f.Int(k.key)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		if id < 0 || id >= n {
+			return nil, fmt.Errorf("tokenizer: %s = %d is outside the vocabulary [0, %d)", k.key, id, n)
+		}
+		*k.dst = int32(id)
+	}
+	for _, k := range []struct {
+		key string
+		dst *bool
+	}{{"tokenizer.ggml.add_bos_token", &t.addBOS}, {"tokenizer.ggml.add_space_prefix", &t.addSpacePrefix}} {
+		if !f.Has(k.key) {
+			continue
+		}
+		if *k.dst, err = f.Bool(k.key); err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+	}
+	if t.addBOS && t.bos < 0 {
+		return nil, errors.New("tokenizer: add_bos_token is set but tokenizer.ggml.bos_token_id is absent")
+	}
+	t.index = make(map[string]int32, n)
+	for i, s := range t.tokens {
+		if _, dup := t.index[s]; !dup {
+			t.index[s] = int32(i)
+		}
+	}
+	for i := range t.byteTok {
+		t.byteTok[i] = -1
+	}
+	t.pieces = make([][]byte, n)
+	if t.kind == SPM {
+		t.initSPM(types)
+	} else if err := t.initBPE(f, types); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Tokenizer) initSPM(types []int32) {
+	for i, s := range t.tokens {
+		switch types[i] {
+		case typeControl, typeUnused:
+			// decodes to nothing
+		case typeUnknown:
+			t.pieces[i] = []byte(unkSurface)
+		case typeByte:
+			if b, ok := parseByteToken(s); ok {
+				t.pieces[i] = []byte{b}
+				if t.byteTok[b] < 0 {
+					t.byteTok[b] = int32(i)
+				}
+			}
+		default:
+			t.pieces[i] = []byte(strings.ReplaceAll(s, spmSpace, " "))
+		}
+	}
+}
+
+// parseByteToken reads "<0xXX>".
+func parseByteToken(s string) (byte, bool) {
+	if len(s) != 6 || !strings.HasPrefix(s, "<0x") || s[5] != '>' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(s[3:5], 16, 8)
+	return byte(v), err == nil
+}
+
+// Kind reports the algorithm.
+func (t *Tokenizer) Kind() Kind { return t.kind }
+
+// BOS is the beginning-of-sequence id, -1 if the vocabulary has none.
+func (t *Tokenizer) BOS() int32 { return t.bos }
+
+// EOS is the end-of-sequence id, -1 if the vocabulary has none.
+func (t *Tokenizer) EOS() int32 { return t.eos }
+
+// VocabSize is the number of tokens.
+func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
+
+// AddBOS reports whether prompts should start with BOS (tokenizer.ggml.add_bos_token).
+func (t *Tokenizer) AddBOS() bool { return t.addBOS }
+
+// Token returns the vocabulary string of id ("" when out of range).
+func (t *Tokenizer) Token(id int32) string {
+	if id < 0 || int(id) >= len(t.tokens) {
+		return ""
+	}
+	return t.tokens[id]
+}
+
+// Piece returns the bytes that id decodes to (▁ → ' ', <0x0A> → '\n',
+// GPT-2 byte chars → their bytes); control and unused tokens and ids out of
+// range decode to nothing, the unknown token to " ⁇ ". The slice is shared:
+// do not modify it.
+func (t *Tokenizer) Piece(id int32) []byte {
+	if id < 0 || int(id) >= len(t.pieces) {
+		return nil
+	}
+	return t.pieces[id]
+}
+
+// Encode tokenizes text, starting with BOS when addBOS (and the vocabulary
+// has one). SPM prepends one space to non-empty text when add_space_prefix
+// is set, as SentencePiece does.
+func (t *Tokenizer) Encode(text string, addBOS bool) []int32 {
+	out := make([]int32, 0, len(text)/2+2)
+	if addBOS && t.bos >= 0 {
+		out = append(out, t.bos)
+	}
+	if text == "" {
+		return out
+	}
+	if t.kind == SPM {
+		if t.addSpacePrefix {
+			text = " " + text
+		}
+		return t.encodeSPM(out, strings.ReplaceAll(text, " ", spmSpace))
+	}
+	return t.encodeBPE(out, text)
+}
+
+// Decode returns the text of ids. Like llama.cpp, when the vocabulary adds
+// a space prefix the first text-bearing token loses one leading space, so
+// Decode(Encode(s, true)) == s. Invalid UTF-8 becomes U+FFFD.
+func (t *Tokenizer) Decode(ids []int32) string {
+	d := t.NewDecoder()
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteString(d.Add(id))
+	}
+	b.WriteString(d.Flush())
+	return b.String()
+}
