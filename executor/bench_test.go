@@ -1,0 +1,137 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-llm/turnstile/internal/clock"
+	"github.com/turnstile-llm/turnstile/model"
+	"github.com/turnstile-llm/turnstile/seatpool"
+	"github.com/turnstile-llm/turnstile/sim"
+)
+
+// noopRunner does no work: it answers every sampled sequence with a fixed
+// printable token, so a benchmark measures the engine's host time alone.
+type noopRunner struct{ capy model.Capacity }
+
+func (r *noopRunner) Capacity() model.Capacity { return r.capy }
+func (r *noopRunner) Execute(b *model.Batch, out *model.Output) error {
+	for i := range b.Seqs {
+		if b.Seqs[i].Sample {
+			out.Tokens[i] = 'a' + int32(i%7)
+		} else {
+			out.Tokens[i] = -1
+		}
+	}
+	return nil
+}
+
+// BenchmarkStepHost: host time of one step (planning, launch, result
+// processing, stop checks, stream output) at 256 running sequences with a
+// runner that does nothing. Requests live 1,024 tokens and are replaced
+// (outside the timer) as they finish, so admissions and finishes are part
+// of the steady state.
+func BenchmarkStepHost(b *testing.B) {
+	const running, life = 256, 1024
+	for _, ovl := range []bool{false, true} {
+		b.Run(fmt.Sprintf("overlap=%v", ovl), func(b *testing.B) {
+			seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: running, Overlap: ovl, DeferredTeardown: ovl})
+			require.NoError(b, err)
+			r := &noopRunner{capy: model.Capacity{Seats: seats, KVBlocks: 2 * running * (life + 64) / 16,
+				BlockSize: 16, MaxContext: 4096, MaxBatchTokens: 4096, Vocab: testVocab}}
+			eng, err := New(Config{MaxBatchSize: running, Overlap: ovl, Clock: clock.Real{}}, r, newByteTokenizer())
+			require.NoError(b, err)
+			defer eng.Close()
+			streams := make([]*Stream, running)
+			submit := func(i, maxTokens int) {
+				st, err := eng.Submit(context.Background(), &Request{
+					Prompt: fmt.Sprintf("request %4d: a prompt", i), MaxTokens: maxTokens, IgnoreEOS: true, Params: greedy()})
+				require.NoError(b, err)
+				streams[i] = st
+			}
+			for i := range streams {
+				submit(i, 1+i*life/running) // staggered, so finishes spread out
+			}
+			refill := func() {
+				for i, st := range streams {
+					for {
+						_, ok, err := st.TryRecv()
+						if err != nil { // finished: replace it
+							submit(i, life)
+							break
+						}
+						if !ok {
+							break
+						}
+					}
+				}
+			}
+			for range 2 * life { // warm up into the steady state
+				_, err := eng.Step()
+				require.NoError(b, err)
+				refill()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			steps := 0
+			for b.Loop() {
+				if _, err := eng.Step(); err != nil {
+					b.Fatal(err)
+				}
+				if steps++; steps%32 == 0 {
+					b.StopTimer()
+					refill()
+					b.StartTimer()
+				}
+			}
+			b.StopTimer()
+			m := eng.Snapshot()
+			b.ReportMetric(float64(m.Running), "running")
+		})
+	}
+}
+
+// BenchmarkRunnerIdle: the runner's idle fraction between steps, overlap on
+// vs off, with a simulated runner that spends 2 ms of wall time per step and
+// 256 decoding sequences. One op is one step. Run with -benchtime=300x.
+func BenchmarkRunnerIdle(b *testing.B) {
+	const running = 256
+	for _, ovl := range []bool{false, true} {
+		b.Run(fmt.Sprintf("overlap=%v", ovl), func(b *testing.B) {
+			seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: running, Overlap: ovl, DeferredTeardown: ovl})
+			require.NoError(b, err)
+			r, err := sim.New(sim.Config{
+				Capacity: model.Capacity{Seats: seats, KVBlocks: running * 2048 / 16, BlockSize: 16,
+					MaxContext: 2048, MaxBatchTokens: 8192, Vocab: testVocab},
+				Cost: sim.Fixed(2 * time.Millisecond), Clock: clock.Real{}, EOS: testEOS, TokenMin: 'a', TokenMax: 'z',
+			})
+			require.NoError(b, err)
+			eng, err := New(Config{MaxBatchSize: running, Overlap: ovl, Clock: clock.Real{}}, r, newByteTokenizer())
+			require.NoError(b, err)
+			defer eng.Close()
+			for i := range running {
+				_, err := eng.Submit(context.Background(), &Request{
+					Prompt: fmt.Sprintf("request %4d", i), IgnoreEOS: true, Params: greedy()})
+				require.NoError(b, err)
+			}
+			for range 4 { // admit everything
+				_, err := eng.Step()
+				require.NoError(b, err)
+			}
+			before := eng.Snapshot()
+			for b.Loop() {
+				if _, err := eng.Step(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			after := eng.Snapshot()
+			busy, idle := after.RunnerBusy-before.RunnerBusy, after.RunnerIdle-before.RunnerIdle
+			b.ReportMetric(100*float64(idle)/float64(busy+idle), "idle%")
+			b.ReportMetric(float64(after.Running), "running")
+		})
+	}
+}

@@ -1,0 +1,605 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/turnstile-llm/turnstile/internal/clock"
+	"github.com/turnstile-llm/turnstile/kvpool"
+	"github.com/turnstile-llm/turnstile/model"
+	"github.com/turnstile-llm/turnstile/overlap"
+	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/seatpool"
+)
+
+// Runner executes one step. Execute is synchronous and is called by one
+// goroutine at a time, in step order (the device stream); b and out are
+// owned by the engine and valid until Execute returns.
+type Runner interface {
+	Execute(b *model.Batch, out *model.Output) error
+	Capacity() model.Capacity
+}
+
+// Candidate is what the Admission hook sees of a request about to be
+// admitted. The engine has already checked that a seat, the step budgets
+// and (approximately, before the prefix lookup) blocks allow it.
+type Candidate struct {
+	ID        uint64 // arrival order, unique per engine
+	ProgramID string
+	// Tokens is the request's context to (re)compute: the prompt, plus the
+	// tokens generated so far when Preempted.
+	Tokens       int
+	CachedTokens int // prefix-cache hit (from kvpool.PeekPrefix)
+	BlocksNeeded int // new blocks the first chunk allocates
+	Preempted    bool
+	// Engine state at the decision.
+	Running, Retiring, AvailableBlocks int
+}
+
+// Admission is the hook policy implements. Admit decides and takes the
+// request's charge when it returns true; Release returns that charge when
+// the admitted request stops running (finished, aborted or preempted), with
+// the same Candidate. Both are called from the loop goroutine.
+type Admission interface {
+	Admit(c *Candidate) bool
+	Release(c *Candidate)
+}
+
+// AdmitAll is the default Admission: admit whenever seats, budgets and
+// blocks allow (the engine checks those itself).
+type AdmitAll struct{}
+
+func (AdmitAll) Admit(*Candidate) bool { return true }
+func (AdmitAll) Release(*Candidate)    {}
+
+// Config configures an Engine. KV blocks, block size, vocab and context come
+// from the Runner's Capacity.
+type Config struct {
+	// MaxBatchSize is the most sequences one step schedules (> 0); seats
+	// are derived from it by seatpool.Seats.
+	MaxBatchSize int
+	// MaxNumBatchedTokens is the step's token budget; 0 means the runner's
+	// Capacity.MaxBatchTokens, which it may not exceed.
+	MaxNumBatchedTokens int
+	// BlockSize, when set, must equal the runner's (a cross-check).
+	BlockSize int
+	// Overlap plans and launches step n+1 while step n runs.
+	Overlap bool
+	// ChargeRetiring charges retiring requests against admission and the
+	// step budgets: seed 004's BASE behaviour, for experiments only.
+	ChargeRetiring bool
+	// Clock is the time source; nil means clock.Real.
+	Clock clock.Clock
+	// Admission is the admission hook; nil means AdmitAll.
+	Admission Admission
+	// Model names the model in prefix hashes (kvpool.Keys.Model).
+	Model string
+	// Seed is the base of the seeds drawn for requests without one.
+	Seed uint64
+}
+
+// ErrClosed is returned by Submit after the engine stopped.
+var ErrClosed = errors.New("executor: engine closed")
+
+// State is a request's lifecycle state (see the package doc).
+type State uint8
+
+const (
+	StateWaiting State = iota
+	StateRunning
+	StateFinished
+	StateAborted
+)
+
+// seq is the engine's record of one request. Loop-owned except where noted.
+type seq struct {
+	id        uint64
+	params    sampling.Params
+	keys      kvpool.Keys
+	programID string
+	maxTokens int
+	ignoreEOS bool
+	stopIDs   []int32
+	stream    *Stream
+	stopWatch func() bool // unregisters the context watch
+
+	state     State
+	epoch     uint32  // bumped whenever the request leaves RUNNING; stale step entries are ignored
+	tokens    []int32 // prompt + generated tokens known on the host
+	promptLen int
+	generated int
+	inflight  int  // samples in launched, unprocessed steps
+	futureIn  bool // scheduled with a future input whose value kvpool has not seen yet
+	// A reservation: a future input that opened a new block was written
+	// into the private block of resv (see reserve); its token goes to
+	// kvpool, and its KV is copied into the real block, at the next plan.
+	resv     kvpool.SeqID
+	hasResv  bool
+	computed int // positions whose KV is written by launched steps
+	kvTokens int // == kv.Tokens(kvSeq)
+	kvSeq    kvpool.SeqID
+	hasKV    bool
+	seat     seatpool.Seat
+	hasSeat  bool
+	started  bool   // the seat has seen Start
+	lastStep uint64 // the last step this request is in
+	everRan  bool
+	cand     Candidate
+	text     textMatcher
+	arrival  time.Time
+	lastTok  time.Time
+	usage    Usage
+}
+
+// retired is a seat (and KV sequence) released at its step's teardown; with
+// kvOnly, just a KV sequence (a reservation block a copy still reads).
+type retired struct {
+	seat   seatpool.Seat
+	kv     kvpool.SeqID
+	hasKV  bool
+	kvOnly bool
+}
+
+type entry struct {
+	s     *seq
+	epoch uint32
+}
+
+// step is one double-buffered step record.
+type step struct {
+	n        uint64
+	batch    model.Batch
+	out      model.Output
+	entries  []entry   // aligned with batch.Seqs
+	teardown []retired // released when this step is processed
+	tables   []int32   // block tables that are not a seat's row (reservations)
+}
+
+func (st *step) reset(n uint64) {
+	st.n = n
+	st.batch.Reset()
+	st.entries = st.entries[:0]
+	st.tables = st.tables[:0]
+}
+
+// Engine runs requests on a Runner.
+type Engine struct {
+	cfg       Config
+	runner    Runner
+	tok       Tokenizer
+	capacity  model.Capacity
+	clock     clock.Clock
+	adm       Admission
+	kv        *kvpool.Pool
+	seats     *seatpool.Pool
+	rows      [][]int32 // block-table row per seat
+	pipe      *overlap.Pipeline[*step]
+	steps     [overlap.MaxInFlight]step
+	tokBudget int
+
+	// Loop-owned.
+	launched  uint64 // last launched step (0: none)
+	processed uint64 // last processed step
+	running   []*seq // admission order
+	waiting   []*seq // FIFO; preempted requests go to the front
+	retiring  int    // seats awaiting teardown
+	m         Metrics
+	lastEnd   time.Time
+	streak    bool // the runner had work continuously since lastEnd
+	scratch   []kvpool.SeqID
+	queued    []*seq // swap buffers for the queues
+	aborts    []*seq
+
+	mu      sync.Mutex // guards the fields below
+	submitQ []*seq
+	abortQ  []*seq
+	closed  bool
+	nextID  uint64
+	pub     Metrics
+	wake    chan struct{}
+}
+
+// New validates cfg against the runner and builds the engine: kvpool from
+// the runner's KV capacity, seatpool sized by seatpool.Seats, and the
+// start-up check of every slot-indexed consumer (the runner's buffers, the
+// engine's block-table rows) against the seat pool in both directions.
+func New(cfg Config, runner Runner, tok Tokenizer) (*Engine, error) {
+	if runner == nil || tok == nil {
+		return nil, errors.New("executor: runner and tokenizer are required")
+	}
+	capy := runner.Capacity()
+	if cfg.MaxBatchSize <= 0 {
+		return nil, fmt.Errorf("executor: MaxBatchSize must be > 0, got %d", cfg.MaxBatchSize)
+	}
+	if cfg.MaxNumBatchedTokens < 0 {
+		return nil, fmt.Errorf("executor: MaxNumBatchedTokens must be >= 0, got %d", cfg.MaxNumBatchedTokens)
+	}
+	if cfg.MaxNumBatchedTokens == 0 {
+		cfg.MaxNumBatchedTokens = capy.MaxBatchTokens
+	}
+	if cfg.MaxNumBatchedTokens > capy.MaxBatchTokens {
+		return nil, fmt.Errorf("executor: MaxNumBatchedTokens %d exceeds the runner's MaxBatchTokens %d",
+			cfg.MaxNumBatchedTokens, capy.MaxBatchTokens)
+	}
+	if cfg.BlockSize != 0 && cfg.BlockSize != capy.BlockSize {
+		return nil, fmt.Errorf("executor: BlockSize %d differs from the runner's %d", cfg.BlockSize, capy.BlockSize)
+	}
+	if capy.MaxContext <= 1 || capy.Vocab <= 0 {
+		return nil, fmt.Errorf("executor: runner capacity has MaxContext %d and Vocab %d", capy.MaxContext, capy.Vocab)
+	}
+	if tv := tok.VocabSize(); tv > capy.Vocab {
+		return nil, fmt.Errorf("executor: tokenizer vocab %d exceeds the runner's vocab %d", tv, capy.Vocab)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Admission == nil {
+		cfg.Admission = AdmitAll{}
+	}
+	kv, err := kvpool.New(kvpool.Config{NumBlocks: capy.KVBlocks, BlockSize: capy.BlockSize})
+	if err != nil {
+		return nil, fmt.Errorf("executor: KV pool from runner capacity: %w", err)
+	}
+	n, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: cfg.MaxBatchSize, Overlap: cfg.Overlap, DeferredTeardown: cfg.Overlap})
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	seats, err := seatpool.New(n)
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	e := &Engine{
+		cfg: cfg, runner: runner, tok: tok, capacity: capy, clock: cfg.Clock, adm: cfg.Admission,
+		kv: kv, seats: seats, rows: make([][]int32, n), tokBudget: cfg.MaxNumBatchedTokens,
+		wake: make(chan struct{}, 1),
+	}
+	if err := seats.Validate(
+		seatpool.Consumer{Owner: "runner buffers", Holds: capy.Seats},
+		seatpool.Consumer{Owner: "executor block-table rows", Holds: len(e.rows)},
+	); err != nil {
+		return nil, fmt.Errorf("executor: start-up validation: %w", err)
+	}
+	e.pipe, err = overlap.New(e.execute, e.clock.Now, cfg.Overlap)
+	if err != nil {
+		return nil, err
+	}
+	// Pre-size the block-table rows (one backing array, full-slice
+	// expressions so a row that outgrows its share reallocates on its own).
+	w := min((capy.MaxContext+capy.BlockSize-1)/capy.BlockSize, 512)
+	backing := make([]int32, n*w)
+	for i := range e.rows {
+		e.rows[i] = backing[i*w : i*w : (i+1)*w]
+	}
+	e.m.KVBlocksTotal = kv.NumBlocks()
+	e.pub = e.m
+	return e, nil
+}
+
+func (e *Engine) execute(st *step) error { return e.runner.Execute(&st.batch, &st.out) }
+
+// Seats is the seat pool's size (MaxBatchSize plus the overlap headroom).
+func (e *Engine) Seats() int { return e.seats.Seats() }
+
+// Submit validates r and queues it; the returned Stream yields its output.
+// Cancelling ctx aborts the request by the next step boundary. Errors name
+// the offending field and value; nothing is queued on error.
+func (e *Engine) Submit(ctx context.Context, r *Request) (*Stream, error) {
+	prompt, err := e.validate(r)
+	if err != nil {
+		return nil, err
+	}
+	s := &seq{
+		params:    r.Params,
+		keys:      kvpool.Keys{Model: e.cfg.Model, Salt: r.CacheSalt},
+		programID: r.ProgramID,
+		maxTokens: r.MaxTokens,
+		ignoreEOS: r.IgnoreEOS,
+		stopIDs:   append([]int32(nil), r.StopTokenIDs...),
+		stream:    newStream(r.Params.Logprobs),
+		promptLen: len(prompt),
+		arrival:   e.clock.Now(),
+	}
+	s.tokens = make([]int32, len(prompt), len(prompt)+min(max(r.MaxTokens, 16), 1024))
+	copy(s.tokens, prompt)
+	s.text.reset(r.Stop)
+	s.usage.Prompt = len(prompt)
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	e.nextID++
+	s.id = e.nextID
+	if !s.params.HasSeed {
+		s.params.Seed, s.params.HasSeed = mix64(e.cfg.Seed^mix64(s.id)), true
+	}
+	// Registered under mu: the loop may read stopWatch as soon as s is
+	// queued, and an abort (run on its own goroutine, taking mu) is then
+	// queued after the submission, never before it.
+	s.stopWatch = context.AfterFunc(ctx, func() { e.abort(s) })
+	e.submitQ = append(e.submitQ, s)
+	e.mu.Unlock()
+	e.Wake()
+	return s.stream, nil
+}
+
+// abort queues s for abortion at the next step boundary.
+func (e *Engine) abort(s *seq) {
+	e.mu.Lock()
+	e.abortQ = append(e.abortQ, s)
+	e.mu.Unlock()
+	e.Wake()
+}
+
+// Wake makes a blocked Run loop look for work again (e.g. after an
+// Admission hook's state changed).
+func (e *Engine) Wake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func mix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// Run is the step loop. It returns nil when ctx ends, after aborting every
+// request left and releasing everything, or the runner's error (requests
+// likewise aborted). The engine is closed afterwards.
+func (e *Engine) Run(ctx context.Context) error {
+	for {
+		if ctx.Err() != nil {
+			return e.Close()
+		}
+		progressed, err := e.Step()
+		if err != nil {
+			_ = e.Close()
+			return err
+		}
+		if !progressed {
+			e.streak = false
+			select {
+			case <-e.wake:
+			case <-ctx.Done():
+			}
+		}
+	}
+}
+
+// Step runs one iteration of the loop without blocking for work: take new
+// submissions and aborts, plan and launch the next step, then process the
+// steps that must complete (with overlap, all but the one just launched).
+// It reports whether anything was launched or processed. Step must not be
+// called concurrently with Run or itself.
+func (e *Engine) Step() (bool, error) {
+	e.drainQueues()
+	if len(e.running) == 0 && len(e.waiting) == 0 && e.pipe.InFlight() == 0 {
+		e.publish()
+		return false, nil
+	}
+	progressed := false
+	n := e.launched + 1
+	st := &e.steps[n%overlap.MaxInFlight]
+	st.reset(n)
+	if err := e.plan(st); err != nil {
+		return false, err
+	}
+	keep := 0
+	// A step with only block copies still runs: a materialized reservation's
+	// copy must happen before any later step reads the block.
+	if len(st.batch.Seqs) > 0 || len(st.batch.Copies) > 0 {
+		st.out.Resize(len(st.batch.Seqs))
+		if err := e.pipe.Launch(st); err != nil {
+			return false, err
+		}
+		e.launched = n
+		progressed = true
+		if e.cfg.Overlap {
+			keep = 1
+		}
+	}
+	for e.pipe.InFlight() > keep {
+		d, err := e.pipe.Wait()
+		if err != nil {
+			return false, err
+		}
+		if err := e.process(d); err != nil {
+			return false, err
+		}
+		progressed = true
+	}
+	e.publish()
+	return progressed, nil
+}
+
+// Close stops the engine: refuses new submissions, aborts every request,
+// waits for steps in flight and releases every seat and block. Idempotent.
+// Like Step it is loop-owned: with Run active, cancel Run's context instead
+// (Run closes the engine on its way out).
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.drainQueues()
+	for len(e.waiting) > 0 {
+		s := e.waiting[0]
+		e.removeWaiting(s)
+		e.end(s, FinishAbort)
+	}
+	for len(e.running) > 0 {
+		e.leave(e.running[len(e.running)-1], FinishAbort)
+	}
+	var first error
+	for e.pipe.InFlight() > 0 {
+		d, err := e.pipe.Wait()
+		if err == nil {
+			err = e.process(d)
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	e.pipe.Close()
+	e.publish()
+	return first
+}
+
+// drainQueues moves submissions into the waiting queue and applies aborts.
+func (e *Engine) drainQueues() {
+	e.mu.Lock()
+	e.queued, e.submitQ = e.submitQ, e.queued[:0]
+	e.aborts, e.abortQ = e.abortQ, e.aborts[:0]
+	closed := e.closed
+	e.mu.Unlock()
+	for i, s := range e.queued {
+		e.m.Submitted++
+		if closed {
+			e.end(s, FinishAbort)
+		} else {
+			e.waiting = append(e.waiting, s)
+		}
+		e.queued[i] = nil
+	}
+	for i, s := range e.aborts {
+		switch s.state {
+		case StateWaiting:
+			if e.removeWaiting(s) {
+				e.end(s, FinishAbort)
+			}
+		case StateRunning:
+			e.leave(s, FinishAbort)
+		}
+		e.aborts[i] = nil
+	}
+}
+
+// removeWaiting takes s out of the waiting queue; false if it was not there
+// (still in the submit queue: it is aborted when that is drained).
+func (e *Engine) removeWaiting(s *seq) bool {
+	for i, w := range e.waiting {
+		if w == s {
+			copy(e.waiting[i:], e.waiting[i+1:])
+			e.waiting[len(e.waiting)-1] = nil
+			e.waiting = e.waiting[:len(e.waiting)-1]
+			return true
+		}
+	}
+	return false
+}
+
+// publish copies the loop's metrics for Snapshot.
+func (e *Engine) publish() {
+	e.m.Running, e.m.Waiting, e.m.Retiring = len(e.running), len(e.waiting), e.retiring
+	e.m.SeatsLive, e.m.SeatsRetiring = e.seats.Live(), e.seats.Retiring()
+	e.m.KVBlocksUsed = e.kv.Referenced()
+	if e.m.KVBlocksTotal > 0 {
+		e.m.KVUsage = float64(e.m.KVBlocksUsed) / float64(e.m.KVBlocksTotal)
+	}
+	e.mu.Lock()
+	e.pub = e.m
+	e.mu.Unlock()
+}
+
+// Snapshot returns the metrics as of the last step boundary.
+func (e *Engine) Snapshot() Metrics {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pub
+}
+
+// Check verifies that kvpool, seatpool and the engine's bookkeeping agree:
+// every running request holds one live seat and its KV sequence with the
+// token count the engine recorded; every retiring seat is awaiting a
+// teardown; referenced blocks are exactly those the engine's sequences hold.
+// It is loop-owned (call it between Steps, not during Run) and allocates.
+func (e *Engine) Check() error {
+	if err := e.kv.Check(); err != nil {
+		return fmt.Errorf("executor: kvpool: %w", err)
+	}
+	if err := e.seats.Check(); err != nil {
+		return fmt.Errorf("executor: seatpool: %w", err)
+	}
+	if got, want := e.seats.Live(), len(e.running); got != want {
+		return fmt.Errorf("executor: %d live seats for %d running requests", got, want)
+	}
+	ids := e.scratch[:0]
+	seatOwner := make(map[seatpool.Seat]string)
+	for _, s := range e.running {
+		switch {
+		case s.state != StateRunning:
+			return fmt.Errorf("executor: request %d in the running list in state %d", s.id, s.state)
+		case !s.hasSeat || !s.hasKV:
+			return fmt.Errorf("executor: running request %d without seat (%v) or KV (%v)", s.id, s.hasSeat, s.hasKV)
+		case e.seats.State(s.seat) != seatpool.Live:
+			return fmt.Errorf("executor: running request %d holds seat %d in state %v", s.id, s.seat, e.seats.State(s.seat))
+		case e.kv.Tokens(s.kvSeq) != s.kvTokens:
+			return fmt.Errorf("executor: request %d: kvpool has %d tokens, engine recorded %d", s.id, e.kv.Tokens(s.kvSeq), s.kvTokens)
+		case s.computed != s.kvTokens+b2i(s.futureIn)+b2i(s.hasResv):
+			return fmt.Errorf("executor: request %d: computed %d != kv tokens %d + future %v + reserved %v",
+				s.id, s.computed, s.kvTokens, s.futureIn, s.hasResv)
+		case s.futureIn && s.hasResv:
+			return fmt.Errorf("executor: request %d: future input both in its row and in a reservation", s.id)
+		case s.computed > len(s.tokens)+s.inflight:
+			return fmt.Errorf("executor: request %d: %d positions computed for %d tokens", s.id, s.computed, len(s.tokens))
+		case len(e.rows[s.seat])*e.kv.BlockSize() < s.computed-b2i(s.hasResv):
+			return fmt.Errorf("executor: request %d: block-table row of %d blocks for %d positions", s.id, len(e.rows[s.seat]), s.computed)
+		}
+		if s.hasResv {
+			ids = append(ids, s.resv)
+		}
+		if o, dup := seatOwner[s.seat]; dup {
+			return fmt.Errorf("executor: seat %d held by %s and request %d", s.seat, o, s.id)
+		}
+		seatOwner[s.seat] = fmt.Sprintf("request %d", s.id)
+		ids = append(ids, s.kvSeq)
+	}
+	nRetired := 0
+	for i := range e.steps {
+		for _, r := range e.steps[i].teardown {
+			if r.kvOnly {
+				ids = append(ids, r.kv)
+				continue
+			}
+			nRetired++
+			if e.seats.State(r.seat) != seatpool.Retiring {
+				return fmt.Errorf("executor: retired seat %d is %v", r.seat, e.seats.State(r.seat))
+			}
+			if o, dup := seatOwner[r.seat]; dup {
+				return fmt.Errorf("executor: seat %d held by %s and a teardown", r.seat, o)
+			}
+			seatOwner[r.seat] = "teardown"
+			if r.hasKV {
+				ids = append(ids, r.kv)
+			}
+		}
+	}
+	if nRetired != e.retiring || e.seats.Retiring() != e.retiring {
+		return fmt.Errorf("executor: %d retiring recorded, %d awaiting teardown, %d retiring seats",
+			e.retiring, nRetired, e.seats.Retiring())
+	}
+	if got, want := e.kv.Referenced(), e.kv.DistinctBlocks(ids); got != want {
+		return fmt.Errorf("executor: kvpool references %d blocks, the engine's sequences hold %d", got, want)
+	}
+	for _, s := range e.waiting {
+		if s.state != StateWaiting || s.hasSeat || s.hasKV {
+			return fmt.Errorf("executor: waiting request %d in state %d holds seat %v / KV %v", s.id, s.state, s.hasSeat, s.hasKV)
+		}
+	}
+	e.scratch = ids[:0]
+	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

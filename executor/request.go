@@ -1,0 +1,250 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/turnstile-llm/turnstile/sampling"
+)
+
+// Tokenizer is what the engine needs of a tokenizer (model/tokenizer's
+// Tokenizer satisfies it).
+type Tokenizer interface {
+	// Encode turns text into token ids, with a leading BOS when addBOS.
+	Encode(text string, addBOS bool) []int32
+	// Piece is the bytes one token stands for: possibly an incomplete UTF-8
+	// sequence (byte fallback), empty for control tokens. The engine joins
+	// pieces and never emits half a character. The slice is read-only.
+	Piece(id int32) []byte
+	BOS() int32
+	EOS() int32
+	VocabSize() int
+}
+
+// Request is one generation request.
+type Request struct {
+	// Prompt is the text to continue; it is encoded with a BOS. Ignored when
+	// PromptTokens is set.
+	Prompt string
+	// PromptTokens, when non-empty, is the prompt as token ids.
+	PromptTokens []int32
+	// MaxTokens bounds the generated tokens; 0 means up to the model context.
+	MaxTokens int
+	// Params are the sampling settings; Params.Logprobs asks for the
+	// log-probability of every chosen token. A zero Seed with HasSeed false
+	// gets a seed from the engine (Config.Seed and arrival order).
+	Params sampling.Params
+	// Stop strings end generation when they appear in the output text
+	// (matched across token boundaries); the match is excluded from the text.
+	Stop []string
+	// StopTokenIDs end generation when sampled (not emitted as text).
+	StopTokenIDs []int32
+	// IgnoreEOS keeps generating past EOS.
+	IgnoreEOS bool
+	// CacheSalt isolates prefix caching: requests with different salts never
+	// share KV blocks.
+	CacheSalt string
+	// ProgramID groups requests of one agentic program, for the Admission hook.
+	ProgramID string
+}
+
+// FinishReason says why a request ended.
+type FinishReason string
+
+const (
+	FinishNone   FinishReason = ""
+	FinishStop   FinishReason = "stop"   // EOS, stop token or stop string
+	FinishLength FinishReason = "length" // max tokens or model context
+	FinishAbort  FinishReason = "abort"  // context cancelled or engine shut down
+)
+
+// Usage counts a request's tokens.
+type Usage struct {
+	Prompt       int // prompt tokens
+	Completion   int // generated tokens (incl. a final stop token)
+	CachedPrompt int // prompt tokens served from the prefix cache at first admission
+}
+
+// Delta is the output a request produced since the previous Recv.
+type Delta struct {
+	// Text is new UTF-8 text (never half a character; invalid bytes are
+	// replaced with U+FFFD).
+	Text string
+	// TokenIDs are the new token ids; Logprobs their log-probabilities when
+	// the request asked for them (aligned with TokenIDs), else nil.
+	TokenIDs []int32
+	Logprobs []float32
+	// FinishReason is set on the last delta, together with Usage.
+	FinishReason FinishReason
+	Usage        Usage
+}
+
+// Stream delivers one request's output. The engine appends to it; the
+// consumer drains it with Recv, which coalesces everything produced since
+// the last call, so a slow consumer never blocks the step loop.
+type Stream struct {
+	mu       sync.Mutex
+	text     []byte
+	ids      []int32
+	lps      []float32
+	logprobs bool
+	finish   FinishReason
+	usage    Usage
+	final    bool // the last delta was delivered
+	notify   chan struct{}
+}
+
+// streamPrealloc is the output (tokens) a stream buffers without allocating
+// when its consumer falls behind.
+const streamPrealloc = 64
+
+func newStream(logprobs bool) *Stream {
+	s := &Stream{logprobs: logprobs, notify: make(chan struct{}, 1)}
+	s.text = make([]byte, 0, 4*streamPrealloc)
+	s.ids = make([]int32, 0, streamPrealloc)
+	if logprobs {
+		s.lps = make([]float32, 0, streamPrealloc)
+	}
+	return s
+}
+
+// Recv returns the output produced since the last call, blocking until there
+// is some or ctx ends. After the delta carrying the FinishReason it returns
+// io.EOF.
+func (s *Stream) Recv(ctx context.Context) (Delta, error) {
+	for {
+		if d, ok, err := s.TryRecv(); ok || err != nil {
+			return d, err
+		}
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			return Delta{}, ctx.Err()
+		}
+	}
+}
+
+// TryRecv is Recv without blocking: ok is false when nothing is pending.
+func (s *Stream) TryRecv() (d Delta, ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.final {
+		return Delta{}, false, io.EOF
+	}
+	if len(s.ids) == 0 && len(s.text) == 0 && s.finish == FinishNone {
+		return Delta{}, false, nil
+	}
+	d.Text = strings.ToValidUTF8(string(s.text), "\uFFFD")
+	d.TokenIDs = append([]int32(nil), s.ids...)
+	if s.logprobs {
+		d.Logprobs = append([]float32(nil), s.lps...)
+	}
+	s.text, s.ids, s.lps = s.text[:0], s.ids[:0], s.lps[:0]
+	if s.finish != FinishNone {
+		d.FinishReason, d.Usage = s.finish, s.usage
+		s.final = true
+	}
+	return d, true, nil
+}
+
+// Collect drains the stream to its end and returns everything as one delta.
+func (s *Stream) Collect(ctx context.Context) (Delta, error) {
+	var all Delta
+	var text strings.Builder
+	for {
+		d, err := s.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			all.Text = text.String()
+			return all, nil
+		}
+		if err != nil {
+			return all, err
+		}
+		text.WriteString(d.Text)
+		all.TokenIDs = append(all.TokenIDs, d.TokenIDs...)
+		all.Logprobs = append(all.Logprobs, d.Logprobs...)
+		all.FinishReason, all.Usage = d.FinishReason, d.Usage
+	}
+}
+
+// push appends output (called by the loop; no allocation in steady state).
+func (s *Stream) push(text []byte, id int32, lp float32, withID bool) {
+	s.mu.Lock()
+	s.text = append(s.text, text...)
+	if withID {
+		s.ids = append(s.ids, id)
+		if s.logprobs {
+			s.lps = append(s.lps, lp)
+		}
+	}
+	s.mu.Unlock()
+	s.wake()
+}
+
+// end records the finish; the next Recv returns it.
+func (s *Stream) end(text []byte, reason FinishReason, u Usage) {
+	s.mu.Lock()
+	s.text = append(s.text, text...)
+	s.finish, s.usage = reason, u
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *Stream) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// validate checks r against the engine's limits and returns the prompt
+// tokens. Errors name the offending field and value.
+func (e *Engine) validate(r *Request) ([]int32, error) {
+	if r == nil {
+		return nil, errors.New("executor: nil request")
+	}
+	prompt := r.PromptTokens
+	if len(prompt) == 0 {
+		if r.Prompt == "" {
+			return nil, errors.New("executor: prompt: empty (give Prompt or PromptTokens)")
+		}
+		prompt = e.tok.Encode(r.Prompt, true)
+		if len(prompt) == 0 {
+			return nil, fmt.Errorf("executor: prompt: %q encodes to no tokens", r.Prompt)
+		}
+	}
+	vocab := e.capacity.Vocab
+	for i, t := range prompt {
+		if t < 0 || int(t) >= vocab {
+			return nil, fmt.Errorf("executor: prompt_tokens[%d]: token %d outside vocab [0, %d)", i, t, vocab)
+		}
+	}
+	if r.MaxTokens < 0 {
+		return nil, fmt.Errorf("executor: max_tokens: must be >= 0, got %d", r.MaxTokens)
+	}
+	if err := r.Params.Validate(vocab); err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	for i, s := range r.Stop {
+		if s == "" {
+			return nil, fmt.Errorf("executor: stop[%d]: empty stop string", i)
+		}
+	}
+	for i, t := range r.StopTokenIDs {
+		if t < 0 || int(t) >= vocab {
+			return nil, fmt.Errorf("executor: stop_token_ids[%d]: token %d outside vocab [0, %d)", i, t, vocab)
+		}
+	}
+	if len(prompt) >= e.capacity.MaxContext {
+		return nil, fmt.Errorf("executor: prompt: %d tokens, but the model context is %d tokens (at least one must be left to generate)",
+			len(prompt), e.capacity.MaxContext)
+	}
+	if err := e.kv.Fits(len(prompt) + 1); err != nil {
+		return nil, fmt.Errorf("executor: prompt: %d tokens (+1 to generate) do not fit the KV pool: %w", len(prompt), err)
+	}
+	return prompt, nil
+}

@@ -1,0 +1,512 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/turnstile-llm/turnstile/kvpool"
+	"github.com/turnstile-llm/turnstile/model"
+	"github.com/turnstile-llm/turnstile/overlap"
+)
+
+// plan fills st (step st.n) under the step budgets: decodes first, then the
+// next chunk of partially prefilled requests, then admissions.
+func (e *Engine) plan(st *step) error {
+	n := st.n
+	bs := e.kv.BlockSize()
+	tokBudget, seqBudget := e.tokBudget, e.cfg.MaxBatchSize
+	if e.cfg.ChargeRetiring {
+		tokBudget -= e.retiring
+		seqBudget -= e.retiring
+	}
+
+	// Pass 1: decodes, oldest admission first.
+	for i := 0; i < len(e.running) && tokBudget > 0 && seqBudget > 0; i++ {
+		s := e.running[i]
+		if s.hasResv {
+			ok, err := e.materialize(st, s, n)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				i-- // s left the running list
+				continue
+			}
+		}
+		switch {
+		case s.inflight > 0:
+			// Sampled in the step in flight: decode its future token.
+			if e.finishKnown(s) {
+				continue // its last token is in flight: never planned into this step
+			}
+			p := len(s.tokens)
+			if len(e.rows[s.seat])*bs > p {
+				e.add(st, s, nil, p)
+				s.futureIn = true
+			} else if e.reserve(st, s, p) {
+				s.hasResv = true
+			} else {
+				continue // no block to spare: decode it next step with the known token
+			}
+			s.computed = p + 1
+		case s.computed == len(s.tokens)-1:
+			ok, err := e.grow(s, s.tokens[s.computed:], n)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				i-- // s left the running list
+				continue
+			}
+			e.add(st, s, s.tokens[s.computed:], s.computed)
+			s.computed++
+		default:
+			continue
+		}
+		tokBudget--
+		seqBudget--
+	}
+
+	// Pass 2: the next chunk of partially prefilled requests.
+	for i := 0; i < len(e.running) && tokBudget > 0 && seqBudget > 0; i++ {
+		s := e.running[i]
+		if s.inflight > 0 || s.lastStep == n || s.computed >= len(s.tokens)-1 {
+			continue
+		}
+		chunk := min(tokBudget, len(s.tokens)-s.computed)
+		ok, err := e.grow(s, s.tokens[s.computed:s.computed+chunk], n)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			i--
+			continue
+		}
+		e.add(st, s, s.tokens[s.computed:s.computed+chunk], s.computed)
+		s.computed += chunk
+		tokBudget -= chunk
+		seqBudget--
+	}
+
+	// Pass 3: admissions in queue order.
+	for len(e.waiting) > 0 && tokBudget > 0 && seqBudget > 0 {
+		live := len(e.running)
+		if e.cfg.ChargeRetiring {
+			live += e.retiring
+		}
+		if live >= e.cfg.MaxBatchSize || e.seats.Free() == 0 {
+			break
+		}
+		s := e.waiting[0]
+		chunk, err := e.admit(st, s, tokBudget)
+		if err != nil {
+			return err
+		}
+		if chunk == 0 {
+			break
+		}
+		tokBudget -= chunk
+		seqBudget--
+	}
+	return nil
+}
+
+// admit tries to start s with a first chunk of at most budget new tokens and
+// returns the chunk's size (0: not admitted).
+func (e *Engine) admit(st *step, s *seq, budget int) (int, error) {
+	bs := e.kv.BlockSize()
+	hit := e.kv.PeekPrefix(s.keys, s.tokens)
+	chunk := min(budget, len(s.tokens)-hit)
+	s.cand = Candidate{
+		ID: s.id, ProgramID: s.programID, Tokens: len(s.tokens), CachedTokens: hit,
+		BlocksNeeded: (hit+chunk+bs-1)/bs - hit/bs, Preempted: s.everRan,
+		Running: len(e.running), Retiring: e.retiring, AvailableBlocks: e.kv.Available(),
+	}
+	if s.cand.BlocksNeeded > s.cand.AvailableBlocks || !e.adm.Admit(&s.cand) {
+		return 0, nil
+	}
+	kvs := e.kv.NewSeq(s.keys)
+	got, err := e.kv.MatchPrefix(kvs, s.tokens)
+	if err != nil {
+		e.kv.Release(kvs)
+		e.adm.Release(&s.cand)
+		return 0, fmt.Errorf("executor: prefix lookup for request %d: %w", s.id, err)
+	}
+	chunk = min(budget, len(s.tokens)-got)
+	if err := e.kv.Append(kvs, s.tokens[got:got+chunk]); err != nil {
+		e.kv.Release(kvs)
+		e.adm.Release(&s.cand)
+		if errors.Is(err, kvpool.ErrOutOfBlocks) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("executor: admitting request %d: %w", s.id, err)
+	}
+	seat, err := e.seats.Acquire()
+	if err != nil {
+		e.kv.Release(kvs)
+		e.adm.Release(&s.cand)
+		return 0, fmt.Errorf("executor: admitting request %d with %d running and %d retiring: %w",
+			s.id, len(e.running), e.retiring, err)
+	}
+	copy(e.waiting, e.waiting[1:])
+	e.waiting[len(e.waiting)-1] = nil
+	e.waiting = e.waiting[:len(e.waiting)-1]
+
+	s.state = StateRunning
+	s.kvSeq, s.hasKV, s.kvTokens = kvs, true, got+chunk
+	s.seat, s.hasSeat, s.started = seat, true, false
+	e.rows[seat] = e.rows[seat][:0]
+	e.syncRow(s)
+	if !s.everRan {
+		s.everRan = true
+		s.usage.CachedPrompt = got
+		e.m.PromptTokens += uint64(s.promptLen)
+		e.m.PrefixHitTokens += uint64(got)
+	}
+	e.running = append(e.running, s)
+	e.add(st, s, s.tokens[got:got+chunk], got)
+	s.computed = got + chunk
+	return chunk, nil
+}
+
+// grow appends toks (known values) to s's KV sequence, preempting the newest
+// running requests not in step n when blocks run out. It returns false when
+// s itself left the running list (preempted, or finished "length" because it
+// cannot grow even alone).
+func (e *Engine) grow(s *seq, toks []int32, n uint64) (bool, error) {
+	for {
+		err := e.kv.Append(s.kvSeq, toks)
+		if err == nil {
+			s.kvTokens += len(toks)
+			e.syncRow(s)
+			return true, nil
+		}
+		var tooLarge *kvpool.TooLargeError
+		if errors.As(err, &tooLarge) {
+			e.leave(s, FinishLength)
+			return false, nil
+		}
+		if !errors.Is(err, kvpool.ErrOutOfBlocks) {
+			return false, fmt.Errorf("executor: growing request %d by %d tokens: %w", s.id, len(toks), err)
+		}
+		victim := s
+		for i := len(e.running) - 1; i >= 0; i-- {
+			if v := e.running[i]; v.lastStep != n || v == s {
+				victim = v
+				break
+			}
+		}
+		if victim == s {
+			if len(e.running) == 1 && e.retiring == 0 {
+				// Alone and still short: no preemption can help.
+				e.leave(s, FinishLength)
+			} else {
+				e.preempt(s)
+			}
+			return false, nil
+		}
+		e.preempt(victim)
+	}
+}
+
+// reserveSalt keys the private reservation blocks; they never fill (block
+// size > 1), so they are never hashed or shared.
+const reserveSalt = "\x00executor reservation"
+
+// reserve plans s's future token at position p, which opens a new block,
+// without knowing its value: kvpool allocates a block only together with the
+// token values it hashes, so the token's KV goes into the private block of a
+// one-token reservation sequence, and the step's block table for s is its
+// row plus that block. At the next plan (materialize) the token is known: it
+// is appended to s (allocating s's real block) and a BlockCopy moves its KV
+// there. Returns false (s skips this step) when no block is available or
+// the block size is 1.
+func (e *Engine) reserve(st *step, s *seq, p int) bool {
+	bs := e.kv.BlockSize()
+	if bs == 1 || e.kv.Available() == 0 {
+		return false
+	}
+	rs := e.kv.NewSeq(kvpool.Keys{Model: e.cfg.Model, Salt: reserveSalt})
+	if err := e.kv.Append(rs, []int32{0}); err != nil {
+		e.kv.Release(rs)
+		return false
+	}
+	s.resv = rs
+	e.m.Reservations++
+	start := len(st.tables)
+	st.tables = append(st.tables, e.rows[s.seat][:p/bs]...)
+	st.tables = append(st.tables, e.kv.Blocks(rs)[0])
+	e.addWith(st, s, nil, p, st.tables[start:len(st.tables):len(st.tables)])
+	return true
+}
+
+// materialize completes s's reservation: the reserved token is known now
+// (its step's predecessor was processed), so it is appended to s, and the
+// KV written into the reservation block is copied into s's real block
+// before step st runs. The reservation is released at st's teardown, after
+// the copy. Returns false when s left the running list (grow preempted it).
+func (e *Engine) materialize(st *step, s *seq, n uint64) (bool, error) {
+	p := s.kvTokens
+	if p >= len(s.tokens) {
+		return false, fmt.Errorf("executor: request %d: reserved token %d not known at step %d", s.id, p, n)
+	}
+	ok, err := e.grow(s, s.tokens[p:p+1], n)
+	if err != nil || !ok {
+		return ok, err
+	}
+	bs := e.kv.BlockSize()
+	src := e.kv.Blocks(s.resv)[0]
+	st.batch.Copies = append(st.batch.Copies, model.BlockCopy{Src: src, Dst: e.rows[s.seat][p/bs]})
+	st.teardown = append(st.teardown, retired{kv: s.resv, hasKV: true, kvOnly: true})
+	s.hasResv = false
+	return true, nil
+}
+
+// syncRow copies s's new block ids into its seat's block-table row. Ids
+// already in the row never change (kvpool does not swap blocks), so a step
+// in flight that reads a prefix of the row is never disturbed.
+func (e *Engine) syncRow(s *seq) {
+	blocks := e.kv.Blocks(s.kvSeq)
+	row := e.rows[s.seat]
+	if len(blocks) > len(row) {
+		e.rows[s.seat] = append(row, blocks[len(row):]...)
+	}
+}
+
+// add appends s's new tokens (nil: one future token) at positions
+// [first, first+len) to st, with s's block-table row.
+func (e *Engine) add(st *step, s *seq, toks []int32, first int) {
+	e.addWith(st, s, toks, first, nil)
+}
+
+// addWith is add with an explicit block table (nil: s's row).
+func (e *Engine) addWith(st *step, s *seq, toks []int32, first int, table []int32) {
+	b := &st.batch
+	start := int32(len(b.Tokens))
+	num := len(toks)
+	if toks == nil {
+		num = 1
+		b.Tokens = append(b.Tokens, model.FutureToken)
+		b.Positions = append(b.Positions, int32(first))
+	} else {
+		for j, t := range toks {
+			b.Tokens = append(b.Tokens, t)
+			b.Positions = append(b.Positions, int32(first+j))
+		}
+	}
+	ctxLen := first + num
+	if table == nil {
+		bs := e.kv.BlockSize()
+		table = e.rows[s.seat][:(ctxLen+bs-1)/bs]
+	}
+	sb := model.SeqBatch{
+		Seat:       int32(s.seat),
+		TokenStart: start,
+		NumTokens:  int32(num),
+		ContextLen: int32(ctxLen),
+		BlockTable: table,
+		Sample:     toks == nil || ctxLen == len(s.tokens),
+		Start:      !s.started,
+		Params:     &s.params,
+	}
+	if sb.Start {
+		sb.History = s.tokens
+	}
+	b.Seqs = append(b.Seqs, sb)
+	st.entries = append(st.entries, entry{s: s, epoch: s.epoch})
+	s.started = true
+	s.lastStep = st.n
+	if sb.Sample {
+		s.inflight++
+	}
+}
+
+// finishKnown: the token in flight for s will be its last (max tokens or
+// model context), so s must not be planned again.
+func (e *Engine) finishKnown(s *seq) bool {
+	if s.maxTokens > 0 && s.generated+s.inflight >= s.maxTokens {
+		return true
+	}
+	return len(s.tokens)+s.inflight >= e.capacity.MaxContext
+}
+
+// preempt sends running s back to the front of the queue to be recomputed:
+// its blocks are released now (a later step may reuse them: steps execute in
+// order), its seat retires if a step in flight still uses it.
+func (e *Engine) preempt(s *seq) {
+	e.detach(s, true)
+	s.state = StateWaiting
+	s.inflight, s.futureIn, s.computed, s.kvTokens, s.started = 0, false, 0, 0, false
+	e.waiting = append(e.waiting, nil)
+	copy(e.waiting[1:], e.waiting)
+	e.waiting[0] = s
+	e.m.Preemptions++
+}
+
+// leave ends running s with reason.
+func (e *Engine) leave(s *seq, reason FinishReason) {
+	e.detach(s, false)
+	e.end(s, reason)
+}
+
+// detach takes running s off the running list and gives back what it holds:
+// its admission charge now; its seat and blocks now, unless a step in
+// flight still uses them, in which case the seat retires until that step's
+// teardown (and the blocks with it, unless releaseKVNow).
+func (e *Engine) detach(s *seq, releaseKVNow bool) {
+	s.epoch++
+	for i, r := range e.running {
+		if r == s {
+			copy(e.running[i:], e.running[i+1:])
+			e.running[len(e.running)-1] = nil
+			e.running = e.running[:len(e.running)-1]
+			break
+		}
+	}
+	e.adm.Release(&s.cand)
+	if s.hasResv {
+		// Steps execute in order: a later step may reuse the block now.
+		e.kv.Release(s.resv)
+		s.hasResv = false
+	}
+	if releaseKVNow && s.hasKV {
+		e.kv.Release(s.kvSeq)
+		s.hasKV = false
+	}
+	if s.lastStep > e.processed {
+		// In a step still in flight: retire until its teardown.
+		_ = e.seats.Retire(s.seat) // live by construction; Check proves it
+		st := &e.steps[s.lastStep%overlap.MaxInFlight]
+		st.teardown = append(st.teardown, retired{seat: s.seat, kv: s.kvSeq, hasKV: s.hasKV})
+		e.retiring++
+	} else {
+		_ = e.seats.Release(s.seat)
+		if s.hasKV {
+			e.kv.Release(s.kvSeq)
+		}
+	}
+	s.hasSeat, s.hasKV = false, false
+}
+
+// end delivers s's finish to its stream.
+func (e *Engine) end(s *seq, reason FinishReason) {
+	if reason == FinishAbort {
+		s.state = StateAborted
+		e.m.Aborted++
+	} else {
+		s.state = StateFinished
+		e.m.Finished++
+	}
+	var tail []byte
+	if reason != FinishStop {
+		tail = s.text.flush()
+	}
+	s.stream.end(tail, reason, s.usage)
+	if s.stopWatch != nil {
+		s.stopWatch()
+	}
+}
+
+// process handles a finished step: teardown of what retired in it, then
+// each sampled token of a request still in the state it was planned in.
+func (e *Engine) process(d overlap.Done[*step]) error {
+	st := d.Job
+	if d.Err != nil {
+		return fmt.Errorf("executor: step %d: runner: %w", st.n, d.Err)
+	}
+	e.processed = st.n
+	for _, r := range st.teardown {
+		if r.kvOnly {
+			e.kv.Release(r.kv)
+			continue
+		}
+		if err := e.seats.Release(r.seat); err != nil {
+			return fmt.Errorf("executor: teardown of step %d: %w", st.n, err)
+		}
+		if r.hasKV {
+			e.kv.Release(r.kv)
+		}
+		e.retiring--
+	}
+	st.teardown = st.teardown[:0]
+
+	busy := d.End.Sub(d.Start)
+	e.m.Steps++
+	e.m.RunnerBusy += busy
+	e.m.StepTime.Observe(busy)
+	if e.streak {
+		idle := max(d.Start.Sub(e.lastEnd), 0)
+		e.m.RunnerIdle += idle
+		e.m.StepIdle.Observe(idle)
+	}
+	e.lastEnd, e.streak = d.End, true
+
+	now := e.clock.Now()
+	for i, en := range st.entries {
+		s := en.s
+		if en.epoch != s.epoch || !st.batch.Seqs[i].Sample {
+			continue
+		}
+		s.inflight--
+		tok := st.out.Tokens[i]
+		if tok < 0 || int(tok) >= e.capacity.Vocab {
+			return fmt.Errorf("executor: step %d: runner sampled token %d for request %d, outside vocab %d",
+				st.n, tok, s.id, e.capacity.Vocab)
+		}
+		s.tokens = append(s.tokens, tok)
+		s.generated++
+		if s.futureIn {
+			// Its input slot in the next step's (existing) last block.
+			if err := e.kv.Append(s.kvSeq, s.tokens[len(s.tokens)-1:]); err != nil {
+				return fmt.Errorf("executor: request %d: recording future token: %w", s.id, err)
+			}
+			s.kvTokens++
+			s.futureIn = false
+		}
+		e.emit(s, tok, st.out.Logprobs[i], now)
+	}
+	return nil
+}
+
+// emit delivers one sampled token and applies the stop conditions.
+func (e *Engine) emit(s *seq, tok int32, lp float32, now time.Time) {
+	e.m.GeneratedTokens++
+	s.usage.Completion++
+	if s.generated == 1 {
+		e.m.TTFT.Observe(now.Sub(s.arrival))
+	} else {
+		e.m.ITL.Observe(now.Sub(s.lastTok))
+	}
+	s.lastTok = now
+	reason := FinishNone
+	if (tok == e.tok.EOS() && !s.ignoreEOS) || s.isStopID(tok) {
+		s.stream.push(nil, tok, lp, true)
+		reason = FinishStop
+	} else {
+		text, stopped := s.text.add(e.tok.Piece(tok))
+		s.stream.push(text, tok, lp, true)
+		if stopped {
+			reason = FinishStop
+		} else {
+			s.text.commit(len(text))
+		}
+	}
+	if reason == FinishNone {
+		if (s.maxTokens > 0 && s.generated >= s.maxTokens) || len(s.tokens) >= e.capacity.MaxContext {
+			reason = FinishLength
+		}
+	}
+	if reason != FinishNone {
+		e.leave(s, reason)
+	}
+}
+
+func (s *seq) isStopID(tok int32) bool {
+	for _, t := range s.stopIDs {
+		if t == tok {
+			return true
+		}
+	}
+	return false
+}
