@@ -2,6 +2,8 @@
 # lives here, so `make run` and `make test` work from a clean clone.
 
 GO        ?= go
+# go-nvml's cgo preamble uses deprecated NVML declarations; its warnings are noise.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 MODEL_DIR := testdata/models
 MODEL     := $(MODEL_DIR)/stories260K.gguf
 BIN       := bin/turnstile

@@ -1,5 +1,90 @@
 #!/usr/bin/env bash
 # Installs the system packages turnstile's tests use when they are missing.
 # Everything here is optional for building: `go build ./...` needs only Go and gcc.
-set -euo pipefail
+#
+# NVRTC: the CUDA kernel tests compile every kernels/*.cu to cubin through NVRTC,
+# which needs no GPU. Debian bookworm ships NVRTC 11.8 in its non-free component
+# (package libnvrtc11.2). When no libnvrtc is found and we are root on Debian, this
+# enables non-free for apt and installs it. It never fails the build: when apt is
+# unreachable it says why, and the NVRTC tests skip saying so.
+#
+# Idempotent and quiet on success.
+set -uo pipefail
+
+NVRTC_PKG=libnvrtc11.2
+NONFREE_LIST=/etc/apt/sources.list.d/turnstile-non-free.sources
+
+say() { echo "install-deps: $*" >&2; }
+
+# have_nvrtc succeeds when the dynamic loader or a known CUDA path has libnvrtc.
+have_nvrtc() {
+	if command -v ldconfig >/dev/null 2>&1 &&
+		ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
+		return 0
+	fi
+	local d
+	for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+		[ -n "$d" ] || continue
+		if compgen -G "$d/lib64/libnvrtc.so*" >/dev/null ||
+			compgen -G "$d/lib/libnvrtc.so*" >/dev/null; then
+			return 0
+		fi
+	done
+	return 1
+}
+
+install_nvrtc() {
+	if have_nvrtc; then
+		return 0
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		say "libnvrtc not found and not root: NVRTC tests will skip (install $NVRTC_PKG from Debian non-free)"
+		return 0
+	fi
+	if ! command -v apt-get >/dev/null 2>&1 || [ ! -r /etc/os-release ]; then
+		say "libnvrtc not found and no apt: NVRTC tests will skip"
+		return 0
+	fi
+	# shellcheck disable=SC1091
+	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+	if [ "$codename" != bookworm ]; then
+		say "libnvrtc not found; non-free NVRTC install is only automated on Debian bookworm (this is '${codename:-unknown}'): NVRTC tests will skip"
+		return 0
+	fi
+
+	# Enable non-free unless some apt source already lists it. The entry mirrors
+	# the machine's own Debian source (deb822 in /etc/apt/sources.list.d).
+	if ! grep -rqsE '(^|[[:space:]])non-free([[:space:]]|$)' \
+		/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; then
+		cat >"$NONFREE_LIST" <<'EOF'
+# Added by turnstile scripts/install-deps.sh: NVRTC (libnvrtc11.2) for the CUDA kernel compile tests.
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: non-free
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+	fi
+
+	local log
+	log=$(mktemp)
+	if ! apt-get update -qq -o Acquire::http::Timeout=20 -o Acquire::Retries=1 >"$log" 2>&1; then
+		say "apt-get update failed, NVRTC tests will skip: $(tail -n 3 "$log" | tr '\n' ' ')"
+		rm -f "$log"
+		return 0
+	fi
+	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		"$NVRTC_PKG" >"$log" 2>&1; then
+		say "apt-get install $NVRTC_PKG failed, NVRTC tests will skip: $(tail -n 3 "$log" | tr '\n' ' ')"
+		rm -f "$log"
+		return 0
+	fi
+	rm -f "$log"
+	if ! have_nvrtc; then
+		say "$NVRTC_PKG installed but libnvrtc still not found by ldconfig: NVRTC tests will skip"
+	fi
+	return 0
+}
+
+install_nvrtc
 exit 0

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# GPU checks in two halves, so the GPU machine needs neither Go nor a compiler:
+#
+#   scripts/gpu-check.sh build          on a CPU machine: builds the test binaries
+#                                       into bin/gpu-check/ (go test -c)
+#   scripts/gpu-check.sh run [OUTDIR]   on the GPU machine: runs them and writes
+#                                       OUTDIR/gpu-check.txt (default $OUT, else out/)
+#
+# The run half fits in 10 minutes: the CUDA kernels against the CPU references
+# (RMSNorm, RoPE, SiLU·mul, embedding, KV write, paged decode and prefill
+# attention, argmax, sampling, cuBLASLt GEMM, graph replay), cold and warm
+# start-up, and the decode-attention bandwidth. Lines starting with RESULT and
+# the benchmark lines are the figures; the tail says PASS or FAIL.
+#
+# Not yet covered (needs the CUDA runner): greedy text and decode tok/s.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=bin/gpu-check
+
+build() {
+	mkdir -p "$BIN"
+	go test -c -o "$BIN/kernels.test" ./kernels || exit 1
+	go test -c -o "$BIN/cuda.test" ./cuda || exit 1
+	echo "gpu-check: built $BIN/kernels.test and $BIN/cuda.test"
+}
+
+run() {
+	local out="${1:-${OUT:-out}}"
+	mkdir -p "$out"
+	local report="$out/gpu-check.txt"
+	for t in kernels cuda; do
+		[ -x "$BIN/$t.test" ] || { echo "gpu-check: $BIN/$t.test missing: run '$0 build' first" >&2; exit 1; }
+	done
+	# The group runs in a subshell (it feeds tee): its exit status carries the verdict.
+	{
+		status=0
+		echo "# gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+		command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv
+		echo "## cuda package"
+		(cd cuda && timeout 120 "../$BIN/cuda.test" -test.v -test.count=1) || status=1
+		echo "## kernels vs CPU reference, start-up"
+		log=$(mktemp)
+		(cd kernels && timeout 300 "../$BIN/kernels.test" -test.v -test.count=1 -test.run 'GPU|CUDA') 2>&1 | tee "$log"
+		[ "${PIPESTATUS[0]}" = 0 ] || status=1
+		# This half exists to run on a GPU: skipped GPU tests are a failure here.
+		if grep -q -- '--- SKIP: TestGPU' "$log"; then
+			echo "gpu-check: GPU tests skipped on this machine (see the reasons above)"
+			status=1
+		fi
+		rm -f "$log"
+		echo "## decode attention bandwidth"
+		(cd kernels && timeout 120 "../$BIN/kernels.test" -test.run '^$' -test.bench 'GPUDecodeAttention' -test.benchtime 200x) || status=1
+		if [ "$status" = 0 ]; then echo "gpu-check: PASS"; else echo "gpu-check: FAIL"; fi
+		[ "$status" = 0 ]
+	} 2>&1 | tee "$report"
+	local rc=${PIPESTATUS[0]}
+	echo "gpu-check: report in $report" >&2
+	return "$rc"
+}
+
+case "${1:-}" in
+build) build ;;
+run)
+	shift
+	run "$@"
+	;;
+*)
+	echo "usage: $0 build | run [OUTDIR]" >&2
+	exit 2
+	;;
+esac
