@@ -1,0 +1,145 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Arm selects the accounting that decides admission (see the package doc).
+type Arm uint8
+
+const (
+	// ArmA charges each ACTIVE program its tokens × weight + Buffer.
+	ArmA Arm = iota + 1
+	// ArmB charges distinct blocks of ACTIVE programs + Reserve each.
+	ArmB
+	// ArmC is A's accounting with a pause threshold, target and hysteresis.
+	ArmC
+)
+
+// String is the arm's flag value: "A", "B" or "C".
+func (a Arm) String() string {
+	switch a {
+	case ArmA:
+		return "A"
+	case ArmB:
+		return "B"
+	case ArmC:
+		return "C"
+	}
+	return fmt.Sprintf("Arm(%d)", uint8(a))
+}
+
+// ParseArm parses an --admission value: A, B or C (case-insensitive).
+func ParseArm(s string) (Arm, error) {
+	switch strings.ToUpper(strings.TrimSpace(s)) {
+	case "A":
+		return ArmA, nil
+	case "B":
+		return ArmB, nil
+	case "C":
+		return ArmC, nil
+	}
+	return 0, fmt.Errorf("policy: admission arm %q: want A, B or C", s)
+}
+
+// Clock is the time source the Controller reads (clock.Virtual and
+// clock.Real satisfy it).
+type Clock interface {
+	Now() time.Time
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+// Config parameterizes a Controller. Start from DefaultConfig: the zero value
+// of most fields is refused, not defaulted.
+type Config struct {
+	Arm Arm
+	// MaxActive caps ACTIVE programs: the executor's seats (> 0).
+	MaxActive int
+	// Buffer is tokens charged per ACTIVE program under A and C (≥ 0).
+	Buffer int
+	// Reserve is tokens charged per ACTIVE program under B (≥ 0).
+	Reserve int
+	// ActingTokenWeight weighs an ACTING program's tokens under A and C, in [0, 1].
+	ActingTokenWeight float64
+	// PauseThreshold, PauseTarget and ResumeHysteresis are fractions of
+	// capacity: pause when used > threshold, down to used ≤ target; resume
+	// while used + estimate ≤ threshold − hysteresis.
+	// 0 < target ≤ threshold ≤ 1 and 0 ≤ hysteresis < threshold.
+	PauseThreshold   float64
+	PauseTarget      float64
+	ResumeHysteresis float64
+	// AgingTau is τ in effective size = tokens / (1 + wait/τ); 0 disables aging.
+	AgingTau time.Duration
+	// ForcedResume is how long a pending turn waits before it is resumed
+	// even though it does not fit (> 0).
+	ForcedResume time.Duration
+	// Lease ends a program that has had no turn for this long (> 0).
+	Lease time.Duration
+	// Clock is the time source; nil means the wall clock.
+	Clock Clock
+}
+
+// DefaultConfig returns the defaults for arm with maxActive seats:
+// buffer 100, reserve 512, acting weight 1, τ 60 s, forced resume 1800 s,
+// lease 30 min; threshold/target/hysteresis 0.95/0.80/0.10 for C and
+// 1.0/1.0/0 for A and B.
+func DefaultConfig(arm Arm, maxActive int) Config {
+	c := Config{
+		Arm:               arm,
+		MaxActive:         maxActive,
+		Buffer:            100,
+		Reserve:           512,
+		ActingTokenWeight: 1,
+		PauseThreshold:    1,
+		PauseTarget:       1,
+		ResumeHysteresis:  0,
+		AgingTau:          60 * time.Second,
+		ForcedResume:      1800 * time.Second,
+		Lease:             30 * time.Minute,
+	}
+	if arm == ArmC {
+		c.PauseThreshold, c.PauseTarget, c.ResumeHysteresis = 0.95, 0.80, 0.10
+	}
+	return c
+}
+
+// Validate refuses a bad configuration, naming the offending value.
+func (c Config) Validate() error {
+	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
+	switch {
+	case c.Arm != ArmA && c.Arm != ArmB && c.Arm != ArmC:
+		return fmt.Errorf("policy: admission arm %v: want A, B or C", c.Arm)
+	case c.MaxActive <= 0:
+		return fmt.Errorf("policy: max active programs %d: must be > 0 (the executor's seats)", c.MaxActive)
+	case c.Buffer < 0:
+		return fmt.Errorf("policy: buffer %d tokens: must be ≥ 0", c.Buffer)
+	case c.Reserve < 0:
+		return fmt.Errorf("policy: reserve %d tokens: must be ≥ 0", c.Reserve)
+	case bad(c.ActingTokenWeight) || c.ActingTokenWeight < 0 || c.ActingTokenWeight > 1:
+		return fmt.Errorf("policy: acting token weight %v: must be in [0, 1]", c.ActingTokenWeight)
+	case bad(c.PauseThreshold) || c.PauseThreshold <= 0 || c.PauseThreshold > 1:
+		return fmt.Errorf("policy: pause threshold %v: must be in (0, 1]", c.PauseThreshold)
+	case bad(c.PauseTarget) || c.PauseTarget <= 0:
+		return fmt.Errorf("policy: pause target %v: must be > 0", c.PauseTarget)
+	case c.PauseTarget > c.PauseThreshold:
+		return fmt.Errorf("policy: pause target %v exceeds pause threshold %v", c.PauseTarget, c.PauseThreshold)
+	case bad(c.ResumeHysteresis) || c.ResumeHysteresis < 0:
+		return fmt.Errorf("policy: resume hysteresis %v: must be ≥ 0", c.ResumeHysteresis)
+	case c.ResumeHysteresis >= c.PauseThreshold:
+		return fmt.Errorf("policy: resume hysteresis %v must be below pause threshold %v (nothing could ever resume)",
+			c.ResumeHysteresis, c.PauseThreshold)
+	case c.AgingTau < 0:
+		return fmt.Errorf("policy: aging tau %v: must be ≥ 0 (0 disables aging)", c.AgingTau)
+	case c.ForcedResume <= 0:
+		return fmt.Errorf("policy: forced resume timeout %v: must be > 0", c.ForcedResume)
+	case c.Lease <= 0:
+		return fmt.Errorf("policy: program lease %v: must be > 0", c.Lease)
+	}
+	return nil
+}

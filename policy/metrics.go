@@ -1,0 +1,100 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/turnstile-llm/turnstile/kvpool"
+)
+
+// counters are the Controller's cumulative event counts.
+type counters struct {
+	admitted, resumes, forced, pauses, expired, released, lost uint64
+	waits                                                      uint64
+	waitTotal, waitMax                                         time.Duration
+}
+
+// Metrics is a snapshot of the Controller (cumulative counts since New).
+type Metrics struct {
+	Arm Arm
+	// Programs by state; Reasoning + Acting = Active. Marked REASONING
+	// programs pause when their turn ends.
+	Waiting, Active, Paused, Reasoning, Acting, Marked int
+	// Admitted counts new programs made ACTIVE; Resumes paused ones made
+	// ACTIVE again; ForcedResumes those of both that waited ForcedResume.
+	Admitted, Resumes, ForcedResumes, Pauses uint64
+	// Expired counts programs ended by their lease, Released explicit ends.
+	Expired, Released uint64
+	// LostSequences counts live sequences the engine released without
+	// Preempted or TurnEnded (a protocol error; Check reports it).
+	LostSequences uint64
+	// Capacity is the pool's tokens; Used the arm's used tokens; UsedA and
+	// UsedB both accountings (C uses A's), maintained under every arm.
+	Capacity int
+	Used     float64
+	UsedA    float64
+	UsedB    int
+	// DistinctBlocks is B's count of distinct blocks of ACTIVE programs.
+	DistinctBlocks int
+	// AdmissionWaits counts turns that were queued or admitted (new programs
+	// and pending turns of paused ones), with their total and longest wait.
+	AdmissionWaits     uint64
+	AdmissionWaitTotal time.Duration
+	AdmissionWaitMax   time.Duration
+}
+
+// Metrics returns a snapshot. O(1).
+func (c *Controller) Metrics() Metrics {
+	return Metrics{
+		Arm:                c.cfg.Arm,
+		Waiting:            c.queues[classNew].n,
+		Active:             c.nActive,
+		Paused:             c.queues[classPending].n + c.queues[classActing].n,
+		Reasoning:          len(c.reasoning),
+		Acting:             len(c.acting),
+		Marked:             c.nMarked,
+		Admitted:           c.m.admitted,
+		Resumes:            c.m.resumes,
+		ForcedResumes:      c.m.forced,
+		Pauses:             c.m.pauses,
+		Expired:            c.m.expired,
+		Released:           c.m.released,
+		LostSequences:      c.m.lost,
+		Capacity:           c.capacity,
+		Used:               c.used(),
+		UsedA:              c.UsedA(),
+		UsedB:              c.UsedB(),
+		DistinctBlocks:     c.distinct,
+		AdmissionWaits:     c.m.waits,
+		AdmissionWaitTotal: c.m.waitTotal,
+		AdmissionWaitMax:   c.m.waitMax,
+	}
+}
+
+// ProgramInfo is one program as the Controller sees it.
+type ProgramInfo struct {
+	State State
+	// Status is REASONING for a turn admitted, in flight or pending (also
+	// while WAITING or PAUSED), else ACTING.
+	Status  Status
+	Tokens  int
+	Marked  bool
+	Pinned  bool // holds a pin (ACTIVE ACTING)
+	Running bool // a started turn's sequence is live
+}
+
+// Program reports program id, if known.
+func (c *Controller) Program(id string) (ProgramInfo, bool) {
+	p := c.progs[id]
+	if p == nil {
+		return ProgramInfo{}, false
+	}
+	st := p.status
+	if p.state != StateActive {
+		st = StatusActing
+		if p.pending {
+			st = StatusReasoning
+		}
+	}
+	return ProgramInfo{State: p.state, Status: st, Tokens: p.tokens, Marked: p.marked,
+		Pinned: p.handle != kvpool.InvalidSeq && !p.live, Running: p.live}, true
+}
