@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,26 +36,41 @@ func (r *noopRunner) Execute(b *model.Batch, out *model.Output) error {
 // runner that does nothing. Requests live 1,024 tokens and are replaced
 // (outside the timer) as they finish, so admissions and finishes are part
 // of the steady state.
+//
+// With waiting=64, 64 more requests with 2,048-token prompts sharing a
+// 2,000-token prefix (an agentic program's context) queue behind an
+// admission hook that caps running requests at 256: the head of the queue
+// is looked up in the prefix cache at every step it stays refused.
 func BenchmarkStepHost(b *testing.B) {
 	const running, life = 256, 1024
-	for _, ovl := range []bool{false, true} {
-		b.Run(fmt.Sprintf("overlap=%v", ovl), func(b *testing.B) {
-			seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: running, Overlap: ovl, DeferredTeardown: ovl})
+	shared := strings.Repeat("the shared context of one agentic program. ", 50)[:2000]
+	for _, bc := range []struct {
+		ovl     bool
+		waiting int
+	}{{false, 0}, {true, 0}, {false, 64}, {true, 64}} {
+		b.Run(fmt.Sprintf("overlap=%v/waiting=%d", bc.ovl, bc.waiting), func(b *testing.B) {
+			ovl, total := bc.ovl, running+bc.waiting
+			seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: total, Overlap: ovl, DeferredTeardown: ovl})
 			require.NoError(b, err)
-			r := &noopRunner{capy: model.Capacity{Seats: seats, KVBlocks: 2 * running * (life + 64) / 16,
+			r := &noopRunner{capy: model.Capacity{Seats: seats, KVBlocks: 2 * total * (life + 2048 + 64) / 16,
 				BlockSize: 16, MaxContext: 4096, MaxBatchTokens: 4096, Vocab: testVocab}}
-			eng, err := New(Config{MaxBatchSize: running, Overlap: ovl, Clock: clock.Real{}}, r, newByteTokenizer())
+			eng, err := New(Config{MaxBatchSize: total, Overlap: ovl, Clock: clock.Real{},
+				Admission: runningCap(running)}, r, newByteTokenizer())
 			require.NoError(b, err)
 			defer eng.Close()
-			streams := make([]*Stream, running)
+			streams := make([]*Stream, total)
 			submit := func(i, maxTokens int) {
+				prompt := fmt.Sprintf("request %4d: a prompt", i)
+				if i >= running {
+					prompt = fmt.Sprintf("%s request %4d: %s", shared, i, prompt)
+				}
 				st, err := eng.Submit(context.Background(), &Request{
-					Prompt: fmt.Sprintf("request %4d: a prompt", i), MaxTokens: maxTokens, IgnoreEOS: true, Params: greedy()})
+					Prompt: prompt, MaxTokens: maxTokens, IgnoreEOS: true, Params: greedy()})
 				require.NoError(b, err)
 				streams[i] = st
 			}
 			for i := range streams {
-				submit(i, 1+i*life/running) // staggered, so finishes spread out
+				submit(i, 1+i*life/total) // staggered, so finishes spread out
 			}
 			refill := func() {
 				for i, st := range streams {
@@ -91,9 +107,16 @@ func BenchmarkStepHost(b *testing.B) {
 			b.StopTimer()
 			m := eng.Snapshot()
 			b.ReportMetric(float64(m.Running), "running")
+			b.ReportMetric(float64(m.Waiting), "waiting")
 		})
 	}
 }
+
+// runningCap admits while fewer than its value are running.
+type runningCap int
+
+func (c runningCap) Admit(cd *Candidate) bool { return cd.Running < int(c) }
+func (runningCap) Release(*Candidate)         {}
 
 // BenchmarkRunnerIdle: the runner's idle fraction between steps, overlap on
 // vs off, with a simulated runner that spends 2 ms of wall time per step and

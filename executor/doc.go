@@ -32,14 +32,12 @@
 // while step n runs; then n's results are processed. A request sampled in n
 // decodes in n+1 with model.FutureToken as input: the runner substitutes the
 // token from its own per-seat row, with no host round trip. kvpool learns the
-// token's value when n is processed (it hashes full blocks, so it takes
-// tokens only with their values). When the token's slot lies in the
-// sequence's last, partially filled block, that block already exists. When
-// it would open a new block, the slot is a reservation: the token's KV is
-// written into the private block of a one-token kvpool sequence, and at the
-// next plan, the value now known, the token is appended to the request
-// (allocating its real block) and a model.BlockCopy moves the KV there
-// before that step runs (one block copy per BlockSize tokens). A finish
+// token's value when n is processed: its slot is reserved when n+1 is
+// planned (kvpool.Reserve allocates the block when the slot opens one, so
+// the runner writes the KV into the sequence's own block, with no copy) and
+// filled when n is processed (kvpool.Fill), and only then is a block it
+// completes hashed and published. When no block is available for the slot,
+// the request skips n+1 and decodes in n+2 with the known token. A finish
 // known in advance (max tokens, context length) is never planned into n+1.
 // A finish seen only when n is processed (EOS, stop token, stop string)
 // leaves the request RETIRING in n+1: its n+1 output is discarded and its

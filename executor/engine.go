@@ -32,7 +32,7 @@ type Candidate struct {
 	// Tokens is the request's context to (re)compute: the prompt, plus the
 	// tokens generated so far when Preempted.
 	Tokens       int
-	CachedTokens int // prefix-cache hit (from kvpool.PeekPrefix)
+	CachedTokens int // prefix-cache hit (from kvpool.PeekChain)
 	BlocksNeeded int // new blocks the first chunk allocates
 	Preempted    bool
 	// Engine state at the decision.
@@ -96,28 +96,32 @@ const (
 
 // seq is the engine's record of one request. Loop-owned except where noted.
 type seq struct {
-	id        uint64
-	params    sampling.Params
-	keys      kvpool.Keys
+	id     uint64
+	params sampling.Params
+	keys   kvpool.Keys
+	// chain is the prefix-hash chain of the tokens admission computes
+	// (the prompt; extended by the generated tokens at preemption), hashed
+	// once at Submit so each lookup while waiting is index probes only.
+	chain     kvpool.Chain
 	programID string
 	maxTokens int
 	ignoreEOS bool
 	stopIDs   []int32
-	stream    *Stream
-	stopWatch func() bool // unregisters the context watch
+	// stripSpace: the first text-bearing output token loses one leading
+	// space (see Engine.spacePrefix).
+	stripSpace bool
+	stream     *Stream
+	stopWatch  func() bool // unregisters the context watch
 
 	state     State
 	epoch     uint32  // bumped whenever the request leaves RUNNING; stale step entries are ignored
 	tokens    []int32 // prompt + generated tokens known on the host
 	promptLen int
 	generated int
-	inflight  int  // samples in launched, unprocessed steps
-	futureIn  bool // scheduled with a future input whose value kvpool has not seen yet
-	// A reservation: a future input that opened a new block was written
-	// into the private block of resv (see reserve); its token goes to
-	// kvpool, and its KV is copied into the real block, at the next plan.
-	resv     kvpool.SeqID
-	hasResv  bool
+	inflight  int // samples in launched, unprocessed steps
+	// futureIn: scheduled with a future input, whose slot is reserved in
+	// kvpool (kvpool.Reserve) until its value is known (kvpool.Fill).
+	futureIn bool
 	computed int // positions whose KV is written by launched steps
 	kvTokens int // == kv.Tokens(kvSeq)
 	kvSeq    kvpool.SeqID
@@ -134,13 +138,11 @@ type seq struct {
 	usage    Usage
 }
 
-// retired is a seat (and KV sequence) released at its step's teardown; with
-// kvOnly, just a KV sequence (a reservation block a copy still reads).
+// retired is a seat (and KV sequence) released at its step's teardown.
 type retired struct {
-	seat   seatpool.Seat
-	kv     kvpool.SeqID
-	hasKV  bool
-	kvOnly bool
+	seat  seatpool.Seat
+	kv    kvpool.SeqID
+	hasKV bool
 }
 
 type entry struct {
@@ -155,14 +157,12 @@ type step struct {
 	out      model.Output
 	entries  []entry   // aligned with batch.Seqs
 	teardown []retired // released when this step is processed
-	tables   []int32   // block tables that are not a seat's row (reservations)
 }
 
 func (st *step) reset(n uint64) {
 	st.n = n
 	st.batch.Reset()
 	st.entries = st.entries[:0]
-	st.tables = st.tables[:0]
 }
 
 // Engine runs requests on a Runner.
@@ -179,6 +179,12 @@ type Engine struct {
 	pipe      *overlap.Pipeline[*step]
 	steps     [overlap.MaxInFlight]step
 	tokBudget int
+	// spacePrefix: the tokenizer prepends a space to the text it encodes
+	// (SentencePiece's add_space_prefix), so a first word's token carries a
+	// leading space that stands for no text. Output that follows a prompt
+	// with no text (only control tokens, e.g. just BOS) loses that one
+	// space, as llama.cpp does; after prompt text the space is real.
+	spacePrefix bool
 
 	// Loop-owned.
 	launched  uint64 // last launched step (0: none)
@@ -273,6 +279,7 @@ func New(cfg Config, runner Runner, tok Tokenizer) (*Engine, error) {
 	for i := range e.rows {
 		e.rows[i] = backing[i*w : i*w : (i+1)*w]
 	}
+	e.spacePrefix = addsSpacePrefix(tok)
 	e.m.KVBlocksTotal = kv.NumBlocks()
 	e.pub = e.m
 	return e, nil
@@ -304,7 +311,20 @@ func (e *Engine) Submit(ctx context.Context, r *Request) (*Stream, error) {
 	}
 	s.tokens = make([]int32, len(prompt), len(prompt)+min(max(r.MaxTokens, 16), 1024))
 	copy(s.tokens, prompt)
+	// Hashed here, on the submitter's goroutine, not on the step loop.
+	if err := s.chain.Reset(s.keys, e.capacity.BlockSize, prompt); err != nil {
+		return nil, fmt.Errorf("executor: prefix hashes of the prompt: %w", err)
+	}
 	s.text.reset(r.Stop)
+	if e.spacePrefix {
+		s.stripSpace = true
+		for _, t := range prompt {
+			if len(e.tok.Piece(t)) > 0 {
+				s.stripSpace = false
+				break
+			}
+		}
+	}
 	s.usage.Prompt = len(prompt)
 
 	e.mu.Lock()
@@ -342,6 +362,19 @@ func (e *Engine) Wake() {
 	case e.wake <- struct{}{}:
 	default:
 	}
+}
+
+// addsSpacePrefix reports whether tok prepends a space when it encodes text:
+// the pieces of Encode("a", false) begin with a space. (Probing through
+// Encode keeps the Tokenizer interface small; a vocabulary without a "▁"
+// or "▁a" piece would read as having no prefix and keep the space.)
+func addsSpacePrefix(tok Tokenizer) bool {
+	for _, t := range tok.Encode("a", false) {
+		if p := tok.Piece(t); len(p) > 0 {
+			return p[0] == ' '
+		}
+	}
+	return false
 }
 
 func mix64(x uint64) uint64 {
@@ -393,9 +426,7 @@ func (e *Engine) Step() (bool, error) {
 		return false, err
 	}
 	keep := 0
-	// A step with only block copies still runs: a materialized reservation's
-	// copy must happen before any later step reads the block.
-	if len(st.batch.Seqs) > 0 || len(st.batch.Copies) > 0 {
+	if len(st.batch.Seqs) > 0 {
 		st.out.Resize(len(st.batch.Seqs))
 		if err := e.pipe.Launch(st); err != nil {
 			return false, err
@@ -542,18 +573,17 @@ func (e *Engine) Check() error {
 			return fmt.Errorf("executor: running request %d holds seat %d in state %v", s.id, s.seat, e.seats.State(s.seat))
 		case e.kv.Tokens(s.kvSeq) != s.kvTokens:
 			return fmt.Errorf("executor: request %d: kvpool has %d tokens, engine recorded %d", s.id, e.kv.Tokens(s.kvSeq), s.kvTokens)
-		case s.computed != s.kvTokens+b2i(s.futureIn)+b2i(s.hasResv):
-			return fmt.Errorf("executor: request %d: computed %d != kv tokens %d + future %v + reserved %v",
-				s.id, s.computed, s.kvTokens, s.futureIn, s.hasResv)
-		case s.futureIn && s.hasResv:
-			return fmt.Errorf("executor: request %d: future input both in its row and in a reservation", s.id)
+		case s.computed != s.kvTokens+b2i(s.futureIn):
+			return fmt.Errorf("executor: request %d: computed %d != kv tokens %d + future %v",
+				s.id, s.computed, s.kvTokens, s.futureIn)
+		case e.kv.Reserved(s.kvSeq) != b2i(s.futureIn):
+			return fmt.Errorf("executor: request %d: kvpool has %d reserved slots, future input %v",
+				s.id, e.kv.Reserved(s.kvSeq), s.futureIn)
 		case s.computed > len(s.tokens)+s.inflight:
 			return fmt.Errorf("executor: request %d: %d positions computed for %d tokens", s.id, s.computed, len(s.tokens))
-		case len(e.rows[s.seat])*e.kv.BlockSize() < s.computed-b2i(s.hasResv):
-			return fmt.Errorf("executor: request %d: block-table row of %d blocks for %d positions", s.id, len(e.rows[s.seat]), s.computed)
-		}
-		if s.hasResv {
-			ids = append(ids, s.resv)
+		case len(e.rows[s.seat]) != len(e.kv.Blocks(s.kvSeq)) || len(e.rows[s.seat])*e.kv.BlockSize() < s.computed:
+			return fmt.Errorf("executor: request %d: block-table row of %d blocks (kvpool: %d) for %d positions",
+				s.id, len(e.rows[s.seat]), len(e.kv.Blocks(s.kvSeq)), s.computed)
 		}
 		if o, dup := seatOwner[s.seat]; dup {
 			return fmt.Errorf("executor: seat %d held by %s and request %d", s.seat, o, s.id)
@@ -564,10 +594,6 @@ func (e *Engine) Check() error {
 	nRetired := 0
 	for i := range e.steps {
 		for _, r := range e.steps[i].teardown {
-			if r.kvOnly {
-				ids = append(ids, r.kv)
-				continue
-			}
 			nRetired++
 			if e.seats.State(r.seat) != seatpool.Retiring {
 				return fmt.Errorf("executor: retired seat %d is %v", r.seat, e.seats.State(r.seat))
@@ -591,6 +617,19 @@ func (e *Engine) Check() error {
 	for _, s := range e.waiting {
 		if s.state != StateWaiting || s.hasSeat || s.hasKV {
 			return fmt.Errorf("executor: waiting request %d in state %d holds seat %v / KV %v", s.id, s.state, s.hasSeat, s.hasKV)
+		}
+		// Its chain must cover exactly its tokens (prompt, plus generated
+		// ones after a preemption) and find what hashing them again finds.
+		if s.chain.Tokens() != len(s.tokens) || s.chain.Keys() != s.keys {
+			return fmt.Errorf("executor: waiting request %d: prefix chain covers %d tokens under %+v, it has %d under %+v",
+				s.id, s.chain.Tokens(), s.chain.Keys(), len(s.tokens), s.keys)
+		}
+		// Hashing again is O(tokens): done for the head, which admission looks up next.
+		if s != e.waiting[0] {
+			continue
+		}
+		if got, want := e.kv.PeekChain(&s.chain), e.kv.PeekPrefix(s.keys, s.tokens); got != want {
+			return fmt.Errorf("executor: waiting request %d: prefix chain hits %d tokens, its tokens hit %d", s.id, got, want)
 		}
 	}
 	e.scratch = ids[:0]

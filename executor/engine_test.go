@@ -650,8 +650,8 @@ func TestHistogram(t *testing.T) {
 	require.Equal(t, (time.Millisecond+3*time.Microsecond+500)/5, h.Mean())
 }
 
-// TestBlockSizeOneLongRow: block size 1 (every future token opens a block,
-// and reservations are off) with rows outgrowing their preallocation.
+// TestBlockSizeOneLongRow: block size 1 (every future token opens a block)
+// with rows outgrowing their preallocation.
 func TestBlockSizeOneLongRow(t *testing.T) {
 	for _, ovl := range []bool{false, true} {
 		s := newSetup(t, opts{overlap: ovl, bs: 1, ctx: 700, blocks: 1400, mbs: 2})
@@ -675,26 +675,67 @@ func TestBlockSizeOneLongRow(t *testing.T) {
 		for _, st := range streams {
 			require.Equal(t, want, collect(t, st).TokenIDs)
 		}
-		require.Equal(t, uint64(0), s.eng.Snapshot().Reservations)
+		if ovl {
+			require.Positive(t, s.eng.Snapshot().Reservations)
+		} else {
+			require.Zero(t, s.eng.Snapshot().Reservations, "no future tokens without overlap")
+		}
 		require.NoError(t, s.eng.Close())
 	}
 }
 
-// TestCopyOnlyStep: a reservation materialized in a step that schedules no
-// sequence (the request's next token is its last, known in advance) still
-// launches the step for its block copy and releases the reservation.
-func TestCopyOnlyStep(t *testing.T) {
-	s := newSetup(t, opts{overlap: true, bs: 4})
-	st, err := s.eng.Submit(context.Background(), &Request{PromptTokens: []int32{testBOS, 'x'}, MaxTokens: 4, Params: greedy()})
-	require.NoError(t, err)
-	s.drive(t, 50)
-	m := s.eng.Snapshot()
-	require.Equal(t, uint64(1), m.Reservations)
-	require.Equal(t, uint64(5), m.Steps, "prefill, 3 decodes, and the copy-only step")
-	require.Len(t, collect(t, st).TokenIDs, 4)
-	require.NoError(t, s.eng.Close())
-	require.Equal(t, 0, s.eng.Snapshot().KVBlocksUsed)
-	require.NoError(t, s.eng.Check())
+// copyCounter is a sim runner that records every block copy it is asked for.
+type copyCounter struct {
+	*sim.Runner
+	copies, futures int
+}
+
+func (c *copyCounter) Execute(b *model.Batch, out *model.Output) error {
+	c.copies += len(b.Copies)
+	for _, t := range b.Tokens {
+		if t == model.FutureToken {
+			c.futures++
+		}
+	}
+	return c.Runner.Execute(b, out)
+}
+
+// TestFutureOpensBlockWithoutCopy: under overlap, future tokens that open a
+// block have their slot reserved in kvpool, so the runner writes their KV
+// in place: no step carries a block copy, no extra step runs, and the
+// output (which the sim derives from the KV it reads back) is exact.
+func TestFutureOpensBlockWithoutCopy(t *testing.T) {
+	for _, bs := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("bs=%d", bs), func(t *testing.T) {
+			s := newSetup(t, opts{overlap: true, bs: bs})
+			cc := &copyCounter{Runner: s.runner}
+			eng, err := New(Config{MaxBatchSize: 4, Overlap: true, Clock: s.clock, Model: "test", Seed: 1}, cc, newByteTokenizer())
+			require.NoError(t, err)
+			prompt := []int32{testBOS, 'x'}
+			p := greedy()
+			p.Seed, p.HasSeed = 5, true
+			st, err := eng.Submit(context.Background(), &Request{PromptTokens: prompt, MaxTokens: 9, IgnoreEOS: true, Params: p})
+			require.NoError(t, err)
+			for range 50 {
+				progressed, err := eng.Step()
+				require.NoError(t, err)
+				require.NoError(t, eng.Check())
+				if !progressed {
+					break
+				}
+			}
+			m := eng.Snapshot()
+			require.Equal(t, expected(s.runner, 5, prompt, 9), collect(t, st).TokenIDs)
+			require.Zero(t, cc.copies)
+			require.Equal(t, 8, cc.futures, "every decode after the first used its future token")
+			require.Equal(t, uint64(9), m.Steps, "the prefill and 8 decodes, nothing else")
+			// Positions 2..9 hold the 8 future inputs; those opening a block:
+			require.Equal(t, uint64(9/bs-1/bs), m.Reservations)
+			require.NoError(t, eng.Close())
+			require.Equal(t, 0, eng.Snapshot().KVBlocksUsed)
+			require.NoError(t, eng.Check())
+		})
+	}
 }
 
 // TestSeed004Occupancy reproduces seed 004 on the sim: requests end with a
@@ -750,4 +791,118 @@ func TestSubmitCancelledContext(t *testing.T) {
 	require.Equal(t, FinishAbort, d.FinishReason)
 	require.NoError(t, s.eng.Close())
 	require.Equal(t, 0, s.eng.Snapshot().KVBlocksUsed)
+}
+
+// startRecorder is a sim runner that records what each Start carries.
+type startRecorder struct {
+	*sim.Runner
+	starts []model.SeqBatch // History copied
+}
+
+func (r *startRecorder) Execute(b *model.Batch, out *model.Output) error {
+	for _, sb := range b.Seqs {
+		if sb.Start {
+			sb.History = append([]int32(nil), sb.History...)
+			r.starts = append(r.starts, sb)
+		}
+	}
+	return r.Runner.Execute(b, out)
+}
+
+// TestStartNumOutput: a request resumed after preemption starts its seat with
+// its generated tokens at the end of History, and NumOutput says how many:
+// the runner counts them as output, not prompt, for the penalties.
+func TestStartNumOutput(t *testing.T) {
+	for _, ovl := range []bool{false, true} {
+		t.Run(fmt.Sprintf("overlap=%v", ovl), func(t *testing.T) {
+			s := newSetup(t, opts{overlap: ovl, bs: 4, blocks: 10, mbs: 2})
+			rec := &startRecorder{Runner: s.runner}
+			eng, err := New(Config{MaxBatchSize: 2, Overlap: ovl, Clock: s.clock, Model: "test"}, rec, newByteTokenizer())
+			require.NoError(t, err)
+			prompts := map[uint64][]int32{}
+			var streams []*Stream
+			for i := range 2 {
+				p := greedy()
+				p.Seed, p.HasSeed = uint64(10+i), true
+				prompt := []int32{testBOS, 'p', int32('0' + i), 'q', 'r'}
+				prompts[p.Seed] = prompt
+				st, err := eng.Submit(context.Background(), &Request{PromptTokens: prompt, MaxTokens: 30, IgnoreEOS: true, Params: p})
+				require.NoError(t, err)
+				streams = append(streams, st)
+			}
+			for range 500 {
+				progressed, err := eng.Step()
+				require.NoError(t, err)
+				require.NoError(t, eng.Check())
+				if !progressed {
+					break
+				}
+			}
+			for _, st := range streams {
+				require.Len(t, collect(t, st).TokenIDs, 30)
+			}
+			require.Positive(t, eng.Snapshot().Preemptions, "10 blocks of 4 cannot hold both")
+			resumed := 0
+			for _, sb := range rec.starts {
+				prompt := prompts[sb.Params.Seed]
+				n := int(sb.NumOutput)
+				require.GreaterOrEqual(t, n, 0)
+				require.Equal(t, prompt, sb.History[:len(sb.History)-n], "the prompt comes first")
+				require.Equal(t, append([]int32{}, expected(s.runner, sb.Params.Seed, prompt, n)...),
+					sb.History[len(sb.History)-n:], "then exactly the tokens generated so far")
+				if n > 0 {
+					resumed++
+				}
+			}
+			require.Positive(t, resumed, "a preempted request resumed with output")
+			require.NoError(t, eng.Close())
+		})
+	}
+}
+
+// spaceTokenizer is byteTokenizer with SentencePiece's add_space_prefix:
+// encoded text gets one leading space.
+type spaceTokenizer struct{ *byteTokenizer }
+
+func (t spaceTokenizer) Encode(text string, addBOS bool) []int32 {
+	if text != "" {
+		text = " " + text
+	}
+	return t.byteTokenizer.Encode(text, addBOS)
+}
+
+// TestLeadingSpace: output after a prompt with no text (just BOS) loses the
+// space prefix's one leading space; after prompt text it is kept, and a
+// tokenizer without a space prefix never strips.
+func TestLeadingSpace(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tok    Tokenizer
+		prompt []int32
+		want   string
+	}{
+		{"no prefix, BOS only", newByteTokenizer(), []int32{testBOS}, "    "},
+		{"prefix, BOS only", spaceTokenizer{newByteTokenizer()}, []int32{testBOS}, "   "},
+		{"prefix, control tokens only", spaceTokenizer{newByteTokenizer()}, []int32{testBOS, testEOS}, "   "},
+		{"prefix, after prompt text", spaceTokenizer{newByteTokenizer()}, []int32{testBOS, 'x'}, "    "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSetup(t, opts{tokMin: ' ', tokMax: ' ' + 1}) // the sim always answers a space
+			eng, err := New(Config{MaxBatchSize: 4, Clock: s.clock, Model: "test"}, s.runner, tc.tok)
+			require.NoError(t, err)
+			st, err := eng.Submit(context.Background(), &Request{PromptTokens: tc.prompt, MaxTokens: 4, IgnoreEOS: true, Params: greedy()})
+			require.NoError(t, err)
+			for range 20 {
+				progressed, err := eng.Step()
+				require.NoError(t, err)
+				if !progressed {
+					break
+				}
+			}
+			d := collect(t, st)
+			require.Equal(t, []int32{' ', ' ', ' ', ' '}, d.TokenIDs, "ids are never altered")
+			require.Equal(t, tc.want, d.Text)
+			require.NoError(t, eng.Close())
+		})
+	}
 }

@@ -78,8 +78,9 @@ type Metrics struct {
 	PromptTokens    uint64 // at first admission
 	PrefixHitTokens uint64 // served from the prefix cache at first admission
 	GeneratedTokens uint64
-	// Reservations counts future tokens that opened a block (overlap): their
-	// KV went to a reservation block and was copied (see reserve).
+	// Reservations counts future tokens that opened a block (overlap): the
+	// block was allocated by kvpool.Reserve before the token's value was
+	// known; its KV is written in place (no copy).
 	Reservations uint64
 	// RunnerBusy and RunnerIdle are the runner's time executing steps and
 	// idle between consecutive steps while work was present (time the loop

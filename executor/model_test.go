@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -62,6 +63,10 @@ func TestRealModelOverlapOnOff(t *testing.T) {
 	}
 	require.Equal(t, got[0], got[1], "overlap must not change output")
 	require.Contains(t, got[0][0].Text, "Once upon a time, there was a little girl named Lily.")
+	// After a BOS-only prompt the space prefix's leading space is stripped,
+	// exactly as the tokenizer's own decoder does.
+	require.Equal(t, tok.Decode(got[0][0].TokenIDs), got[0][0].Text)
+	require.True(t, strings.HasPrefix(got[0][0].Text, "Once upon"), "got %q", got[0][0].Text)
 	require.Equal(t, FinishStop, got[0][3].FinishReason)
 	require.NotContains(t, got[0][3].Text, ".")
 	t.Logf("greedy from BOS: %q", got[0][0].Text)

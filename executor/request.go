@@ -19,6 +19,12 @@ type Tokenizer interface {
 	// Piece is the bytes one token stands for: possibly an incomplete UTF-8
 	// sequence (byte fallback), empty for control tokens. The engine joins
 	// pieces and never emits half a character. The slice is read-only.
+	//
+	// Output text continues the prompt, so a SentencePiece leading space
+	// is kept after prompt text; after a prompt with no text (only control
+	// tokens such as BOS) the first text-bearing piece loses one leading
+	// space when the tokenizer adds a space prefix (Encode("a") begins
+	// with a space), as llama.cpp and model/tokenizer's NewDecoder do.
 	Piece(id int32) []byte
 	BOS() int32
 	EOS() int32

@@ -24,31 +24,32 @@ func (e *Engine) plan(st *step) error {
 	// Pass 1: decodes, oldest admission first.
 	for i := 0; i < len(e.running) && tokBudget > 0 && seqBudget > 0; i++ {
 		s := e.running[i]
-		if s.hasResv {
-			ok, err := e.materialize(st, s, n)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				i-- // s left the running list
-				continue
-			}
-		}
 		switch {
 		case s.inflight > 0:
 			// Sampled in the step in flight: decode its future token.
 			if e.finishKnown(s) {
 				continue // its last token is in flight: never planned into this step
 			}
+			// Its slot is reserved in kvpool (a block is allocated when it
+			// opens one); the value is filled in when the step in flight is
+			// processed, and the runner writes the KV into s's own block.
 			p := len(s.tokens)
-			if len(e.rows[s.seat])*bs > p {
-				e.add(st, s, nil, p)
-				s.futureIn = true
-			} else if e.reserve(st, s, p) {
-				s.hasResv = true
-			} else {
-				continue // no block to spare: decode it next step with the known token
+			opens := len(e.rows[s.seat])*bs <= p
+			if err := e.kv.Reserve(s.kvSeq, 1); err != nil {
+				var tooLarge *kvpool.TooLargeError
+				if errors.Is(err, kvpool.ErrOutOfBlocks) || errors.As(err, &tooLarge) {
+					// No block to spare: decode it next step with the known
+					// token, where grow preempts or finishes it.
+					continue
+				}
+				return fmt.Errorf("executor: request %d: reserving its future token's slot: %w", s.id, err)
 			}
+			if opens {
+				e.m.Reservations++
+			}
+			e.syncRow(s)
+			e.add(st, s, nil, p)
+			s.futureIn = true
 			s.computed = p + 1
 		case s.computed == len(s.tokens)-1:
 			ok, err := e.grow(s, s.tokens[s.computed:], n)
@@ -116,7 +117,10 @@ func (e *Engine) plan(st *step) error {
 // returns the chunk's size (0: not admitted).
 func (e *Engine) admit(st *step, s *seq, budget int) (int, error) {
 	bs := e.kv.BlockSize()
-	hit := e.kv.PeekPrefix(s.keys, s.tokens)
+	if s.chain.Tokens() != len(s.tokens) {
+		return 0, fmt.Errorf("executor: request %d: prefix chain covers %d tokens of %d", s.id, s.chain.Tokens(), len(s.tokens))
+	}
+	hit := e.kv.PeekChain(&s.chain)
 	chunk := min(budget, len(s.tokens)-hit)
 	s.cand = Candidate{
 		ID: s.id, ProgramID: s.programID, Tokens: len(s.tokens), CachedTokens: hit,
@@ -127,7 +131,7 @@ func (e *Engine) admit(st *step, s *seq, budget int) (int, error) {
 		return 0, nil
 	}
 	kvs := e.kv.NewSeq(s.keys)
-	got, err := e.kv.MatchPrefix(kvs, s.tokens)
+	got, err := e.kv.MatchChain(kvs, &s.chain)
 	if err != nil {
 		e.kv.Release(kvs)
 		e.adm.Release(&s.cand)
@@ -210,59 +214,6 @@ func (e *Engine) grow(s *seq, toks []int32, n uint64) (bool, error) {
 	}
 }
 
-// reserveSalt keys the private reservation blocks; they never fill (block
-// size > 1), so they are never hashed or shared.
-const reserveSalt = "\x00executor reservation"
-
-// reserve plans s's future token at position p, which opens a new block,
-// without knowing its value: kvpool allocates a block only together with the
-// token values it hashes, so the token's KV goes into the private block of a
-// one-token reservation sequence, and the step's block table for s is its
-// row plus that block. At the next plan (materialize) the token is known: it
-// is appended to s (allocating s's real block) and a BlockCopy moves its KV
-// there. Returns false (s skips this step) when no block is available or
-// the block size is 1.
-func (e *Engine) reserve(st *step, s *seq, p int) bool {
-	bs := e.kv.BlockSize()
-	if bs == 1 || e.kv.Available() == 0 {
-		return false
-	}
-	rs := e.kv.NewSeq(kvpool.Keys{Model: e.cfg.Model, Salt: reserveSalt})
-	if err := e.kv.Append(rs, []int32{0}); err != nil {
-		e.kv.Release(rs)
-		return false
-	}
-	s.resv = rs
-	e.m.Reservations++
-	start := len(st.tables)
-	st.tables = append(st.tables, e.rows[s.seat][:p/bs]...)
-	st.tables = append(st.tables, e.kv.Blocks(rs)[0])
-	e.addWith(st, s, nil, p, st.tables[start:len(st.tables):len(st.tables)])
-	return true
-}
-
-// materialize completes s's reservation: the reserved token is known now
-// (its step's predecessor was processed), so it is appended to s, and the
-// KV written into the reservation block is copied into s's real block
-// before step st runs. The reservation is released at st's teardown, after
-// the copy. Returns false when s left the running list (grow preempted it).
-func (e *Engine) materialize(st *step, s *seq, n uint64) (bool, error) {
-	p := s.kvTokens
-	if p >= len(s.tokens) {
-		return false, fmt.Errorf("executor: request %d: reserved token %d not known at step %d", s.id, p, n)
-	}
-	ok, err := e.grow(s, s.tokens[p:p+1], n)
-	if err != nil || !ok {
-		return ok, err
-	}
-	bs := e.kv.BlockSize()
-	src := e.kv.Blocks(s.resv)[0]
-	st.batch.Copies = append(st.batch.Copies, model.BlockCopy{Src: src, Dst: e.rows[s.seat][p/bs]})
-	st.teardown = append(st.teardown, retired{kv: s.resv, hasKV: true, kvOnly: true})
-	s.hasResv = false
-	return true, nil
-}
-
 // syncRow copies s's new block ids into its seat's block-table row. Ids
 // already in the row never change (kvpool does not swap blocks), so a step
 // in flight that reads a prefix of the row is never disturbed.
@@ -277,11 +228,6 @@ func (e *Engine) syncRow(s *seq) {
 // add appends s's new tokens (nil: one future token) at positions
 // [first, first+len) to st, with s's block-table row.
 func (e *Engine) add(st *step, s *seq, toks []int32, first int) {
-	e.addWith(st, s, toks, first, nil)
-}
-
-// addWith is add with an explicit block table (nil: s's row).
-func (e *Engine) addWith(st *step, s *seq, toks []int32, first int, table []int32) {
 	b := &st.batch
 	start := int32(len(b.Tokens))
 	num := len(toks)
@@ -296,10 +242,8 @@ func (e *Engine) addWith(st *step, s *seq, toks []int32, first int, table []int3
 		}
 	}
 	ctxLen := first + num
-	if table == nil {
-		bs := e.kv.BlockSize()
-		table = e.rows[s.seat][:(ctxLen+bs-1)/bs]
-	}
+	bs := e.kv.BlockSize()
+	table := e.rows[s.seat][:(ctxLen+bs-1)/bs]
 	sb := model.SeqBatch{
 		Seat:       int32(s.seat),
 		TokenStart: start,
@@ -311,7 +255,10 @@ func (e *Engine) addWith(st *step, s *seq, toks []int32, first int, table []int3
 		Params:     &s.params,
 	}
 	if sb.Start {
+		// After a preemption its generated tokens are part of the context
+		// recomputed now; the runner must still count them as output.
 		sb.History = s.tokens
+		sb.NumOutput = int32(len(s.tokens) - s.promptLen)
 	}
 	b.Seqs = append(b.Seqs, sb)
 	st.entries = append(st.entries, entry{s: s, epoch: s.epoch})
@@ -336,6 +283,8 @@ func (e *Engine) finishKnown(s *seq) bool {
 // order), its seat retires if a step in flight still uses it.
 func (e *Engine) preempt(s *seq) {
 	e.detach(s, true)
+	// Its tokens so far become its prompt: hash the generated ones once now.
+	s.chain.Extend(s.tokens[s.chain.Tokens():])
 	s.state = StateWaiting
 	s.inflight, s.futureIn, s.computed, s.kvTokens, s.started = 0, false, 0, 0, false
 	e.waiting = append(e.waiting, nil)
@@ -365,11 +314,6 @@ func (e *Engine) detach(s *seq, releaseKVNow bool) {
 		}
 	}
 	e.adm.Release(&s.cand)
-	if s.hasResv {
-		// Steps execute in order: a later step may reuse the block now.
-		e.kv.Release(s.resv)
-		s.hasResv = false
-	}
 	if releaseKVNow && s.hasKV {
 		e.kv.Release(s.kvSeq)
 		s.hasKV = false
@@ -417,10 +361,6 @@ func (e *Engine) process(d overlap.Done[*step]) error {
 	}
 	e.processed = st.n
 	for _, r := range st.teardown {
-		if r.kvOnly {
-			e.kv.Release(r.kv)
-			continue
-		}
 		if err := e.seats.Release(r.seat); err != nil {
 			return fmt.Errorf("executor: teardown of step %d: %w", st.n, err)
 		}
@@ -457,8 +397,8 @@ func (e *Engine) process(d overlap.Done[*step]) error {
 		s.tokens = append(s.tokens, tok)
 		s.generated++
 		if s.futureIn {
-			// Its input slot in the next step's (existing) last block.
-			if err := e.kv.Append(s.kvSeq, s.tokens[len(s.tokens)-1:]); err != nil {
+			// The value of its reserved input slot in the next step.
+			if err := e.kv.Fill(s.kvSeq, s.tokens[len(s.tokens)-1:]); err != nil {
 				return fmt.Errorf("executor: request %d: recording future token: %w", s.id, err)
 			}
 			s.kvTokens++
@@ -484,7 +424,14 @@ func (e *Engine) emit(s *seq, tok int32, lp float32, now time.Time) {
 		s.stream.push(nil, tok, lp, true)
 		reason = FinishStop
 	} else {
-		text, stopped := s.text.add(e.tok.Piece(tok))
+		piece := e.tok.Piece(tok)
+		if s.stripSpace && len(piece) > 0 {
+			s.stripSpace = false
+			if piece[0] == ' ' {
+				piece = piece[1:]
+			}
+		}
+		text, stopped := s.text.add(piece)
 		s.stream.push(text, tok, lp, true)
 		if stopped {
 			reason = FinishStop

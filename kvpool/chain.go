@@ -136,8 +136,8 @@ func (p *Pool) MatchChain(s SeqID, c *Chain) (hitTokens int, err error) {
 	if err := p.checkChain(c); err != nil {
 		return 0, err
 	}
-	if q.tokens != 0 {
-		return 0, fmt.Errorf("kvpool: MatchChain on sequence %d holding %d tokens; it must be empty", s, q.tokens)
+	if q.tokens != 0 || q.reserved != 0 {
+		return 0, fmt.Errorf("kvpool: MatchChain on sequence %d holding %d tokens and %d reserved slots; it must be empty", s, q.tokens, q.reserved)
 	}
 	if p.keyTab[q.key].keys != c.keys {
 		return 0, fmt.Errorf("kvpool: MatchChain: chain keys %+v differ from sequence %d's keys %+v", c.keys, s, p.keyTab[q.key].keys)

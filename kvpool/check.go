@@ -16,8 +16,10 @@ import "fmt"
 //     entry, and distinct key entries have distinct roots;
 //   - both lists are well formed (links agree, no cycles besides the
 //     sentinel, no block twice);
-//   - sequence tables are consistent with their token counts, the partial
-//     last block is private (refcount 1, unpublished), and free slots are free.
+//   - sequence tables are consistent with their token and reserved-slot
+//     counts, blocks not full of known tokens (the partial last block,
+//     blocks of reserved slots) are private (refcount 1, unpublished), and
+//     free slots are free.
 func (p *Pool) Check() error {
 	n := int(p.n)
 	inList := make([]uint8, n) // 0: none, 1: uncached, 2: cached
@@ -65,7 +67,7 @@ func (p *Pool) Check() error {
 	for slot := range p.seqs {
 		q := &p.seqs[slot]
 		if !q.live {
-			if len(q.blocks) != 0 || len(q.partial) != 0 || q.tokens != 0 {
+			if len(q.blocks) != 0 || len(q.partial) != 0 || q.tokens != 0 || q.reserved != 0 {
 				return fmt.Errorf("kvpool: free slot %d still holds %d blocks, %d tokens", slot, len(q.blocks), q.tokens)
 			}
 			continue
@@ -75,8 +77,11 @@ func (p *Pool) Check() error {
 			return fmt.Errorf("kvpool: sequence slot %d has dead key entry %d", slot, q.key)
 		}
 		keyRefs[q.key]++
-		if want := (q.tokens + p.bs - 1) >> p.shift; len(q.blocks) != want {
-			return fmt.Errorf("kvpool: sequence slot %d holds %d tokens in %d blocks, want %d blocks", slot, q.tokens, len(q.blocks), want)
+		if q.reserved < 0 {
+			return fmt.Errorf("kvpool: sequence slot %d has %d reserved slots", slot, q.reserved)
+		}
+		if want := (q.tokens + q.reserved + p.bs - 1) >> p.shift; len(q.blocks) != want {
+			return fmt.Errorf("kvpool: sequence slot %d holds %d tokens + %d reserved in %d blocks, want %d blocks", slot, q.tokens, q.reserved, len(q.blocks), want)
 		}
 		if len(q.partial) != q.tokens&(p.bs-1) {
 			return fmt.Errorf("kvpool: sequence slot %d has %d partial tokens, want %d", slot, len(q.partial), q.tokens&(p.bs-1))
@@ -90,19 +95,23 @@ func (p *Pool) Check() error {
 				return fmt.Errorf("kvpool: block %d published under key entry %d is held by sequence slot %d under key entry %d", b, k, slot, q.key)
 			}
 		}
-		if len(q.partial) > 0 {
-			b := q.blocks[len(q.blocks)-1]
+		// Blocks past the full known ones (a partial block, reserved slots)
+		// are not all known: never published.
+		for _, b := range q.blocks[q.tokens>>p.shift:] {
 			if p.keyOf[b] >= 0 {
-				return fmt.Errorf("kvpool: partial block %d of sequence slot %d is published", b, slot)
+				return fmt.Errorf("kvpool: partial or reserved block %d of sequence slot %d is published", b, slot)
 			}
 		}
 	}
-	// A partial block must be private; checked after all references are counted.
+	// ... and private; checked after all references are counted.
 	for slot := range p.seqs {
 		q := &p.seqs[slot]
-		if q.live && len(q.partial) > 0 {
-			if b := q.blocks[len(q.blocks)-1]; refs[b] != 1 {
-				return fmt.Errorf("kvpool: partial block %d of sequence slot %d is shared by %d sequences", b, slot, refs[b])
+		if !q.live {
+			continue
+		}
+		for _, b := range q.blocks[q.tokens>>p.shift:] {
+			if refs[b] != 1 {
+				return fmt.Errorf("kvpool: partial or reserved block %d of sequence slot %d is shared by %d sequences", b, slot, refs[b])
 			}
 		}
 	}

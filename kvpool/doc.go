@@ -65,6 +65,19 @@
 // not swap the sequence over to the published block, because the sequence's
 // own block already holds (or is about to hold) its KV.
 //
+// # Reserved slots
+//
+// A caller that launches a step before it knows a token's value (overlap:
+// the token is sampled by the step in flight) Reserves its slot: the block
+// it needs is allocated at once, so the step can write the token's KV into
+// the sequence's own block, and Fill supplies the value when it is known.
+// A block holding a reserved slot is private and unhashed, like a partial
+// block; it is hashed and published only when Fill makes all its tokens
+// known, so no lookup ever finds a block by values the pool has not seen.
+// Check counts reserved slots exactly (blocks = ceil((tokens+reserved)/bs)).
+// While slots are reserved, Append, Fork and the Match methods refuse the
+// sequence (values must arrive in order); Pin takes its full known blocks.
+//
 // # Handles
 //
 // A SeqID is a handle to one sequence's ordered block table, owned by the

@@ -10,11 +10,15 @@ import (
 // holds, written through the block tables the pool hands out. A prefix hit
 // must hand back blocks holding exactly the query's tokens under the same keys.
 type fuzzModel struct {
-	p      *Pool
-	bs     int
-	kv     [][]int32 // per block: token at each slot (-1: unwritten)
-	kvKey  []int     // per block: keys index the KV was computed under
-	toks   map[SeqID][]int32
+	p     *Pool
+	bs    int
+	kv    [][]int32 // per block: token at each slot (-1: unwritten)
+	kvKey []int     // per block: keys index the KV was computed under
+	toks  map[SeqID][]int32
+	// future holds the values of a sequence's reserved slots: the runner
+	// writes their KV at Reserve (it has the value on the device); the pool
+	// learns them at Fill.
+	future map[SeqID][]int32
 	keysOf map[SeqID]int
 	live   []SeqID
 }
@@ -35,7 +39,9 @@ func (m *fuzzModel) write(s SeqID, from int) {
 func (m *fuzzModel) verify(t *testing.T, s SeqID) {
 	blocks := m.p.Blocks(s)
 	toks := m.toks[s]
-	require.Len(t, blocks, (len(toks)+m.bs-1)/m.bs)
+	require.Len(t, blocks, (len(toks)+len(m.future[s])+m.bs-1)/m.bs)
+	require.Equal(t, len(toks), m.p.Tokens(s))
+	require.Equal(t, len(m.future[s]), m.p.Reserved(s))
 	for pos, tok := range toks {
 		b := blocks[pos/m.bs]
 		require.Equal(t, tok, m.kv[b][pos%m.bs], "seq %d pos %d block %d", s, pos, b)
@@ -52,6 +58,8 @@ func FuzzOps(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 40, 0, 1, 0, 40, 1, 0, 9, 2, 0, 0, 3, 1, 0})
 	f.Add([]byte{2, 0, 1, 200, 4, 0, 0, 5, 0, 2, 30, 6, 0, 1, 3, 0, 0, 0, 77})
 	f.Add([]byte{3, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255, 5, 1, 2, 7, 2})
+	// Reserve and fill across block boundaries, then look the prefix up again.
+	f.Add([]byte{1, 0, 0, 1, 6, 7, 0, 2, 5, 8, 0, 3, 0, 7, 0, 4, 3, 1, 0, 1, 1, 8, 0, 3, 0, 8, 0, 3, 0, 0, 0, 1, 12, 2, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return
@@ -61,7 +69,7 @@ func FuzzOps(f *testing.F) {
 		p, err := New(Config{NumBlocks: nb, BlockSize: bs, NullBlock: data[0]&4 != 0})
 		require.NoError(t, err)
 		m := &fuzzModel{p: p, bs: bs, kv: make([][]int32, nb), kvKey: make([]int, nb),
-			toks: map[SeqID][]int32{}, keysOf: map[SeqID]int{}}
+			toks: map[SeqID][]int32{}, future: map[SeqID][]int32{}, keysOf: map[SeqID]int{}}
 		for i := range m.kv {
 			m.kv[i] = make([]int32, bs)
 		}
@@ -78,7 +86,7 @@ func FuzzOps(f *testing.F) {
 			data = data[:4*256] // bound one input's work
 		}
 		for len(data) >= 4 {
-			op, a, b, c := data[0]%7, data[1], data[2], data[3]
+			op, a, b, c := data[0]%9, data[1], data[2], data[3]
 			data = data[4:]
 			switch {
 			case op == 0 || len(m.live) == 0: // new sequence: match prefix then append
@@ -111,19 +119,22 @@ func FuzzOps(f *testing.F) {
 					m.toks[s] = append(m.toks[s], toks...)
 					m.write(s, from)
 				} else {
-					require.True(t, need > avail || p.Fits(len(m.toks[s])+len(toks)) != nil, "spurious %v", err)
+					require.True(t, need > avail || p.Fits(len(m.toks[s])+len(toks)) != nil || len(m.future[s]) > 0, "spurious %v", err)
 				}
 			case op == 2: // release
 				s, i := m.pick(a)
 				p.Release(s)
 				m.live = append(m.live[:i], m.live[i+1:]...)
 				delete(m.toks, s)
+				delete(m.future, s)
 				p.Release(s) // double release: no-op
 			case op == 3: // fork
 				s, _ := m.pick(a)
 				child, cp, err := p.Fork(s)
 				if err != nil {
-					require.ErrorIs(t, err, ErrOutOfBlocks)
+					if len(m.future[s]) == 0 {
+						require.ErrorIs(t, err, ErrOutOfBlocks)
+					}
 					break
 				}
 				if cp.Valid {
@@ -151,6 +162,33 @@ func FuzzOps(f *testing.F) {
 				require.LessOrEqual(t, d, p.Referenced())
 			case op == 6: // all live: distinct blocks are exactly the referenced ones
 				require.Equal(t, p.Referenced(), p.DistinctBlocks(m.live))
+			case op == 7: // reserve: the runner writes the future tokens' KV now
+				s, _ := m.pick(a)
+				toks := stream(b, int(c)%6)
+				cur := len(m.toks[s]) + len(m.future[s])
+				need, avail := p.BlocksNeeded(s, len(toks)), p.Available()
+				before := len(p.Blocks(s))
+				if err := p.Reserve(s, len(toks)); err != nil {
+					require.True(t, need > avail || p.Fits(cur+len(toks)) != nil, "spurious %v", err)
+					require.Len(t, p.Blocks(s), before, "all or nothing")
+					break
+				}
+				require.Len(t, p.Blocks(s), before+need)
+				blocks := p.Blocks(s)
+				for i, tok := range toks {
+					blk := blocks[(cur+i)/bs]
+					m.kv[blk][(cur+i)%bs] = tok
+					m.kvKey[blk] = m.keysOf[s]
+				}
+				m.future[s] = append(m.future[s], toks...)
+			case op == 8: // fill: the values become known, in order
+				s, _ := m.pick(a)
+				n := min(int(b)%4, len(m.future[s]))
+				avail := p.Available()
+				require.NoError(t, p.Fill(s, m.future[s][:n]))
+				require.Equal(t, avail, p.Available())
+				m.toks[s] = append(m.toks[s], m.future[s][:n]...)
+				m.future[s] = m.future[s][n:]
 			}
 			require.NoError(t, p.Check())
 			for _, s := range m.live {

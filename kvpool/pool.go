@@ -108,13 +108,17 @@ const (
 // seq is one sequence's state. Slices are kept across reuse of the slot so a
 // steady state allocates nothing.
 type seq struct {
-	blocks  []BlockID // block table, len = ceil(tokens/bs)
+	blocks  []BlockID // block table, len = ceil((tokens+reserved)/bs)
 	partial []int32   // token ids of the last, partial block; len = tokens % bs
 	parent  Hash      // chain hash after the last full block (the root when none)
-	tokens  int
-	key     int32 // index into Pool.keyTab
-	gen     uint16
-	live    bool
+	tokens  int       // tokens with known values
+	// reserved counts slots after the known tokens whose blocks are
+	// allocated but whose values are not known yet (Reserve); Fill turns
+	// them into tokens, in order.
+	reserved int
+	key      int32 // index into Pool.keyTab
+	gen      uint16
+	live     bool
 }
 
 // Pool is the paged KV block pool. Per-block state lives in parallel slices

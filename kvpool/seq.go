@@ -71,6 +71,7 @@ func (p *Pool) Release(s SeqID) {
 	q.blocks = q.blocks[:0]
 	q.partial = q.partial[:0]
 	q.tokens = 0
+	q.reserved = 0
 	q.parent = Hash{}
 	q.key = -1
 	q.live = false
@@ -88,8 +89,8 @@ func (p *Pool) MatchPrefix(s SeqID, tokens []int32) (hitTokens int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if q.tokens != 0 {
-		return 0, fmt.Errorf("kvpool: MatchPrefix on sequence %d holding %d tokens; it must be empty", s, q.tokens)
+	if q.tokens != 0 || q.reserved != 0 {
+		return 0, fmt.Errorf("kvpool: MatchPrefix on sequence %d holding %d tokens and %d reserved slots; it must be empty", s, q.tokens, q.reserved)
 	}
 	hit, parent := p.chain(q.key, tokens, true, q)
 	q.tokens = hit << p.shift
@@ -118,14 +119,14 @@ func (p *Pool) blocksNeeded(cur, n int) int {
 	return (cur+n+p.bs-1)>>p.shift - have
 }
 
-// BlocksNeeded is how many new blocks Append(s, n tokens) would allocate
-// (0 for an invalid handle or n <= 0).
+// BlocksNeeded is how many new blocks Append(s, n tokens) or Reserve(s, n)
+// would allocate (0 for an invalid handle or n <= 0).
 func (p *Pool) BlocksNeeded(s SeqID, n int) int {
 	q, err := p.get(s)
 	if err != nil {
 		return 0
 	}
-	return p.blocksNeeded(q.tokens, n)
+	return p.blocksNeeded(q.tokens+q.reserved, n)
 }
 
 // Append grows s by len(tokens) tokens, allocating blocks as needed. It is
@@ -140,6 +141,9 @@ func (p *Pool) Append(s SeqID, tokens []int32) error {
 	}
 	if len(tokens) == 0 {
 		return nil
+	}
+	if q.reserved != 0 {
+		return fmt.Errorf("kvpool: Append of %d tokens to sequence %d with %d reserved slots: Fill them first", len(tokens), s, q.reserved)
 	}
 	if total := q.tokens + len(tokens); total > p.poolTokens {
 		return &TooLargeError{Tokens: total, PoolTokens: p.poolTokens}
@@ -172,6 +176,75 @@ func (p *Pool) Append(s SeqID, tokens []int32) error {
 	return nil
 }
 
+// Reserve grows s by n slots whose token values are not known yet: the
+// blocks they need are allocated now (so a step may write their KV at once),
+// and Fill supplies the values later, in order. A block holding a reserved
+// slot is private and unhashed; it is hashed and published only when Fill
+// makes all its values known, so a prefix lookup never finds a block whose
+// tokens are not known. While slots are reserved, Append, Fork and the
+// Match methods refuse s. Errors as for Append; on error nothing changed.
+func (p *Pool) Reserve(s SeqID, n int) error {
+	q, err := p.get(s)
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("kvpool: Reserve of %d slots in sequence %d: negative count", n, s)
+	}
+	if n == 0 {
+		return nil
+	}
+	cur := q.tokens + q.reserved
+	if total := cur + n; total > p.poolTokens {
+		return &TooLargeError{Tokens: total, PoolTokens: p.poolTokens}
+	}
+	need := p.blocksNeeded(cur, n)
+	if need > p.Available() {
+		return fmt.Errorf("%w: reserving %d slots in sequence %d needs %d blocks, %d available", ErrOutOfBlocks, n, s, need, p.Available())
+	}
+	for range need {
+		q.blocks = append(q.blocks, p.allocate())
+	}
+	q.reserved += n
+	return nil
+}
+
+// Reserved is the number of s's reserved slots awaiting Fill (0 for an
+// invalid handle).
+func (p *Pool) Reserved(s SeqID) int {
+	q, err := p.get(s)
+	if err != nil {
+		return 0
+	}
+	return q.reserved
+}
+
+// Fill supplies the values of s's first len(tokens) reserved slots, in
+// order; each block that becomes full of known tokens is hashed and
+// published as by Append. It allocates nothing. On error nothing changed.
+func (p *Pool) Fill(s SeqID, tokens []int32) error {
+	q, err := p.get(s)
+	if err != nil {
+		return err
+	}
+	if len(tokens) > q.reserved {
+		return fmt.Errorf("kvpool: Fill of %d tokens in sequence %d with %d reserved slots", len(tokens), s, q.reserved)
+	}
+	for len(tokens) > 0 {
+		n := min(p.bs-len(q.partial), len(tokens))
+		q.partial = append(q.partial, tokens[:n]...)
+		q.tokens += n
+		q.reserved -= n
+		tokens = tokens[n:]
+		if len(q.partial) == p.bs {
+			// The block of the last known token; reserved blocks may follow it.
+			p.fill(q, q.blocks[(q.tokens-1)>>p.shift], q.partial)
+			q.partial = q.partial[:0]
+		}
+	}
+	return nil
+}
+
 // fill hashes the now-full block b of q and publishes it.
 func (p *Pool) fill(q *seq, b BlockID, tokens []int32) {
 	h := p.blockHash(q.parent, tokens)
@@ -186,6 +259,9 @@ func (p *Pool) Fork(s SeqID) (child SeqID, cp Copy, err error) {
 	q, err := p.get(s)
 	if err != nil {
 		return InvalidSeq, Copy{}, err
+	}
+	if q.reserved != 0 {
+		return InvalidSeq, Copy{}, fmt.Errorf("kvpool: fork of sequence %d with %d reserved slots: Fill them first", s, q.reserved)
 	}
 	partial := len(q.partial) > 0
 	if partial && p.Available() == 0 {
@@ -247,7 +323,8 @@ func (p *Pool) Blocks(s SeqID) []BlockID {
 	return q.blocks[:len(q.blocks):len(q.blocks)]
 }
 
-// Tokens is the number of tokens in s (0 for an invalid handle).
+// Tokens is the number of tokens in s with known values, excluding reserved
+// slots (0 for an invalid handle).
 func (p *Pool) Tokens(s SeqID) int {
 	q, err := p.get(s)
 	if err != nil {

@@ -33,10 +33,18 @@ type SeqBatch struct {
 	Start bool
 	// Params is the sequence's sampling settings; read when Start is set.
 	Params *sampling.Params
-	// History is the prompt (all tokens before the first generated one),
-	// read when Start is set so that repetition penalties see prefix-cached
-	// tokens the runner never receives as input.
+	// History is the sequence's context so far: the prompt (all tokens
+	// before the first generated one), then, for a sequence resumed after
+	// preemption by recompute, the tokens it already generated. It is read
+	// when Start is set so that penalties see prefix-cached tokens the
+	// runner never receives as input.
 	History []int32
+	// NumOutput, read with Start, says that the last NumOutput tokens of
+	// History were generated (0 for a new sequence; in [0, len(History)]).
+	// The runner starts the seat's sampler so that they count as output for
+	// the presence and frequency penalties, as if it had sampled them
+	// (sampling.Sampler.StartWithOutput), not as prompt.
+	NumOutput int32
 }
 
 // BlockCopy asks the runner to copy the KV contents of block Src into block

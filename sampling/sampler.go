@@ -51,7 +51,8 @@ type seat struct {
 	// trackPrompt: prompt tokens matter (repetition penalty on);
 	// trackOut: generated tokens matter (any penalty on).
 	trackPrompt, trackOut bool
-	// generated counts Sample calls since Start.
+	// generated counts Sample calls since Start, plus StartWithOutput's
+	// numOutput.
 	generated uint64
 	// counts is the sparse token → count map the penalties read.
 	counts tokenCounts
@@ -85,12 +86,24 @@ func (s *Sampler) SetSeedBase(base uint64) { s.seedBase = base }
 // the Sampler's base), and records history (the prompt, ids in [0, vocab))
 // for the repetition penalty. history is not retained.
 func (s *Sampler) Start(seat int32, p *Params, history []int32) error {
+	return s.StartWithOutput(seat, p, history, 0)
+}
+
+// StartWithOutput is Start for a sequence that already generated tokens
+// (resumed after preemption by recompute): the last numOutput tokens of
+// history are its output so far and count as generated tokens for the
+// presence and frequency penalties, exactly as if this seat had sampled
+// them; the tokens before them are the prompt.
+func (s *Sampler) StartWithOutput(seat int32, p *Params, history []int32, numOutput int) error {
 	st, err := s.seat(seat)
 	if err != nil {
 		return err
 	}
 	if p == nil {
 		return fmt.Errorf("sampling: start seat %d: nil params", seat)
+	}
+	if numOutput < 0 || numOutput > len(history) {
+		return fmt.Errorf("sampling: start seat %d: %d output tokens in a history of %d", seat, numOutput, len(history))
 	}
 	cp := *p
 	if err := cp.Validate(s.vocab); err != nil {
@@ -111,11 +124,17 @@ func (s *Sampler) Start(seat int32, p *Params, history []int32) error {
 	st.rng.Seed(seed, mix64(seed^0x9e3779b97f4a7c15))
 	st.trackPrompt = cp.RepetitionPenalty != 1
 	st.trackOut = st.trackPrompt || cp.PresencePenalty != 0 || cp.FrequencyPenalty != 0
-	st.generated = 0
+	st.generated = uint64(numOutput)
 	st.counts.reset()
+	prompt, output := history[:len(history)-numOutput], history[len(history)-numOutput:]
 	if st.trackPrompt {
-		for _, tok := range history {
+		for _, tok := range prompt {
 			st.counts.add(tok, false)
+		}
+	}
+	if st.trackOut {
+		for _, tok := range output {
+			st.counts.add(tok, true)
 		}
 	}
 	return nil

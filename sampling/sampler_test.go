@@ -370,8 +370,44 @@ func TestPenalties(t *testing.T) {
 			require.NoError(t, s.Sample(0, row, c))
 			require.NoError(t, s.Check())
 			require.InDeltaSlice(t, tc.want, row, 1e-6)
+
+			// Resumed after preemption: the same history and outputs given
+			// at once to StartWithOutput penalise exactly the same way.
+			resumed := append([]int32(nil), tc.history...)
+			for _, r := range tc.steps {
+				for i, v := range r {
+					if v == 9 {
+						resumed = append(resumed, int32(i))
+					}
+				}
+			}
+			r, _ := New(1, 5)
+			require.NoError(t, r.StartWithOutput(0, &p, resumed, len(tc.steps)))
+			require.NoError(t, r.Check())
+			row = append(row[:0], tc.last...)
+			require.NoError(t, r.Sample(0, row, c))
+			require.NoError(t, r.Check())
+			require.InDeltaSlice(t, tc.want, row, 1e-6)
 		})
 	}
+}
+
+func TestStartWithOutputErrors(t *testing.T) {
+	s, _ := New(1, 5)
+	p := DefaultParams()
+	for _, tc := range []struct {
+		history []int32
+		n       int
+		want    string
+	}{
+		{[]int32{1, 2}, 3, "3 output tokens in a history of 2"},
+		{[]int32{1, 2}, -1, "-1 output tokens in a history of 2"},
+		{[]int32{1, 7}, 1, "history[1] = 7"},
+	} {
+		require.ErrorContains(t, s.StartWithOutput(0, &p, tc.history, tc.n), tc.want)
+	}
+	require.NoError(t, s.StartWithOutput(0, &p, []int32{1, 2}, 2))
+	require.NoError(t, s.Check())
 }
 
 func TestLogprobs(t *testing.T) {
