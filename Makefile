@@ -36,7 +36,7 @@ build:
 
 ## run: the main job.
 run: deps build
-	./$(BIN) pools --demo
+	./$(BIN) serve
 
 ## test: formatting check, vet, and every test with the race detector.
 test: deps

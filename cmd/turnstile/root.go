@@ -21,6 +21,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(newVersionCmd())
 	root.AddCommand(newPoolsCmd())
+	root.AddCommand(newGenerateCmd())
 	root.AddCommand(newModelCmd())
 	return root
 }

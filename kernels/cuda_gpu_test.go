@@ -1,0 +1,538 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-llm/turnstile/cuda"
+)
+
+// These tests run the CUDA kernels on a real GPU and compare them with the Ref*
+// functions. Without a driver or a device they skip, saying so; scripts/gpu-check.sh
+// runs them on a GPU machine from a test binary built elsewhere.
+
+type gpuEnv struct {
+	drv *cuda.Driver
+	dev *cuda.Device
+	k   *CUDAKernels
+}
+
+func openGPU(t testing.TB) *gpuEnv {
+	t.Helper()
+	drv, err := cuda.LoadDriver()
+	if err != nil {
+		t.Skipf("no CUDA driver, skipping GPU kernel test: %v", err)
+	}
+	n, err := drv.DeviceCount()
+	if err != nil || n == 0 {
+		drv.Close()
+		t.Skipf("no CUDA device (count %d), skipping GPU kernel test: %v", n, err)
+	}
+	nv, err := cuda.LoadNVRTC()
+	if err != nil {
+		drv.Close()
+		t.Skipf("no NVRTC, skipping GPU kernel test: %v", err)
+	}
+	defer nv.Close()
+	dev, err := drv.Open(0)
+	require.NoError(t, err)
+	cc, err := cuda.NewCubinCache(nv, "")
+	require.NoError(t, err)
+	mods, err := CompileCUDA(cc, dev.Props().Arch())
+	require.NoError(t, err)
+	env := &gpuEnv{drv: drv, dev: dev}
+	require.NoError(t, dev.Do(func(c cuda.Ctx) error {
+		env.k, err = LoadCUDAKernels(c, mods)
+		return err
+	}))
+	t.Cleanup(func() {
+		_ = dev.Do(func(c cuda.Ctx) error { return env.k.Unload(c) })
+		require.NoError(t, dev.Close())
+		drv.Close()
+	})
+	return env
+}
+
+func f32Bytes(f []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
+}
+
+func i32Bytes(v []int32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
+}
+
+// devBuf tracks allocations of one test so they are freed together.
+type devBuf struct {
+	c    cuda.Ctx
+	ptrs []cuda.DevicePtr
+}
+
+func (b *devBuf) alloc(t testing.TB, n int) cuda.DevicePtr {
+	p, err := b.c.Alloc(uint64(max(n, 4)))
+	require.NoError(t, err)
+	b.ptrs = append(b.ptrs, p)
+	return p
+}
+
+func (b *devBuf) bytes(t testing.TB, data []byte) cuda.DevicePtr {
+	p := b.alloc(t, len(data))
+	require.NoError(t, b.c.CopyHtoD(p, data))
+	return p
+}
+
+func (b *devBuf) f32(t testing.TB, v []float32) cuda.DevicePtr { return b.bytes(t, f32Bytes(v)) }
+func (b *devBuf) i32(t testing.TB, v []int32) cuda.DevicePtr   { return b.bytes(t, i32Bytes(v)) }
+
+func (b *devBuf) readF32(t testing.TB, p cuda.DevicePtr, n int) []float32 {
+	out := make([]float32, n)
+	require.NoError(t, b.c.Synchronize())
+	require.NoError(t, b.c.CopyDtoH(f32Bytes(out), p))
+	return out
+}
+
+func (b *devBuf) readI32(t testing.TB, p cuda.DevicePtr, n int) []int32 {
+	out := make([]int32, n)
+	require.NoError(t, b.c.Synchronize())
+	require.NoError(t, b.c.CopyDtoH(i32Bytes(out), p))
+	return out
+}
+
+func (b *devBuf) free() {
+	for _, p := range b.ptrs {
+		_ = b.c.Free(p)
+	}
+}
+
+// withGPU runs f on the device thread with a fresh allocation tracker.
+func (e *gpuEnv) with(t testing.TB, f func(c cuda.Ctx, b *devBuf)) {
+	require.NoError(t, e.dev.Do(func(c cuda.Ctx) error {
+		b := &devBuf{c: c}
+		defer b.free()
+		f(c, b)
+		return nil
+	}))
+}
+
+func randF32(r *rand.Rand, n int, scale float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = (r.Float32()*2 - 1) * scale
+	}
+	return v
+}
+
+func requireClose(t testing.TB, want, got []float32, tol float64, what string) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i := range want {
+		d := math.Abs(float64(want[i]) - float64(got[i]))
+		require.LessOrEqual(t, d, tol*(1+math.Abs(float64(want[i]))), "%s[%d]: want %v got %v", what, i, want[i], got[i])
+	}
+}
+
+func TestGPURowKernels(t *testing.T) {
+	e := openGPU(t)
+	r := rand.New(rand.NewPCG(1, 2))
+	e.with(t, func(c cuda.Ctx, b *devBuf) {
+		var s cuda.Stream
+		// RMSNorm, dim not a multiple of the block.
+		rows, dim := 5, 300
+		x, w := randF32(r, rows*dim, 2), randF32(r, dim, 1)
+		want := make([]float32, rows*dim)
+		RefRMSNorm(want, x, w, rows, dim, 1e-5)
+		dx, dw := b.f32(t, x), b.f32(t, w)
+		dy := b.alloc(t, 4*rows*dim)
+		require.NoError(t, e.k.RMSNorm(c, s, dy, dx, dw, rows, dim, 1e-5))
+		requireClose(t, want, b.readF32(t, dy, rows*dim), 1e-5, "rmsnorm")
+
+		// RoPE with positions up to 1e5.
+		pos := []int32{0, 1, 17, 4095, 100000}
+		heads, hd := 4, 64
+		xr := randF32(r, len(pos)*heads*hd, 1)
+		wantR := append([]float32(nil), xr...)
+		RefRoPE(wantR, pos, heads, hd, 10000, 1)
+		dxr, dpos := b.f32(t, xr), b.i32(t, pos)
+		require.NoError(t, e.k.RoPE(c, s, dxr, dpos, len(pos), heads, hd, 10000, 1))
+		requireClose(t, wantR, b.readF32(t, dxr, len(xr)), 2e-5, "rope")
+
+		// SiLU·mul.
+		n := 1000
+		g, u := randF32(r, n, 6), randF32(r, n, 2)
+		wantS := make([]float32, n)
+		RefSiLUMul(wantS, g, u)
+		dout := b.alloc(t, 4*n)
+		require.NoError(t, e.k.SiLUMul(c, s, dout, b.f32(t, g), b.f32(t, u), n))
+		requireClose(t, wantS, b.readF32(t, dout, n), 1e-6, "silu")
+	})
+}
+
+func TestGPUEmbedding(t *testing.T) {
+	e := openGPU(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	vocab, cols := 50, 96
+	vals := randF32(r, vocab*cols, 1)
+	tokens := []int32{0, 49, 7, 7, 23}
+	for _, dt := range []DType{F32, F16, BF16, Q8_0} {
+		t.Run(dt.String(), func(t *testing.T) {
+			table, err := Quantize(dt, vocab, cols, vals)
+			require.NoError(t, err)
+			want := make([]float32, len(tokens)*cols)
+			RefEmbedding(want, table, tokens)
+			e.with(t, func(c cuda.Ctx, b *devBuf) {
+				out := b.alloc(t, 4*len(want))
+				require.NoError(t, e.k.Embedding(c, cuda.Stream{}, out, b.bytes(t, table.Data), dt, b.i32(t, tokens), len(tokens), vocab, cols))
+				require.Equal(t, want, b.readF32(t, out, len(want)))
+			})
+		})
+	}
+}
+
+func TestGPUAttention(t *testing.T) {
+	e := openGPU(t)
+	cases := []struct {
+		name              string
+		bf16              bool
+		heads, kvh, hd    int
+		blockSize, splitB int
+		ctx               []int // per sequence; 0 is a padding row
+		numQ              []int // prefill queries per sequence
+	}{
+		{"f32 gqa4 splits", false, 8, 2, 64, 16, 2, []int{1, 37, 100, 0}, []int{1, 5, 33, 0}},
+		{"bf16 gqa8 hd128", true, 16, 2, 128, 16, 4, []int{200, 3}, []int{64, 3}},
+		{"f32 mha hd80 bs32", false, 4, 4, 80, 32, 1, []int{65, 64}, []int{2, 64}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(5, uint64(tc.hd)))
+			maxBlocks := 0
+			for _, cl := range tc.ctx {
+				maxBlocks = max(maxBlocks, ceilDiv(cl, tc.blockSize))
+			}
+			maxBlocks = max(maxBlocks, 1)
+			numBlocks := len(tc.ctx)*maxBlocks + 3
+			l := &KVLayer{NumBlocks: numBlocks, KVHeads: tc.kvh, BlockSize: tc.blockSize, HeadDim: tc.hd}
+			l.K = make([]float32, numBlocks*tc.kvh*tc.blockSize*tc.hd)
+			l.V = make([]float32, len(l.K))
+			// Tables: a shuffled permutation of blocks, so pages are not contiguous.
+			perm := r.Perm(numBlocks)
+			tables := make([]int32, len(tc.ctx)*maxBlocks)
+			var slots []int32
+			var kRows, vRows []float32
+			kvRow := tc.kvh * tc.hd
+			for i, cl := range tc.ctx {
+				for j := 0; j < maxBlocks; j++ {
+					tables[i*maxBlocks+j] = int32(perm[i*maxBlocks+j])
+				}
+				tab := tables[i*maxBlocks : (i+1)*maxBlocks]
+				pos := make([]int32, cl)
+				k, v := randF32(r, cl*kvRow, 1), randF32(r, cl*kvRow, 1)
+				if tc.bf16 { // the reference sees what the bf16 cache holds
+					for j := range k {
+						k[j], v[j] = BF16ToF32(F32ToBF16(k[j])), BF16ToF32(F32ToBF16(v[j]))
+					}
+				}
+				for p := range pos {
+					pos[p] = int32(p)
+					slots = append(slots, tab[p/tc.blockSize]*int32(tc.blockSize)+int32(p%tc.blockSize))
+				}
+				require.NoError(t, KVWrite(l, k, v, pos, tab))
+				kRows, vRows = append(kRows, k...), append(vRows, v...)
+			}
+			slots = append(slots, -1) // a padding token writes nothing
+			kRows, vRows = append(kRows, make([]float32, kvRow)...), append(vRows, make([]float32, kvRow)...)
+			scale := float32(1 / math.Sqrt(float64(tc.hd)))
+			row := tc.heads * tc.hd
+			elem := 4
+			if tc.bf16 {
+				elem = 2
+			}
+
+			e.with(t, func(c cuda.Ctx, b *devBuf) {
+				var s cuda.Stream
+				cacheBytes := len(l.K) * elem
+				kv := CUDAKV{K: b.alloc(t, cacheBytes), V: b.alloc(t, cacheBytes), BF16: tc.bf16,
+					NumBlocks: numBlocks, KVHeads: tc.kvh, BlockSize: tc.blockSize, HeadDim: tc.hd}
+				require.NoError(t, c.MemsetD8Async(kv.K, 0, uint64(cacheBytes), s))
+				require.NoError(t, c.MemsetD8Async(kv.V, 0, uint64(cacheBytes), s))
+				require.NoError(t, e.k.KVWrite(c, s, kv, b.f32(t, kRows), b.f32(t, vRows), b.i32(t, slots), len(slots)))
+				if !tc.bf16 {
+					require.Equal(t, l.K, b.readF32(t, kv.K, len(l.K)), "K cache after KVWrite")
+					require.Equal(t, l.V, b.readF32(t, kv.V, len(l.V)), "V cache after KVWrite")
+				}
+				dTables := b.i32(t, tables)
+
+				// Decode: one query per sequence at its last position.
+				q := randF32(r, len(tc.ctx)*row, 1)
+				want := make([]float32, len(q))
+				var seqs []AttnSeq
+				for i, cl := range tc.ctx {
+					if cl > 0 {
+						seqs = append(seqs, AttnSeq{QStart: int32(i), NumQ: 1, ContextLen: int32(cl), BlockTable: tables[i*maxBlocks : (i+1)*maxBlocks]})
+					}
+				}
+				require.NoError(t, RefPagedAttention(want, q, l, seqs, tc.heads, scale))
+				ctxLens := make([]int32, len(tc.ctx))
+				for i, cl := range tc.ctx {
+					ctxLens[i] = int32(cl)
+				}
+				d := DecodeShape{Batch: len(tc.ctx), Heads: tc.heads, MaxBlocks: maxBlocks, SplitBlocks: tc.splitB, Splits: ceilDiv(maxBlocks, tc.splitB)}
+				ob, mb := DecodeScratchBytes(d, tc.hd)
+				out := b.alloc(t, 4*len(q))
+				require.NoError(t, e.k.DecodeAttention(c, s, out, b.f32(t, q), kv, dTables, b.i32(t, ctxLens), d, scale,
+					b.alloc(t, int(ob)), b.alloc(t, int(mb))))
+				requireClose(t, want, b.readF32(t, out, len(q)), 2e-5, "decode")
+
+				// Prefill: the last numQ positions of each sequence.
+				var qStart, numQ []int32
+				rows, maxQ := 0, 0
+				seqs = seqs[:0]
+				for i, cl := range tc.ctx {
+					nq := tc.numQ[i]
+					qStart, numQ = append(qStart, int32(rows)), append(numQ, int32(nq))
+					if nq > 0 {
+						seqs = append(seqs, AttnSeq{QStart: int32(rows), NumQ: int32(nq), ContextLen: int32(cl), BlockTable: tables[i*maxBlocks : (i+1)*maxBlocks]})
+					}
+					rows += nq
+					maxQ = max(maxQ, nq)
+				}
+				qp := randF32(r, rows*row, 1)
+				wantP := make([]float32, len(qp))
+				require.NoError(t, RefPagedAttention(wantP, qp, l, seqs, tc.heads, scale))
+				outP := b.alloc(t, 4*len(qp))
+				p := PrefillShape{Seqs: len(tc.ctx), Heads: tc.heads, MaxQ: maxQ, MaxBlocks: maxBlocks}
+				require.NoError(t, e.k.PrefillAttention(c, s, outP, b.f32(t, qp), kv, b.i32(t, qStart), b.i32(t, numQ), b.i32(t, ctxLens), dTables, p, scale))
+				requireClose(t, wantP, b.readF32(t, outP, len(qp)), 2e-5, "prefill")
+			})
+		})
+	}
+}
+
+func TestGPUArgmaxSample(t *testing.T) {
+	e := openGPU(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	vocab := 32000
+	type row struct {
+		temp, topP, minP, u float32
+		topK                int32
+		want                func(x []float32) int32
+	}
+	top3Lowest := func(x []float32) int32 { // lowest id among the 3 largest
+		idx := topIndices(x, 3)
+		return min(idx[0], idx[1], idx[2])
+	}
+	argmax := func(x []float32) int32 { return RefArgmax(x) }
+	rows := []row{
+		{temp: 0, topP: 1, want: argmax},
+		{temp: 1, topK: 1, topP: 1, u: 0.7, want: argmax},
+		{temp: 1, topK: 3, topP: 1, u: 0, want: top3Lowest},
+		{temp: 0.8, topP: 1e-6, u: 0.5, want: argmax},
+		{temp: 1.3, topP: 1, minP: 1, u: 0.99, want: argmax},
+	}
+	logits := randF32(r, len(rows)*vocab, 8)
+	e.with(t, func(c cuda.Ctx, b *devBuf) {
+		var s cuda.Stream
+		dl := b.f32(t, logits)
+		am := b.alloc(t, 4*len(rows))
+		require.NoError(t, e.k.Argmax(c, s, am, dl, len(rows), vocab))
+		got := b.readI32(t, am, len(rows))
+		for i := range rows {
+			require.Equal(t, RefArgmax(logits[i*vocab:(i+1)*vocab]), got[i], "argmax row %d", i)
+		}
+		p := SampleParams{}
+		temps, topPs, minPs, us := make([]float32, len(rows)), make([]float32, len(rows)), make([]float32, len(rows)), make([]float32, len(rows))
+		topKs := make([]int32, len(rows))
+		for i, rw := range rows {
+			temps[i], topPs[i], minPs[i], us[i], topKs[i] = rw.temp, rw.topP, rw.minP, rw.u, rw.topK
+		}
+		p.Temperature, p.TopP, p.MinP, p.U, p.TopK = b.f32(t, temps), b.f32(t, topPs), b.f32(t, minPs), b.f32(t, us), b.i32(t, topKs)
+		out := b.alloc(t, 4*len(rows))
+		require.NoError(t, e.k.Sample(c, s, out, dl, len(rows), vocab, p))
+		got = b.readI32(t, out, len(rows))
+		for i, rw := range rows {
+			require.Equal(t, rw.want(logits[i*vocab:(i+1)*vocab]), got[i], "sample row %d", i)
+		}
+	})
+}
+
+// topIndices returns the ids of the n largest values, largest first.
+func topIndices(x []float32, n int) []int32 {
+	idx := make([]int32, 0, n)
+	used := map[int32]bool{}
+	for range n {
+		best := int32(-1)
+		for i, v := range x {
+			if !used[int32(i)] && (best < 0 || v > x[best]) {
+				best = int32(i)
+			}
+		}
+		used[best] = true
+		idx = append(idx, best)
+	}
+	return idx
+}
+
+func TestGPUGemm(t *testing.T) {
+	e := openGPU(t)
+	lt, err := cuda.LoadCublasLt()
+	if err != nil {
+		t.Skipf("no cuBLASLt, skipping GEMM test: %v", err)
+	}
+	defer lt.Close()
+	r := rand.New(rand.NewPCG(9, 10))
+	m, n, k := 3, 70, 64
+	wv, xv := randF32(r, n*k, 1), randF32(r, m*k, 1)
+	for _, tc := range []struct {
+		dt  DType
+		cdt cuda.DType
+		tol float64
+	}{{F32, cuda.F32, 1e-4}, {BF16, cuda.BF16, 1e-4}, {F16, cuda.F16, 1e-4}} {
+		t.Run(tc.dt.String(), func(t *testing.T) {
+			W, err := Quantize(tc.dt, n, k, wv)
+			require.NoError(t, err)
+			// The reference multiplies the x the GPU sees (rounded to the GEMM type).
+			xr := append([]float32(nil), xv...)
+			for i := range xr {
+				switch tc.dt {
+				case BF16:
+					xr[i] = BF16ToF32(F32ToBF16(xr[i]))
+				case F16:
+					xr[i] = F16ToF32(F32ToF16(xr[i]))
+				}
+			}
+			want := make([]float32, m*n)
+			require.NoError(t, RefMatMul(want, xr, m, W))
+			e.with(t, func(c cuda.Ctx, b *devBuf) {
+				var s cuda.Stream
+				g, err := c.NewGemm(lt, 4<<20)
+				require.NoError(t, err)
+				defer func() { require.NoError(t, c.DestroyGemm(g)) }()
+				dx := b.f32(t, xv)
+				if tc.dt != F32 {
+					cast := b.alloc(t, 2*m*k)
+					require.NoError(t, e.k.CastF32(c, s, cast, dx, m*k, tc.cdt))
+					dx = cast
+				}
+				dy := b.alloc(t, 4*m*n)
+				require.NoError(t, c.MatmulWT(g, tc.cdt, m, n, k, dx, b.bytes(t, W.Data), dy, s))
+				requireClose(t, want, b.readF32(t, dy, m*n), tc.tol, "gemm")
+			})
+		})
+	}
+}
+
+// A captured graph replays the kernels on whatever the input buffers hold.
+func TestGPUGraph(t *testing.T) {
+	e := openGPU(t)
+	r := rand.New(rand.NewPCG(11, 12))
+	rows, dim := 4, 512
+	w := randF32(r, dim, 1)
+	e.with(t, func(c cuda.Ctx, b *devBuf) {
+		s, err := c.NewStream()
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.DestroyStream(s)) }()
+		dx, dw, dy, dz := b.alloc(t, 4*rows*dim), b.f32(t, w), b.alloc(t, 4*rows*dim), b.alloc(t, 4*rows*dim)
+		require.NoError(t, c.BeginCapture(s))
+		require.NoError(t, e.k.RMSNorm(c, s, dy, dx, dw, rows, dim, 1e-6))
+		require.NoError(t, e.k.SiLUMul(c, s, dz, dy, dx, rows*dim))
+		g, err := c.EndCapture(s)
+		require.NoError(t, err)
+		ge, err := c.Instantiate(g)
+		require.NoError(t, err)
+		defer func() {
+			require.NoError(t, c.DestroyGraphExec(ge))
+			require.NoError(t, c.DestroyGraph(g))
+		}()
+		for step := range 3 {
+			x := randF32(r, rows*dim, float32(step+1))
+			require.NoError(t, c.CopyHtoD(dx, f32Bytes(x)))
+			// The copy ran on the legacy stream, which s (non-blocking) does not wait for.
+			require.NoError(t, c.Synchronize())
+			require.NoError(t, c.LaunchGraph(ge, s))
+			require.NoError(t, c.Sync(s))
+			y := make([]float32, rows*dim)
+			RefRMSNorm(y, x, w, rows, dim, 1e-6)
+			want := make([]float32, rows*dim)
+			RefSiLUMul(want, y, x)
+			requireClose(t, want, b.readF32(t, dz, rows*dim), 1e-5, "graph step")
+		}
+	})
+}
+
+// TestGPUStartup logs the cold (empty cache) and warm start-up times: compile or
+// read every kernel and load the modules. It asserts only that both work.
+func TestGPUStartup(t *testing.T) {
+	e := openGPU(t)
+	nv, err := cuda.LoadNVRTC()
+	require.NoError(t, err)
+	defer nv.Close()
+	dir := t.TempDir()
+	for _, phase := range []string{"cold", "warm"} {
+		start := time.Now()
+		cc, err := cuda.NewCubinCache(nv, dir)
+		require.NoError(t, err)
+		mods, err := CompileCUDA(cc, e.dev.Props().Arch())
+		require.NoError(t, err)
+		e.with(t, func(c cuda.Ctx, b *devBuf) {
+			k, err := LoadCUDAKernels(c, mods)
+			require.NoError(t, err)
+			require.NoError(t, k.Unload(c))
+		})
+		compiles, hits := cc.Stats()
+		t.Logf("RESULT startup %s: %v (compiles %d, cache hits %d)", phase, time.Since(start), compiles, hits)
+	}
+}
+
+// BenchmarkGPUDecodeAttention reports the KV bandwidth of bf16 decode attention
+// (batch 32, 32 heads, 8 KV heads, head dim 128, context 4096).
+func BenchmarkGPUDecodeAttention(b *testing.B) {
+	e := openGPU(b)
+	const batch, heads, kvh, hd, bs, ctx = 32, 32, 8, 128, 16, 4096
+	maxBlocks := ctx / bs
+	numBlocks := batch * maxBlocks
+	tables := make([]int32, batch*maxBlocks)
+	for i := range tables {
+		tables[i] = int32(i)
+	}
+	ctxLens := make([]int32, batch)
+	for i := range ctxLens {
+		ctxLens[i] = ctx
+	}
+	kvBytes := numBlocks * kvh * bs * hd * 2
+	e.with(b, func(c cuda.Ctx, buf *devBuf) {
+		var s cuda.Stream
+		kv := CUDAKV{K: buf.alloc(b, kvBytes), V: buf.alloc(b, kvBytes), BF16: true, NumBlocks: numBlocks, KVHeads: kvh, BlockSize: bs, HeadDim: hd}
+		require.NoError(b, c.MemsetD8Async(kv.K, 0x3c, uint64(kvBytes), s))
+		require.NoError(b, c.MemsetD8Async(kv.V, 0x3c, uint64(kvBytes), s))
+		d := DecodeShape{Batch: batch, Heads: heads, MaxBlocks: maxBlocks, SplitBlocks: 32, Splits: ceilDiv(maxBlocks, 32)}
+		ob, mb := DecodeScratchBytes(d, hd)
+		q, out := buf.alloc(b, 4*batch*heads*hd), buf.alloc(b, 4*batch*heads*hd)
+		require.NoError(b, c.MemsetD8Async(q, 0, uint64(4*batch*heads*hd), s))
+		dt, dc, op, mp := buf.i32(b, tables), buf.i32(b, ctxLens), buf.alloc(b, int(ob)), buf.alloc(b, int(mb))
+		start, err := c.NewEvent(true)
+		require.NoError(b, err)
+		end, err := c.NewEvent(true)
+		require.NoError(b, err)
+		b.ResetTimer()
+		require.NoError(b, c.Record(start, s))
+		for range b.N {
+			if err := e.k.DecodeAttention(c, s, out, q, kv, dt, dc, d, 0.088, op, mp); err != nil {
+				b.Fatal(err)
+			}
+		}
+		require.NoError(b, c.Record(end, s))
+		require.NoError(b, c.EventSync(end))
+		ms, err := c.Elapsed(start, end)
+		require.NoError(b, err)
+		b.StopTimer()
+		sec := float64(ms) / 1e3 / float64(b.N)
+		b.ReportMetric(float64(2*kvBytes)/sec/1e9, "GB/s")
+		b.ReportMetric(sec*1e6, "us/step")
+		require.NoError(b, c.DestroyEvent(start))
+		require.NoError(b, c.DestroyEvent(end))
+	})
+}

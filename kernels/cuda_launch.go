@@ -1,0 +1,368 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/turnstile-llm/turnstile/cuda"
+)
+
+// Launch geometry shared with the .cu sources (a test checks the #defines).
+const (
+	cudaDecodeThreads  = 128 // TS_DECODE_THREADS
+	cudaMaxGroup       = 16  // TS_MAX_GROUP: query heads per KV head
+	cudaMaxHeadDim     = 256 // TS_MAX_HD
+	cudaPrefillWarps   = 4   // TS_PREFILL_WARPS
+	cudaSampleThreads  = 256 // TS_SAMPLE_THREADS
+	cudaRowThreads     = 256 // block size of the row kernels
+	cudaElemThreads    = 256 // block size of the element-wise kernels
+	cudaMaxElemBlocks  = 4096
+	cudaDefaultSmemCap = 48 << 10 // dynamic shared memory usable without opting in
+)
+
+// CUDAModule is one compiled kernel source.
+type CUDAModule struct {
+	Name    string
+	Cubin   []byte
+	Entries []string
+}
+
+// CompileCUDA returns the cubin of every kernel source for arch ("sm_90"),
+// through cc: compiled by NVRTC on a cold start, read from disk on a warm one.
+func CompileCUDA(cc *cuda.CubinCache, arch string) ([]CUDAModule, error) {
+	srcs, err := CUDASources()
+	if err != nil {
+		return nil, err
+	}
+	mods := make([]CUDAModule, 0, len(srcs))
+	for _, s := range srcs {
+		cubin, err := cc.Get(s.Source, s.Name, arch, CUDAOptions())
+		if err != nil {
+			return nil, fmt.Errorf("kernels: %s for %s: %w", s.Name, arch, err)
+		}
+		mods = append(mods, CUDAModule{Name: s.Name, Cubin: cubin, Entries: s.Entries})
+	}
+	return mods, nil
+}
+
+// CUDAKV is one layer's paged KV cache in device memory: K and V each
+// [NumBlocks][KVHeads][BlockSize][HeadDim] of float32, or of bf16 when BF16.
+type CUDAKV struct {
+	K, V                                   cuda.DevicePtr
+	BF16                                   bool
+	NumBlocks, KVHeads, BlockSize, HeadDim int
+}
+
+func (kv CUDAKV) suffix() string {
+	if kv.BF16 {
+		return "_bf16"
+	}
+	return "_f32"
+}
+
+func (kv CUDAKV) validate() error {
+	if kv.NumBlocks <= 0 || kv.KVHeads <= 0 || kv.BlockSize <= 0 || kv.HeadDim <= 0 {
+		return fmt.Errorf("kernels: CUDA KV shape blocks=%d kvHeads=%d blockSize=%d headDim=%d must be positive",
+			kv.NumBlocks, kv.KVHeads, kv.BlockSize, kv.HeadDim)
+	}
+	if kv.HeadDim > cudaMaxHeadDim {
+		return fmt.Errorf("kernels: CUDA attention headDim %d exceeds %d", kv.HeadDim, cudaMaxHeadDim)
+	}
+	return nil
+}
+
+// CUDAKernels holds the loaded kernel modules of one device and launches them.
+// Every method takes the device's Ctx (so it runs on the device thread) and a
+// stream; pointers are device memory; shapes are validated before launch and
+// errors name the offending values. It reuses one argument buffer, so it is
+// used from the device thread only (as Ctx already requires).
+type CUDAKernels struct {
+	mods    []cuda.Module
+	fns     map[string]cuda.Function
+	smemCap int // dynamic shared memory bytes the decode kernels are allowed
+	args    cuda.Args
+}
+
+// LoadCUDAKernels loads every module and resolves its entry points.
+func LoadCUDAKernels(c cuda.Ctx, mods []CUDAModule) (*CUDAKernels, error) {
+	k := &CUDAKernels{fns: map[string]cuda.Function{}, smemCap: cudaDefaultSmemCap}
+	for _, m := range mods {
+		mod, err := c.LoadModule(m.Cubin)
+		if err != nil {
+			k.Unload(c)
+			return nil, fmt.Errorf("kernels: load %s: %w", m.Name, err)
+		}
+		k.mods = append(k.mods, mod)
+		for _, e := range m.Entries {
+			f, err := c.Function(mod, e)
+			if err != nil {
+				k.Unload(c)
+				return nil, fmt.Errorf("kernels: %s: %w", m.Name, err)
+			}
+			k.fns[e] = f
+		}
+	}
+	// Let the decode kernels use the device's opt-in shared memory.
+	if optin := c.Props().MaxSharedOptin; optin > k.smemCap {
+		for _, e := range []string{"ts_paged_decode_f32", "ts_paged_decode_bf16"} {
+			if f, ok := k.fns[e]; ok {
+				if err := c.SetMaxDynamicShared(f, optin); err != nil {
+					k.Unload(c)
+					return nil, err
+				}
+			}
+		}
+		k.smemCap = optin
+	}
+	return k, nil
+}
+
+// Unload unloads every module; the CUDAKernels is unusable afterwards.
+func (k *CUDAKernels) Unload(c cuda.Ctx) error {
+	var first error
+	for _, m := range k.mods {
+		if err := c.UnloadModule(m); err != nil && first == nil {
+			first = err
+		}
+	}
+	k.mods, k.fns = nil, nil
+	return first
+}
+
+func (k *CUDAKernels) launch(c cuda.Ctx, name string, grid, block cuda.Dim3, smem int, s cuda.Stream) error {
+	f, ok := k.fns[name]
+	if !ok {
+		return fmt.Errorf("kernels: CUDA kernel %s not loaded", name)
+	}
+	return c.Launch(f, grid, block, uint32(smem), s, &k.args)
+}
+
+// dim1 is a one-dimensional grid or block of n.
+func dim1(n int) cuda.Dim3 { return cuda.Dim3{X: uint32(n), Y: 1, Z: 1} }
+
+// elemGrid covers n elements with grid-stride loops, at most cudaMaxElemBlocks blocks.
+func elemGrid(n int) cuda.Dim3 {
+	return dim1(max(1, min(cudaMaxElemBlocks, ceilDiv(n, cudaElemThreads))))
+}
+
+func positive(what string, vals ...int) error {
+	for _, v := range vals {
+		if v <= 0 {
+			return fmt.Errorf("kernels: CUDA %s: sizes %v must be positive", what, vals)
+		}
+	}
+	return nil
+}
+
+// RMSNorm: y[r] = x[r]/sqrt(mean(x[r]²)+eps) ⊙ w; x, y [rows][dim], w [dim].
+func (k *CUDAKernels) RMSNorm(c cuda.Ctx, s cuda.Stream, y, x, w cuda.DevicePtr, rows, dim int, eps float32) error {
+	if err := positive("RMSNorm rows, dim", rows, dim); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(y).Ptr(x).Ptr(w).I32(int32(dim)).F32(eps)
+	return k.launch(c, "ts_rmsnorm", dim1(rows), dim1(cudaRowThreads), 0, s)
+}
+
+// RoPE rotates adjacent pairs of x [rows][heads*headDim] in place by
+// pos[r]·freqScale·theta^(−2i/headDim); pos is int32 [rows].
+func (k *CUDAKernels) RoPE(c cuda.Ctx, s cuda.Stream, x, pos cuda.DevicePtr, rows, heads, headDim int, theta, freqScale float32) error {
+	if err := positive("RoPE rows, heads, headDim", rows, heads, headDim); err != nil {
+		return err
+	}
+	if headDim%2 != 0 {
+		return fmt.Errorf("kernels: CUDA RoPE headDim %d must be even", headDim)
+	}
+	k.args.Reset().Ptr(x).Ptr(pos).I32(int32(rows)).I32(int32(heads)).I32(int32(headDim)).F32(theta).F32(freqScale)
+	return k.launch(c, "ts_rope", dim1(ceilDiv(rows*headDim/2, cudaElemThreads)), dim1(cudaElemThreads), 0, s)
+}
+
+// SiLUMul: y = silu(gate) ⊙ up over n floats.
+func (k *CUDAKernels) SiLUMul(c cuda.Ctx, s cuda.Stream, y, gate, up cuda.DevicePtr, n int) error {
+	if err := positive("SiLUMul n", n); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(y).Ptr(gate).Ptr(up).U64(uint64(n))
+	return k.launch(c, "ts_silu_mul", elemGrid(n), dim1(cudaElemThreads), 0, s)
+}
+
+// Embedding gathers rows tokens[i] (int32 [ntok]) of table [vocab][cols] of
+// type t into out [ntok][cols] float32.
+func (k *CUDAKernels) Embedding(c cuda.Ctx, s cuda.Stream, out, table cuda.DevicePtr, t DType, tokens cuda.DevicePtr, ntok, vocab, cols int) error {
+	if err := positive("Embedding ntok, vocab, cols", ntok, vocab, cols); err != nil {
+		return err
+	}
+	var name string
+	switch t {
+	case F32:
+		name = "ts_embedding_f32"
+	case F16:
+		name = "ts_embedding_f16"
+	case BF16:
+		name = "ts_embedding_bf16"
+	case Q8_0:
+		name = "ts_embedding_q8_0"
+	default:
+		return fmt.Errorf("kernels: CUDA Embedding of %v tables is not supported", t)
+	}
+	if t == Q8_0 && cols%Q8BlockElems != 0 {
+		return fmt.Errorf("kernels: CUDA Embedding Q8_0 cols %d is not a multiple of %d", cols, Q8BlockElems)
+	}
+	k.args.Reset().Ptr(out).Ptr(table).Ptr(tokens).I32(int32(vocab)).I32(int32(cols))
+	return k.launch(c, name, dim1(ntok), dim1(cudaRowThreads), 0, s)
+}
+
+// CastF32 converts n floats at in to bf16 or f16 at out (the GEMM input type).
+func (k *CUDAKernels) CastF32(c cuda.Ctx, s cuda.Stream, out, in cuda.DevicePtr, n int, to cuda.DType) error {
+	if err := positive("CastF32 n", n); err != nil {
+		return err
+	}
+	var name string
+	switch to {
+	case cuda.BF16:
+		name = "ts_cast_f32_bf16"
+	case cuda.F16:
+		name = "ts_cast_f32_f16"
+	default:
+		return fmt.Errorf("kernels: CUDA CastF32 to %v: want bf16 or f16", to)
+	}
+	k.args.Reset().Ptr(out).Ptr(in).U64(uint64(n))
+	return k.launch(c, name, elemGrid(n), dim1(cudaElemThreads), 0, s)
+}
+
+// DequantQ8ToBF16 converts a Q8_0 matrix [rows][cols] to bf16 (weight upload).
+func (k *CUDAKernels) DequantQ8ToBF16(c cuda.Ctx, s cuda.Stream, out, in cuda.DevicePtr, rows, cols int) error {
+	if err := positive("DequantQ8ToBF16 rows, cols", rows, cols); err != nil {
+		return err
+	}
+	if cols%Q8BlockElems != 0 {
+		return fmt.Errorf("kernels: CUDA Q8_0 cols %d is not a multiple of %d", cols, Q8BlockElems)
+	}
+	k.args.Reset().Ptr(out).Ptr(in).U64(uint64(rows)).I32(int32(cols))
+	return k.launch(c, "ts_dequant_q8_0_bf16", elemGrid(rows*cols), dim1(cudaElemThreads), 0, s)
+}
+
+// Argmax writes the index of the first largest element of each row of x
+// [rows][n] to out (int32 [rows]).
+func (k *CUDAKernels) Argmax(c cuda.Ctx, s cuda.Stream, out, x cuda.DevicePtr, rows, n int) error {
+	if err := positive("Argmax rows, n", rows, n); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(out).Ptr(x).I32(int32(n))
+	return k.launch(c, "ts_argmax", dim1(rows), dim1(cudaRowThreads), 0, s)
+}
+
+// SampleParams are the device arrays of per-row sampling settings, each
+// [rows]: Temperature, TopP, MinP, U float32; TopK int32. U holds uniforms in
+// [0, 1) the host draws from each request's seeded RNG.
+type SampleParams struct {
+	Temperature, TopK, TopP, MinP, U cuda.DevicePtr
+}
+
+// Sample draws one token per row of logits [rows][n] into out (int32 [rows]);
+// see sampling.cu for the exact rule.
+func (k *CUDAKernels) Sample(c cuda.Ctx, s cuda.Stream, out, logits cuda.DevicePtr, rows, n int, p SampleParams) error {
+	if err := positive("Sample rows, n", rows, n); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(out).Ptr(logits).I32(int32(n)).Ptr(p.Temperature).Ptr(p.TopK).Ptr(p.TopP).Ptr(p.MinP).Ptr(p.U)
+	return k.launch(c, "ts_sample", dim1(rows), dim1(cudaSampleThreads), 0, s)
+}
+
+// KVWrite stores ntok tokens' k and v rows (float32 [ntok][KVHeads*HeadDim])
+// at cache slots slots (int32 [ntok], slot = block*BlockSize + offset; < 0
+// skips a padding token).
+func (k *CUDAKernels) KVWrite(c cuda.Ctx, s cuda.Stream, kv CUDAKV, kp, vp, slots cuda.DevicePtr, ntok int) error {
+	if err := kv.validate(); err != nil {
+		return err
+	}
+	if err := positive("KVWrite ntok", ntok); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(kv.K).Ptr(kv.V).Ptr(kp).Ptr(vp).Ptr(slots).I32(int32(kv.KVHeads)).I32(int32(kv.BlockSize)).I32(int32(kv.HeadDim))
+	return k.launch(c, "ts_kv_write"+kv.suffix(), dim1(ntok), dim1(cudaRowThreads), 0, s)
+}
+
+// DecodeShape is the split plan of one decode-attention launch.
+type DecodeShape struct {
+	Batch, Heads int
+	MaxBlocks    int // columns of the block-table array
+	SplitBlocks  int // KV blocks per split
+	Splits       int // splits per sequence: ceil(longest context / (SplitBlocks·BlockSize))
+}
+
+// DecodeScratchBytes is the size of the partial-result buffers DecodeAttention
+// needs: oPart [Batch][Heads][Splits][HeadDim] and mlPart [Batch][Heads][Splits][2] floats.
+func DecodeScratchBytes(d DecodeShape, headDim int) (oPart, mlPart uint64) {
+	n := uint64(d.Batch) * uint64(d.Heads) * uint64(d.Splits)
+	return 4 * n * uint64(headDim), 4 * n * 2
+}
+
+// decodeSmem is the dynamic shared memory of one decode block (see attention.cu).
+func decodeSmem(group, headDim, blockSize, splitBlocks int) int {
+	return 4 * (group*headDim + group*blockSize + 3*group + splitBlocks)
+}
+
+// DecodeAttention computes one query per sequence, q and out [Batch][Heads*HeadDim],
+// over the paged cache kv, with block tables (int32 [Batch][MaxBlocks]) and context
+// lengths (int32 [Batch]; 0 for a padding row, which gets zeros). Each sequence's
+// context is split into Splits ranges of SplitBlocks blocks that run in parallel
+// and are merged; oPart and mlPart are scratch of DecodeScratchBytes.
+func (k *CUDAKernels) DecodeAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.DevicePtr, kv CUDAKV, tables, ctxLens cuda.DevicePtr,
+	d DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error {
+	if err := kv.validate(); err != nil {
+		return err
+	}
+	if err := positive("DecodeAttention batch, heads, maxBlocks, splitBlocks, splits", d.Batch, d.Heads, d.MaxBlocks, d.SplitBlocks, d.Splits); err != nil {
+		return err
+	}
+	if d.Heads%kv.KVHeads != 0 || d.Heads/kv.KVHeads > cudaMaxGroup {
+		return fmt.Errorf("kernels: CUDA DecodeAttention heads %d must be a multiple of kvHeads %d with at most %d per group",
+			d.Heads, kv.KVHeads, cudaMaxGroup)
+	}
+	if d.SplitBlocks*d.Splits < d.MaxBlocks {
+		return fmt.Errorf("kernels: CUDA DecodeAttention %d splits of %d blocks cover fewer than the %d table columns",
+			d.Splits, d.SplitBlocks, d.MaxBlocks)
+	}
+	group := d.Heads / kv.KVHeads
+	smem := decodeSmem(group, kv.HeadDim, kv.BlockSize, d.SplitBlocks)
+	if smem > k.smemCap {
+		return fmt.Errorf("kernels: CUDA DecodeAttention needs %d bytes of shared memory (group %d, headDim %d, blockSize %d, splitBlocks %d), device allows %d",
+			smem, group, kv.HeadDim, kv.BlockSize, d.SplitBlocks, k.smemCap)
+	}
+	k.args.Reset().Ptr(oPart).Ptr(mlPart).Ptr(q).Ptr(kv.K).Ptr(kv.V).Ptr(tables).I32(int32(d.MaxBlocks)).Ptr(ctxLens).
+		I32(int32(d.Heads)).I32(int32(kv.KVHeads)).I32(int32(kv.BlockSize)).I32(int32(kv.HeadDim)).F32(scale).I32(int32(d.SplitBlocks))
+	grid := cuda.Dim3{X: uint32(kv.KVHeads), Y: uint32(d.Batch), Z: uint32(d.Splits)}
+	if err := k.launch(c, "ts_paged_decode"+kv.suffix(), grid, dim1(cudaDecodeThreads), smem, s); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(out).Ptr(oPart).Ptr(mlPart).I32(int32(d.Heads)).I32(int32(kv.HeadDim)).I32(int32(d.Splits))
+	return k.launch(c, "ts_decode_combine", cuda.Dim3{X: uint32(d.Heads), Y: uint32(d.Batch), Z: 1},
+		dim1(min(cudaMaxHeadDim, (kv.HeadDim+31)/32*32)), 0, s)
+}
+
+// PrefillShape describes one prefill-attention launch over Seqs sequences.
+type PrefillShape struct {
+	Seqs, Heads int
+	MaxQ        int // most queries of any sequence (sizes the grid)
+	MaxBlocks   int // columns of the block-table array
+}
+
+// PrefillAttention computes causal attention for chunks of queries: sequence
+// i has NumQ[i] queries at q/out rows QStart[i].. (float32 [rows][Heads*HeadDim]),
+// at positions CtxLen[i]-NumQ[i].., attending to positions 0..own, all already
+// in kv. qStart, numQ, ctxLens are int32 [Seqs]; tables int32 [Seqs][MaxBlocks].
+func (k *CUDAKernels) PrefillAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.DevicePtr, kv CUDAKV, qStart, numQ, ctxLens, tables cuda.DevicePtr,
+	p PrefillShape, scale float32) error {
+	if err := kv.validate(); err != nil {
+		return err
+	}
+	if err := positive("PrefillAttention seqs, heads, maxQ, maxBlocks", p.Seqs, p.Heads, p.MaxQ, p.MaxBlocks); err != nil {
+		return err
+	}
+	if p.Heads%kv.KVHeads != 0 {
+		return fmt.Errorf("kernels: CUDA PrefillAttention heads %d is not a multiple of kvHeads %d", p.Heads, kv.KVHeads)
+	}
+	k.args.Reset().Ptr(out).Ptr(q).Ptr(kv.K).Ptr(kv.V).Ptr(qStart).Ptr(numQ).Ptr(ctxLens).Ptr(tables).I32(int32(p.MaxBlocks)).
+		I32(int32(p.Heads)).I32(int32(kv.KVHeads)).I32(int32(kv.BlockSize)).I32(int32(kv.HeadDim)).F32(scale)
+	grid := cuda.Dim3{X: uint32(ceilDiv(p.MaxQ, cudaPrefillWarps)), Y: uint32(p.Heads), Z: uint32(p.Seqs)}
+	return k.launch(c, "ts_paged_prefill"+kv.suffix(), grid, dim1(32*cudaPrefillWarps), 0, s)
+}

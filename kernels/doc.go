@@ -1,0 +1,19 @@
+// Package kernels is the arithmetic of the forward pass on the CPU: GEMM and
+// GEMV over F32/F16/BF16/Q8_0 weights, RMSNorm, RoPE, SiLU·mul, softmax,
+// paged attention, KV writes, embedding gather and argmax.
+//
+// The kernels are C (tk_*.c), compiled by cgo with -O3 and no -march flag:
+// AVX-512 and AVX2+FMA bodies carry per-function target attributes and are
+// chosen at run time, with a portable C fallback, so one binary runs on any
+// x86-64 (and builds on other architectures with the portable path only).
+// Work is split across cores by Workers, a Go worker pool that makes one cgo
+// call per tile, never per element. The Ref* functions are plain-Go
+// references (float64 accumulation) used by the tests here and by the CUDA
+// kernel tests.
+//
+// Layouts shared with the forward pass and the CUDA kernels:
+//   - weights W: row-major [Rows][Cols] as stored in GGUF; y[m][n] = Σ_k x[m][k]·W[n][k];
+//   - KV cache per layer: K and V float32 [numBlocks][kvHeads][blockSize][headDim];
+//     position p of a sequence is in block table[p/blockSize], slot p%blockSize;
+//   - Q/K/V activations: [tokens][heads*headDim], head h at columns h*headDim.
+package kernels

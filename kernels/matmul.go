@@ -1,0 +1,63 @@
+package kernels
+
+import "fmt"
+
+// gemvMaxRows is the largest m that takes the GEMV path: up to four rows of
+// x are dotted with each weight row as it streams past, so decode reads the
+// weights exactly once.
+const gemvMaxRows = 4
+
+// MatMul computes y = x·Wᵀ: y [m][W.Rows], x [m][W.Cols], both row-major
+// float32, y[i][n] = Σ_k x[i][k]·W[n][k]. F16/BF16/Q8_0 weights are converted
+// to float32 as they are packed or streamed. y must not overlap x. Errors
+// name the mismatched sizes; nothing is written then.
+func (w *Workers) MatMul(y, x []float32, m int, W Matrix) error {
+	if err := W.Validate(); err != nil {
+		return err
+	}
+	if m <= 0 {
+		return fmt.Errorf("kernels: MatMul with m=%d rows", m)
+	}
+	if len(x) != m*W.Cols {
+		return fmt.Errorf("kernels: MatMul x has %d floats, want m*Cols = %d*%d = %d", len(x), m, W.Cols, m*W.Cols)
+	}
+	if len(y) != m*W.Rows {
+		return fmt.Errorf("kernels: MatMul y has %d floats, want m*Rows = %d*%d = %d", len(y), m, W.Rows, m*W.Rows)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	n := W.Rows
+	if m <= gemvMaxRows {
+		// About four tiles per worker for balance; a multiple of 8 rows.
+		nc := roundUp(ceilDiv(n, 4*w.n), 8)
+		w.ensureScratch(W.Cols + 64)
+		w.job = job{kind: jobGemv, path: w.path, w: W, x: x, y: y, m: m, nc: nc}
+		w.run(ceilDiv(n, nc))
+		return nil
+	}
+	// First x is packed once into MR-row panels (contiguous for the
+	// microkernel, and free of the cache-set conflicts that rows a power of
+	// two apart cause), split over the workers by groups of panels.
+	panels := ceilDiv(m, gemmMR)
+	if need := panels * gemmMR * W.Cols; len(w.packA) < need {
+		w.packA = make([]float32, need)
+	}
+	per := ceilDiv(panels, 2*w.n)
+	w.job = job{kind: jobPackA, w: W, x: x, m: m, nc: per}
+	w.run(ceilDiv(panels, per))
+	// Then each tile owns weight rows [n0, n0+nc) for all of x, so every
+	// weight is converted and packed exactly once. nc ≤ 256 keeps the packed
+	// block in L2 next to a 96-row block of x; ≥ 3 tiles per worker keeps
+	// the cores busy.
+	nc := min(256, max(32, roundUp(ceilDiv(n, 3*w.n), 32)))
+	w.ensureScratch((nc+32)*gemmKC + gemmKC + 64)
+	w.job = job{kind: jobGemm, path: w.path, w: W, y: y, m: m, nc: nc}
+	w.run(ceilDiv(n, nc))
+	return nil
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+func roundUp(a, b int) int { return ceilDiv(a, b) * b }

@@ -1,0 +1,101 @@
+package kernels
+
+import "fmt"
+
+// RMSNorm computes y[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ weight for rows
+// r < rows; x and y are [rows][dim] (y may alias x), weight is [dim].
+func (w *Workers) RMSNorm(y, x, weight []float32, rows, dim int, eps float32) error {
+	if rows <= 0 || dim <= 0 {
+		return fmt.Errorf("kernels: RMSNorm shape %dx%d must be positive", rows, dim)
+	}
+	if len(x) != rows*dim || len(y) != rows*dim || len(weight) != dim {
+		return fmt.Errorf("kernels: RMSNorm rows=%d dim=%d needs x,y of %d and weight of %d floats, got x=%d y=%d weight=%d",
+			rows, dim, rows*dim, dim, len(x), len(y), len(weight))
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	// Rows per tile: enough work (~16K floats) to pay for a wake-up.
+	per := max(1, min(ceilDiv(rows, w.n), ceilDiv(16384, dim)))
+	w.job = job{kind: jobRMSNorm, path: w.path, y: y, x: x, weight: weight, rows: rows, dim: dim, eps: eps, nc: per}
+	w.run(ceilDiv(rows, per))
+	return nil
+}
+
+// RoPE rotates, in place, the adjacent pairs (x[2i], x[2i+1]) of every head
+// of every row by angle positions[r]·freqScale·theta^(−2i/headDim) (GGUF
+// llama convention; freqScale = 1 means no linear scaling). x is
+// [len(positions)][heads*headDim].
+func RoPE(x []float32, positions []int32, heads, headDim int, theta, freqScale float32) error {
+	if heads <= 0 || headDim <= 0 || headDim%2 != 0 {
+		return fmt.Errorf("kernels: RoPE needs heads > 0 and an even headDim, got heads=%d headDim=%d", heads, headDim)
+	}
+	if len(x) != len(positions)*heads*headDim {
+		return fmt.Errorf("kernels: RoPE x has %d floats, want %d rows × %d heads × %d = %d",
+			len(x), len(positions), heads, headDim, len(positions)*heads*headDim)
+	}
+	if len(x) == 0 {
+		return nil
+	}
+	cRoPE(x, positions, heads, headDim, theta, freqScale)
+	return nil
+}
+
+// SiLUMul computes y = silu(gate) ⊙ up, silu(g) = g/(1+e^−g). y may alias
+// gate or up.
+func SiLUMul(y, gate, up []float32) error {
+	if len(gate) != len(y) || len(up) != len(y) {
+		return fmt.Errorf("kernels: SiLUMul lengths differ: y=%d gate=%d up=%d", len(y), len(gate), len(up))
+	}
+	if len(y) == 0 {
+		return nil
+	}
+	cSiLUMul(y, gate, up)
+	return nil
+}
+
+// Softmax replaces x by softmax(x) in place (max-subtracted, sum in float64).
+func Softmax(x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	cSoftmax(x)
+}
+
+// Argmax returns the index of the first largest element of x, or -1 for an
+// empty x. NaNs are never chosen over a number that precedes them.
+func Argmax(x []float32) int32 {
+	if len(x) == 0 {
+		return -1
+	}
+	return int32(cArgmax(x))
+}
+
+// Embedding writes row tokens[i] of table, dequantized to float32, to
+// out[i][table.Cols].
+func Embedding(out []float32, table Matrix, tokens []int32) error {
+	return embeddingPath(BestPath(), out, table, tokens)
+}
+
+// embeddingPath is Embedding on a given path (tests cover every path).
+func embeddingPath(p Path, out []float32, table Matrix, tokens []int32) error {
+	if err := table.Validate(); err != nil {
+		return err
+	}
+	if len(out) != len(tokens)*table.Cols {
+		return fmt.Errorf("kernels: Embedding out has %d floats, want %d tokens × %d = %d",
+			len(out), len(tokens), table.Cols, len(tokens)*table.Cols)
+	}
+	for i, t := range tokens {
+		if t < 0 || int(t) >= table.Rows {
+			return fmt.Errorf("kernels: Embedding token %d (index %d) outside vocabulary of %d", t, i, table.Rows)
+		}
+	}
+	if len(tokens) == 0 {
+		return nil
+	}
+	cDequantRows(p, table, tokens, out)
+	return nil
+}

@@ -1,0 +1,79 @@
+// tk.h: the C side of package kernels (CPU kernels called through cgo).
+//
+// Every entry point takes the instruction-set path as an argument (isa) so
+// that Go owns the choice and tests can force every path the CPU supports.
+// No function keeps a pointer it was given after it returns.
+#ifndef TURNSTILE_TK_H
+#define TURNSTILE_TK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// Weight element types: the GGML type ids.
+enum { TK_F32 = 0, TK_F16 = 1, TK_Q8_0 = 8, TK_BF16 = 30 };
+
+// Instruction-set paths.
+enum { TK_PORTABLE = 0, TK_AVX2 = 1, TK_AVX512 = 2 };
+
+// GEMM blocking: KC is the depth of one packed block (a multiple of the Q8_0
+// block so packing never splits a block).
+#define TK_KC 256
+#define TK_MR 6
+#define TK_MC 96  // rows of x per L2 block (a multiple of MR)
+#define TK_QK 32
+#define TK_Q8_BYTES 34
+
+// tk_cpu_paths returns a bitmask (1 << path) of the paths this CPU can run.
+int tk_cpu_paths(void);
+
+// tk_pack_a packs rows [r0, r1) of x (float32 [m][k]) into MR-row panels:
+// panel i is [k][MR] at pa + i*MR*k; r0 is a multiple of MR and rows past r1
+// in the last panel are zero. pa holds roundUp(m, MR)*k floats.
+void tk_pack_a(const float *x, int k, int r0, int r1, float *pa);
+
+// tk_gemm_tile computes y[0:m][n0:n1] = x[0:m][:] · W[n0:n1][:]ᵀ from x
+// packed by tk_pack_a (pa). y is float32 [m][ldy]; W rows are wrow bytes
+// apart. Caller-owned scratch: pb (n1-n0+32)*KC floats, tmp KC+64 floats.
+void tk_gemm_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
+                  const float *pa, float *y, long ldy, int k, int m, int n0,
+                  int n1, float *pb, float *tmp);
+
+// tk_gemv_tile computes y[r][n] for r < m (1..4) and n in [n0, n1), reading
+// each weight row once. tmp needs k+64 floats (portable path only).
+void tk_gemv_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
+                  const float *x, int m, float *y, long ldy, int k, int n0,
+                  int n1, float *tmp);
+
+// tk_dequant_rows writes rows[i] of W (cols elements each) to out[i][cols].
+void tk_dequant_rows(int isa, int wtype, const uint8_t *w, size_t wrow,
+                     int cols, const int32_t *rows, int nrows, float *out);
+
+// tk_rmsnorm: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, rows r0..r1.
+void tk_rmsnorm(int isa, float *y, const float *x, const float *weight, int r0,
+                int r1, int dim, float eps);
+
+// tk_rope rotates adjacent pairs of every head of every row in place.
+void tk_rope(float *x, const int32_t *pos, int rows, int heads, int hd,
+             float theta, float freq_scale);
+
+void tk_silu_mul(float *y, const float *gate, const float *up, long n);
+void tk_softmax(float *x, long n);
+long tk_argmax(const float *x, long n);
+
+// tk_attn_task: one (sequence, kv head, query range) task of paged attention.
+// Queries i in [i0, i1) of the sequence sit at q/out rows qstart+i and at
+// positions ctx-numq+i; they attend causally to positions 0..their own.
+// scratch needs (i1-i0)*group*(hd+2) + block floats.
+void tk_attn_task(int isa, float *out, const float *q, const float *K,
+                  const float *V, int heads, int kv_heads, int block, int hd,
+                  const int32_t *table, int qstart, int numq, int ctx,
+                  int kvh, int i0, int i1, float scale, float *scratch);
+
+// tk_peak_fma runs iters rounds of independent FMAs and returns the number
+// of floating-point operations done; *sink defeats dead-code elimination.
+double tk_peak_fma(int isa, long iters, float *sink);
+
+// tk_read_sum reads n floats once and returns their sum (bandwidth probe).
+float tk_read_sum(int isa, const float *p, long n);
+
+#endif

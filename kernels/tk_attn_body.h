@@ -1,0 +1,70 @@
+// tk_attn_body.h: the body of one paged-attention task, included once per
+// path by tk_ops.c with these macros defined:
+//   TK_ATTN_NAME   the function's name
+//   TK_ATTN_ATTR   its target attribute (empty for portable)
+//   TK_DOT(a,b,n)  float dot product of n floats
+//   TK_AXPY(y,c,p,v,n)  y = y*c + p*v over n floats
+//   TK_EXPS(s,n,m)  s[j] = e^(s[j]-m) for j < n, returning their sum
+// so the helpers inline into each instance.
+
+static TK_ATTN_ATTR void TK_ATTN_NAME(float *out, const float *q, const float *K,
+                                      const float *V, int heads, int kv_heads,
+                                      int block, int hd, const int32_t *table,
+                                      int qstart, int numq, int ctx, int kvh,
+                                      int i0, int i1, float scale,
+                                      float *scratch) {
+  const int group = heads / kv_heads;
+  const int nq = (i1 - i0) * group;  // (query, head) pairs of this task
+  const long ld = (long)heads * hd;  // row stride of q and out
+  float *acc = scratch;              // [nq][hd]
+  float *mx = acc + (size_t)nq * hd; // running max per pair
+  float *l = mx + nq;                // running denominator per pair
+  float *s = l + nq;                 // [block] scores of one block
+  for (int t = 0; t < nq; t++) {
+    mx[t] = -FLT_MAX;
+    l[t] = 0.0f;
+  }
+  memset(acc, 0, sizeof(float) * (size_t)nq * hd);
+  const int first_pos = ctx - numq;  // position of query 0
+  const int last = first_pos + i1 - 1;
+  const int nblocks = last / block + 1;
+  for (int b = 0; b < nblocks; b++) {
+    // The K and V block of this kv head is read once for the whole group.
+    size_t base = ((size_t)table[b] * kv_heads + kvh) * block * hd;
+    const float *Kb = K + base, *Vb = V + base;
+    for (int i = i0; i < i1; i++) {
+      int pos = first_pos + i;
+      int lim = pos + 1 - b * block;  // visible slots in this block
+      if (lim <= 0) continue;
+      if (lim > block) lim = block;
+      for (int g = 0; g < group; g++) {
+        int h = kvh * group + g;
+        int t = (i - i0) * group + g;
+        const float *qv = q + (size_t)(qstart + i) * ld + (size_t)h * hd;
+        float bm = -FLT_MAX;
+        for (int j = 0; j < lim; j++) {
+          s[j] = TK_DOT(qv, Kb + (size_t)j * hd, hd) * scale;
+          if (s[j] > bm) bm = s[j];
+        }
+        float m_new = bm > mx[t] ? bm : mx[t];
+        float corr = expf(mx[t] - m_new);
+        float *a = acc + (size_t)t * hd;
+        float lsum = l[t] * corr + TK_EXPS(s, lim, m_new);
+        for (int j = 0; j < lim; j++)
+          // Fold the rescale into the first V row's update.
+          TK_AXPY(a, j == 0 ? corr : 1.0f, s[j], Vb + (size_t)j * hd, hd);
+        l[t] = lsum;
+        mx[t] = m_new;
+      }
+    }
+  }
+  for (int i = i0; i < i1; i++)
+    for (int g = 0; g < group; g++) {
+      int h = kvh * group + g;
+      int t = (i - i0) * group + g;
+      float inv = 1.0f / l[t];
+      float *o = out + (size_t)(qstart + i) * ld + (size_t)h * hd;
+      const float *a = acc + (size_t)t * hd;
+      for (int d = 0; d < hd; d++) o[d] = a[d] * inv;
+    }
+}

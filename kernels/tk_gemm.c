@@ -1,0 +1,562 @@
+// tk_gemm.c: y = x·Wᵀ on the CPU. A blocked, packed GEMM with a register
+// tiled microkernel (6x16 AVX2, 6x32 AVX-512, 6x16 portable C) and a GEMV
+// path for 1..4 rows that streams every weight row exactly once.
+#include "tk_internal.h"
+
+int tk_cpu_paths(void) {
+  int m = 1 << TK_PORTABLE;
+#if TK_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    m |= 1 << TK_AVX2;
+  if ((m & (1 << TK_AVX2)) && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq"))
+    m |= 1 << TK_AVX512;
+#endif
+  return m;
+}
+
+static int tk_nr(int isa) { return isa == TK_AVX512 ? 32 : 16; }
+
+// pack_b_portable converts weight rows [n0, n0+nc) x cols [k0, k0+kc) into
+// NR-column panels, each [kc][NR] float32, zero-padding the last panel. This
+// is where F16/BF16/Q8_0 become float32: once per packed block, not per FMA.
+static void pack_b_portable(int nr, int wtype, const uint8_t *w, size_t wrow,
+                            int n0, int nc, int k0, int kc, float *pb,
+                            float *tmp) {
+  for (int jp = 0; jp < nc; jp += nr) {
+    float *dst = pb + (size_t)jp * kc;
+    int cols = nc - jp < nr ? nc - jp : nr;
+    for (int j = 0; j < nr; j++) {
+      if (j < cols) {
+        const uint8_t *row = w + (size_t)(n0 + jp + j) * wrow;
+        const float *src;
+        if (wtype == TK_F32) {
+          src = (const float *)(const void *)row + k0;
+        } else {
+          tk_cvt_portable(wtype, row, k0, kc, tmp);
+          src = tmp;
+        }
+        for (int p = 0; p < kc; p++) dst[p * nr + j] = src[p];
+      } else {
+        for (int p = 0; p < kc; p++) dst[p * nr + j] = 0.0f;
+      }
+    }
+  }
+}
+
+// store_tile writes (or adds) the valid mr x nr corner of a full register
+// tile held in t[MR][ld].
+static void store_tile(const float *t, int ld, float *c, long ldc, int mr,
+                       int nr, int acc) {
+  for (int r = 0; r < mr; r++)
+    for (int j = 0; j < nr; j++) {
+      if (acc)
+        c[r * ldc + j] += t[r * ld + j];
+      else
+        c[r * ldc + j] = t[r * ld + j];
+    }
+}
+
+// tk_pack_a copies rows [r0, r1) of x (float32 [.][k]) into MR-row panels
+// of pa: panel i holds rows i*MR.. as [k][MR], at pa + i*k*MR. r0 is a
+// multiple of MR; rows past r1 in the last panel are zero.
+void tk_pack_a(const float *x, int k, int r0, int r1, float *pa) {
+  for (int ip = r0; ip < r1; ip += TK_MR) {
+    float *dst = pa + (size_t)ip * k;
+    int rows = r1 - ip < TK_MR ? r1 - ip : TK_MR;
+    for (int r = 0; r < TK_MR; r++) {
+      if (r < rows) {
+        const float *src = x + (size_t)(ip + r) * k;
+        for (int p = 0; p < k; p++) dst[(size_t)p * TK_MR + r] = src[p];
+      } else {
+        for (int p = 0; p < k; p++) dst[(size_t)p * TK_MR + r] = 0.0f;
+      }
+    }
+  }
+}
+
+// The microkernels compute an MR x NR tile over depth kc from one packed A
+// panel (a: [kc][MR]) and one packed B panel (b: [kc][NR]); only the valid
+// mr x nr corner is stored (acc: added to c).
+static void ukr_portable(int kc, const float *a, int mr, const float *b,
+                         float *c, long ldc, int nr, int acc) {
+  float t[TK_MR][16];
+  memset(t, 0, sizeof t);
+  for (int p = 0; p < kc; p++) {
+    const float *bp = b + p * 16;
+    for (int r = 0; r < TK_MR; r++) {
+      float av = a[p * TK_MR + r];
+      for (int j = 0; j < 16; j++) t[r][j] += av * bp[j];
+    }
+  }
+  store_tile(&t[0][0], 16, c, ldc, mr, nr, acc);
+}
+
+#if TK_X86
+// pack_b_avx2 is pack_b_portable with conversion in registers and 8x8
+// in-register transposes instead of scalar scatters.
+static TK_TARGET_AVX2 void pack_b_avx2(int nr, int wtype, const uint8_t *w,
+                                       size_t wrow, int n0, int nc, int k0,
+                                       int kc, float *pb) {
+  for (int jp = 0; jp < nc; jp += nr) {
+    float *dst = pb + (size_t)jp * kc;
+    for (int j0 = 0; j0 < nr; j0 += 8) {
+      const uint8_t *rows[8];
+      int valid[8];
+      for (int j = 0; j < 8; j++) {
+        int n = jp + j0 + j;
+        valid[j] = n < nc;
+        rows[j] = w + (size_t)(n0 + (valid[j] ? n : 0)) * wrow;
+      }
+      int p = 0;
+      for (; p + 8 <= kc; p += 8) {
+        __m256 r[8];
+        for (int j = 0; j < 8; j++)
+          r[j] = valid[j] ? tk_ld8(wtype, rows[j], k0 + p) : _mm256_setzero_ps();
+        __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+        __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+        __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+        __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+        __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+        __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+        __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+        __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+        float *d = dst + (size_t)p * nr + j0;
+        _mm256_storeu_ps(d + 0 * nr, _mm256_permute2f128_ps(u0, u4, 0x20));
+        _mm256_storeu_ps(d + 1 * nr, _mm256_permute2f128_ps(u1, u5, 0x20));
+        _mm256_storeu_ps(d + 2 * nr, _mm256_permute2f128_ps(u2, u6, 0x20));
+        _mm256_storeu_ps(d + 3 * nr, _mm256_permute2f128_ps(u3, u7, 0x20));
+        _mm256_storeu_ps(d + 4 * nr, _mm256_permute2f128_ps(u0, u4, 0x31));
+        _mm256_storeu_ps(d + 5 * nr, _mm256_permute2f128_ps(u1, u5, 0x31));
+        _mm256_storeu_ps(d + 6 * nr, _mm256_permute2f128_ps(u2, u6, 0x31));
+        _mm256_storeu_ps(d + 7 * nr, _mm256_permute2f128_ps(u3, u7, 0x31));
+      }
+      for (; p < kc; p++)  // depth tail (k not a multiple of 8)
+        for (int j = 0; j < 8; j++)
+          dst[(size_t)p * nr + j0 + j] = valid[j] ? tk_w1(wtype, rows[j], k0 + p) : 0.0f;
+    }
+  }
+}
+
+static TK_TARGET_AVX2 void ukr_avx2(int kc, const float *a, int mr,
+                                    const float *b, float *c, long ldc, int nr,
+                                    int acc) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+  for (int p = 0; p < kc; p++) {
+    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    __m256 ar;
+    ar = _mm256_broadcast_ss(a + 0);
+    c00 = _mm256_fmadd_ps(ar, b0, c00);
+    c01 = _mm256_fmadd_ps(ar, b1, c01);
+    ar = _mm256_broadcast_ss(a + 1);
+    c10 = _mm256_fmadd_ps(ar, b0, c10);
+    c11 = _mm256_fmadd_ps(ar, b1, c11);
+    ar = _mm256_broadcast_ss(a + 2);
+    c20 = _mm256_fmadd_ps(ar, b0, c20);
+    c21 = _mm256_fmadd_ps(ar, b1, c21);
+    ar = _mm256_broadcast_ss(a + 3);
+    c30 = _mm256_fmadd_ps(ar, b0, c30);
+    c31 = _mm256_fmadd_ps(ar, b1, c31);
+    ar = _mm256_broadcast_ss(a + 4);
+    c40 = _mm256_fmadd_ps(ar, b0, c40);
+    c41 = _mm256_fmadd_ps(ar, b1, c41);
+    ar = _mm256_broadcast_ss(a + 5);
+    c50 = _mm256_fmadd_ps(ar, b0, c50);
+    c51 = _mm256_fmadd_ps(ar, b1, c51);
+    a += TK_MR;
+    b += 16;
+  }
+  if (mr == TK_MR && nr == 16) {
+#define TK_ROW(r, v0, v1)                              \
+  do {                                                 \
+    float *cr = c + (r) * ldc;                         \
+    if (acc) {                                         \
+      v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cr));     \
+      v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cr + 8)); \
+    }                                                  \
+    _mm256_storeu_ps(cr, v0);                          \
+    _mm256_storeu_ps(cr + 8, v1);                      \
+  } while (0)
+    TK_ROW(0, c00, c01);
+    TK_ROW(1, c10, c11);
+    TK_ROW(2, c20, c21);
+    TK_ROW(3, c30, c31);
+    TK_ROW(4, c40, c41);
+    TK_ROW(5, c50, c51);
+#undef TK_ROW
+    return;
+  }
+  float t[TK_MR * 16];
+  _mm256_storeu_ps(t + 0, c00);
+  _mm256_storeu_ps(t + 8, c01);
+  _mm256_storeu_ps(t + 16, c10);
+  _mm256_storeu_ps(t + 24, c11);
+  _mm256_storeu_ps(t + 32, c20);
+  _mm256_storeu_ps(t + 40, c21);
+  _mm256_storeu_ps(t + 48, c30);
+  _mm256_storeu_ps(t + 56, c31);
+  _mm256_storeu_ps(t + 64, c40);
+  _mm256_storeu_ps(t + 72, c41);
+  _mm256_storeu_ps(t + 80, c50);
+  _mm256_storeu_ps(t + 88, c51);
+  store_tile(t, 16, c, ldc, mr, nr, acc);
+}
+
+static TK_TARGET_AVX512 void ukr_avx512(int kc, const float *a, int mr,
+                                        const float *b, float *c, long ldc,
+                                        int nr, int acc) {
+  __m512 t0[TK_MR], t1[TK_MR];
+  for (int r = 0; r < TK_MR; r++) {
+    t0[r] = _mm512_setzero_ps();
+    t1[r] = _mm512_setzero_ps();
+  }
+  for (int p = 0; p < kc; p++) {
+    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+    for (int r = 0; r < TK_MR; r++) {
+      __m512 av = _mm512_set1_ps(a[r]);
+      t0[r] = _mm512_fmadd_ps(av, b0, t0[r]);
+      t1[r] = _mm512_fmadd_ps(av, b1, t1[r]);
+    }
+    a += TK_MR;
+    b += 32;
+  }
+  float t[TK_MR * 32];
+  for (int r = 0; r < TK_MR; r++) {
+    _mm512_storeu_ps(t + r * 32, t0[r]);
+    _mm512_storeu_ps(t + r * 32 + 16, t1[r]);
+  }
+  store_tile(t, 32, c, ldc, mr, nr, acc);
+}
+#endif
+
+void tk_gemm_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
+                  const float *pa, float *y, long ldy, int k, int m, int n0,
+                  int n1, float *pb, float *tmp) {
+  int nr = tk_nr(isa);
+  int nc = n1 - n0;
+  for (int k0 = 0; k0 < k; k0 += TK_KC) {
+    int kc = k - k0 < TK_KC ? k - k0 : TK_KC;
+    // The packed weight block (nc x kc) is built once and stays in L2 while
+    // every row block of x passes over it.
+#if TK_X86
+    if (isa != TK_PORTABLE)
+      pack_b_avx2(nr, wtype, w, wrow, n0, nc, k0, kc, pb);
+    else
+#endif
+      pack_b_portable(nr, wtype, w, wrow, n0, nc, k0, kc, pb, tmp);
+    for (int i0 = 0; i0 < m; i0 += TK_MC) {
+      int i1 = m - i0 < TK_MC ? m : i0 + TK_MC;
+      // One packed B panel (kc x NR, 16 KiB on AVX2) stays in L1 while the
+      // A panels of the row block (in L2) stream past it.
+      for (int jp = 0; jp < nc; jp += nr) {
+        const float *bp = pb + (size_t)jp * kc;
+        int cols = nc - jp < nr ? nc - jp : nr;
+        for (int ip = i0; ip < i1; ip += TK_MR) {
+          const float *ap = pa + (size_t)ip * k + (size_t)k0 * TK_MR;
+          int rows = i1 - ip < TK_MR ? i1 - ip : TK_MR;
+          float *c = y + (size_t)ip * ldy + n0 + jp;
+#if TK_X86
+          if (isa == TK_AVX512) {
+            ukr_avx512(kc, ap, rows, bp, c, ldy, cols, k0 > 0);
+            continue;
+          }
+          if (isa == TK_AVX2) {
+            ukr_avx2(kc, ap, rows, bp, c, ldy, cols, k0 > 0);
+            continue;
+          }
+#endif
+          ukr_portable(kc, ap, rows, bp, c, ldy, cols, k0 > 0);
+        }
+      }
+    }
+  }
+}
+
+// ---- GEMV: 1..4 activation rows, every weight row read once ----
+
+static void gemv_portable(int wtype, const uint8_t *w, size_t wrow,
+                          const float *x, int m, float *y, long ldy, int k,
+                          int n0, int n1, float *tmp) {
+  for (int n = n0; n < n1; n++) {
+    const uint8_t *row = w + (size_t)n * wrow;
+    const float *wv;
+    if (wtype == TK_F32) {
+      wv = (const float *)(const void *)row;
+    } else {
+      tk_cvt_portable(wtype, row, 0, k, tmp);
+      wv = tmp;
+    }
+    for (int r = 0; r < m; r++) {
+      const float *xr = x + (size_t)r * k;
+      // Eight partial sums: the compiler vectorises this without fast-math.
+      float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int c = 0;
+      for (; c + 8 <= k; c += 8)
+        for (int j = 0; j < 8; j++) s[j] += xr[c + j] * wv[c + j];
+      float t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+      for (; c < k; c++) t += xr[c] * wv[c];
+      y[(size_t)r * ldy + n] = t;
+    }
+  }
+}
+
+#if TK_X86
+// gemv_avx2_body is instantiated with constant M (rows of x), U (vectors per
+// step) and WT (weight type) so every loop below unrolls into registers.
+TK_INLINE TK_TARGET_AVX2 void gemv_avx2_body(const int M, const int U,
+                                             const int WT, const uint8_t *w,
+                                             size_t wrow, const float *x,
+                                             float *y, long ldy, int k,
+                                             int n0, int n1) {
+  for (int n = n0; n < n1; n++) {
+    const uint8_t *row = w + (size_t)n * wrow;
+    __m256 acc[4][4];
+    for (int r = 0; r < M; r++)
+      for (int u = 0; u < U; u++) acc[r][u] = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 8 * U <= k; c += 8 * U) {
+      __m256 wv[4];
+      for (int u = 0; u < U; u++) wv[u] = tk_ld8(WT, row, c + 8 * u);
+      for (int r = 0; r < M; r++)
+        for (int u = 0; u < U; u++)
+          acc[r][u] = _mm256_fmadd_ps(
+              wv[u], _mm256_loadu_ps(x + (size_t)r * k + c + 8 * u), acc[r][u]);
+    }
+    for (; c + 8 <= k; c += 8) {
+      __m256 wv = tk_ld8(WT, row, c);
+      for (int r = 0; r < M; r++)
+        acc[r][0] =
+            _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)r * k + c), acc[r][0]);
+    }
+    for (int r = 0; r < M; r++) {
+      __m256 s = acc[r][0];
+      for (int u = 1; u < U; u++) s = _mm256_add_ps(s, acc[r][u]);
+      float t = tk_hsum8(s);
+      for (int cc = c; cc < k; cc++) t += x[(size_t)r * k + cc] * tk_w1(WT, row, cc);
+      y[(size_t)r * ldy + n] = t;
+    }
+  }
+}
+
+// gemv_q8_body is the Q8_0 GEMV: per 32-weight block the int8 values are
+// widened once, dotted with x, and the block sum is scaled by d once (not
+// per vector). Two accumulators per row (even and odd blocks) hide the FMA
+// latency of the per-block update.
+// q8_block_dot returns Σ q·x over one block as 8 partial sums (not yet
+// scaled by d).
+TK_INLINE TK_TARGET_AVX2 __m256 q8_block_dot(const __m256 q[4], const float *xr) {
+  __m256 t0 = _mm256_mul_ps(q[0], _mm256_loadu_ps(xr));
+  __m256 t1 = _mm256_mul_ps(q[1], _mm256_loadu_ps(xr + 8));
+  t0 = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xr + 16), t0);
+  t1 = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xr + 24), t1);
+  return _mm256_add_ps(t0, t1);
+}
+
+TK_INLINE TK_TARGET_AVX2 void q8_block_load(const uint8_t *blk, __m256 *d,
+                                            __m256 q[4]) {
+  *d = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk)));
+  for (int u = 0; u < 4; u++)
+    q[u] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+        _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + 8 * u))));
+}
+
+// gemv_q8_body is the Q8_0 GEMV: per 32-weight block the int8 values are
+// widened once, dotted with x, and the block sum is scaled by d once (not
+// per vector). Blocks go in pairs with one accumulator each, so the
+// per-block update's FMA latency is hidden and the accumulators stay in
+// registers.
+TK_INLINE TK_TARGET_AVX2 void gemv_q8_body(const int M, const uint8_t *w,
+                                           size_t wrow, const float *x,
+                                           float *y, long ldy, int k, int n0,
+                                           int n1) {
+  const int nb = k / TK_QK;
+  for (int n = n0; n < n1; n++) {
+    const uint8_t *row = w + (size_t)n * wrow;
+    __m256 acc0[4], acc1[4];
+    for (int r = 0; r < M; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      __m256 d0, d1, q0[4], q1[4];
+      q8_block_load(row + (size_t)b * TK_Q8_BYTES, &d0, q0);
+      q8_block_load(row + (size_t)(b + 1) * TK_Q8_BYTES, &d1, q1);
+      for (int r = 0; r < M; r++) {
+        const float *xr = x + (size_t)r * k + b * TK_QK;
+        acc0[r] = _mm256_fmadd_ps(d0, q8_block_dot(q0, xr), acc0[r]);
+        acc1[r] = _mm256_fmadd_ps(d1, q8_block_dot(q1, xr + TK_QK), acc1[r]);
+      }
+    }
+    if (b < nb) {
+      __m256 d0, q0[4];
+      q8_block_load(row + (size_t)b * TK_Q8_BYTES, &d0, q0);
+      for (int r = 0; r < M; r++)
+        acc0[r] = _mm256_fmadd_ps(d0, q8_block_dot(q0, x + (size_t)r * k + b * TK_QK), acc0[r]);
+    }
+    for (int r = 0; r < M; r++)
+      y[(size_t)r * ldy + n] = tk_hsum8(_mm256_add_ps(acc0[r], acc1[r]));
+  }
+}
+
+#define TK_GEMV_M(WT)                                                       \
+  switch (m) {                                                              \
+    case 1:                                                                 \
+      gemv_avx2_body(1, 4, WT, w, wrow, x, y, ldy, k, n0, n1);              \
+      return;                                                               \
+    case 2:                                                                 \
+      gemv_avx2_body(2, 4, WT, w, wrow, x, y, ldy, k, n0, n1);              \
+      return;                                                               \
+    case 3:                                                                 \
+      gemv_avx2_body(3, 2, WT, w, wrow, x, y, ldy, k, n0, n1);              \
+      return;                                                               \
+    default:                                                                \
+      gemv_avx2_body(4, 2, WT, w, wrow, x, y, ldy, k, n0, n1);              \
+      return;                                                               \
+  }
+
+static TK_TARGET_AVX2 void gemv_avx2(int wtype, const uint8_t *w, size_t wrow,
+                                     const float *x, int m, float *y, long ldy,
+                                     int k, int n0, int n1) {
+  switch (wtype) {
+    case TK_F32:
+      TK_GEMV_M(TK_F32);
+    case TK_F16:
+      TK_GEMV_M(TK_F16);
+    case TK_BF16:
+      TK_GEMV_M(TK_BF16);
+    default:
+      switch (m) {
+        case 1:
+          gemv_q8_body(1, w, wrow, x, y, ldy, k, n0, n1);
+          return;
+        case 2:
+          gemv_q8_body(2, w, wrow, x, y, ldy, k, n0, n1);
+          return;
+        case 3:
+          gemv_q8_body(3, w, wrow, x, y, ldy, k, n0, n1);
+          return;
+        default:
+          gemv_q8_body(4, w, wrow, x, y, ldy, k, n0, n1);
+          return;
+      }
+  }
+}
+#undef TK_GEMV_M
+#endif
+
+void tk_gemv_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
+                  const float *x, int m, float *y, long ldy, int k, int n0,
+                  int n1, float *tmp) {
+  // More than four rows are done four at a time (each pass re-reads W).
+  while (m > 0) {
+    int mm = m < 4 ? m : 4;
+#if TK_X86
+    // AVX-512 machines run the AVX2 GEMV: it is bandwidth-bound, so wider
+    // registers would not make it faster.
+    if (isa != TK_PORTABLE) {
+      gemv_avx2(wtype, w, wrow, x, mm, y, ldy, k, n0, n1);
+    } else
+#endif
+    {
+      (void)isa;
+      gemv_portable(wtype, w, wrow, x, mm, y, ldy, k, n0, n1, tmp);
+    }
+    m -= mm;
+    x += (size_t)mm * k;
+    y += (size_t)mm * ldy;
+  }
+}
+
+void tk_dequant_rows(int isa, int wtype, const uint8_t *w, size_t wrow,
+                     int cols, const int32_t *rows, int nrows, float *out) {
+  for (int i = 0; i < nrows; i++)
+    tk_cvt(isa, wtype, w + (size_t)rows[i] * wrow, 0, cols, out + (size_t)i * cols);
+}
+
+// ---- machine limits, measured in-repo ----
+
+static double peak_portable(long iters, float *sink) {
+  float a[16];
+  for (int i = 0; i < 16; i++) a[i] = (float)i * 0.1f;
+  for (long it = 0; it < iters; it++)
+    for (int i = 0; i < 16; i++) a[i] = a[i] * 0.9999999f + 1e-7f;
+  float s = 0;
+  for (int i = 0; i < 16; i++) s += a[i];
+  *sink = s;
+  return (double)iters * 16 * 2;
+}
+
+#if TK_X86
+static TK_TARGET_AVX2 double peak_avx2(long iters, float *sink) {
+  // Twelve independent chains cover 2 FMA pipes x 4-5 cycles of latency.
+  __m256 a[12];
+  for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i * 0.1f);
+  __m256 b = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+  for (long it = 0; it < iters; it++)
+    for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], b, c);
+  __m256 s = a[0];
+  for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, a[i]);
+  *sink = tk_hsum8(s);
+  return (double)iters * 12 * 8 * 2;
+}
+
+static TK_TARGET_AVX512 double peak_avx512(long iters, float *sink) {
+  __m512 a[16];
+  for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i * 0.1f);
+  __m512 b = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+  for (long it = 0; it < iters; it++)
+    for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(a[i], b, c);
+  __m512 s = a[0];
+  for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, a[i]);
+  *sink = _mm512_reduce_add_ps(s);
+  return (double)iters * 16 * 16 * 2;
+}
+
+static TK_TARGET_AVX2 float read_sum_avx2(const float *p, long n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  long i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(p + i));
+    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(p + i + 8));
+    s2 = _mm256_add_ps(s2, _mm256_loadu_ps(p + i + 16));
+    s3 = _mm256_add_ps(s3, _mm256_loadu_ps(p + i + 24));
+  }
+  float t = tk_hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (; i < n; i++) t += p[i];
+  return t;
+}
+#endif
+
+double tk_peak_fma(int isa, long iters, float *sink) {
+#if TK_X86
+  if (isa == TK_AVX512) return peak_avx512(iters, sink);
+  if (isa == TK_AVX2) return peak_avx2(iters, sink);
+#endif
+  (void)isa;
+  return peak_portable(iters, sink);
+}
+
+float tk_read_sum(int isa, const float *p, long n) {
+#if TK_X86
+  if (isa != TK_PORTABLE) return read_sum_avx2(p, n);
+#endif
+  (void)isa;
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  long i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) s[j] += p[i + j];
+  float t = 0;
+  for (int j = 0; j < 8; j++) t += s[j];
+  for (; i < n; i++) t += p[i];
+  return t;
+}

@@ -1,0 +1,161 @@
+// tk_internal.h: helpers shared by the C kernel files (scalar conversions,
+// target attributes, the AVX2 loaders). Not part of the cgo interface.
+#ifndef TURNSTILE_TK_INTERNAL_H
+#define TURNSTILE_TK_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "tk.h"
+
+// TK_NO_X86 builds the portable path only, as on other architectures.
+#if defined(__x86_64__) && !defined(TK_NO_X86)
+#include <immintrin.h>
+#define TK_X86 1
+// Per-function targets: the binary runs on any x86-64; these bodies run only
+// after tk_cpu_paths said the CPU has the features.
+#define TK_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define TK_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define TK_INLINE static inline __attribute__((always_inline))
+#else
+#define TK_X86 0
+#endif
+
+static inline float tk_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {
+      // Subnormal half: renormalise into a normal float.
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while ((man & 0x400u) == 0);
+      bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static inline float tk_bf16_to_f32(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static inline uint16_t tk_load_u16(const uint8_t *p) {
+  uint16_t v;
+  memcpy(&v, p, 2);
+  return v;
+}
+
+// tk_w1 returns element c of a weight row (scalar, any type).
+static inline float tk_w1(int wtype, const uint8_t *row, int c) {
+  switch (wtype) {
+    case TK_F32: {
+      float f;
+      memcpy(&f, row + 4 * (size_t)c, 4);
+      return f;
+    }
+    case TK_F16:
+      return tk_f16_to_f32(tk_load_u16(row + 2 * (size_t)c));
+    case TK_BF16:
+      return tk_bf16_to_f32(tk_load_u16(row + 2 * (size_t)c));
+    default: {
+      const uint8_t *b = row + (size_t)(c / TK_QK) * TK_Q8_BYTES;
+      return tk_f16_to_f32(tk_load_u16(b)) * (float)(int8_t)b[2 + c % TK_QK];
+    }
+  }
+}
+
+// tk_cvt_portable writes elements [c0, c0+n) of a weight row to out.
+static inline void tk_cvt_portable(int wtype, const uint8_t *row, int c0, int n,
+                                   float *out) {
+  switch (wtype) {
+    case TK_F32:
+      memcpy(out, row + 4 * (size_t)c0, 4 * (size_t)n);
+      return;
+    case TK_F16:
+      for (int i = 0; i < n; i++)
+        out[i] = tk_f16_to_f32(tk_load_u16(row + 2 * (size_t)(c0 + i)));
+      return;
+    case TK_BF16:
+      for (int i = 0; i < n; i++)
+        out[i] = tk_bf16_to_f32(tk_load_u16(row + 2 * (size_t)(c0 + i)));
+      return;
+    default:
+      for (int i = 0; i < n; i++) out[i] = tk_w1(wtype, row, c0 + i);
+      return;
+  }
+}
+
+#if TK_X86
+// tk_ld8 loads weights [c, c+8) of a row as floats; c is a multiple of 8
+// (so a Q8_0 load never straddles a block).
+TK_INLINE TK_TARGET_AVX2 __m256 tk_ld8(int wtype, const uint8_t *row, int c) {
+  switch (wtype) {
+    case TK_F32:
+      return _mm256_loadu_ps((const float *)(const void *)row + c);
+    case TK_F16:
+      return _mm256_cvtph_ps(
+          _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * (size_t)c)));
+    case TK_BF16: {
+      __m256i v = _mm256_cvtepu16_epi32(
+          _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * (size_t)c)));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    }
+    default: {
+      const uint8_t *b = row + (size_t)(c / TK_QK) * TK_Q8_BYTES;
+      float d = _cvtsh_ss(tk_load_u16(b));
+      __m128i q = _mm_loadl_epi64((const __m128i *)(const void *)(b + 2 + c % TK_QK));
+      __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+      return _mm256_mul_ps(f, _mm256_set1_ps(d));
+    }
+  }
+}
+
+TK_INLINE TK_TARGET_AVX2 float tk_hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// tk_cvt_avx2 is tk_cvt_portable with vector conversions.
+static inline TK_TARGET_AVX2 void tk_cvt_avx2(int wtype, const uint8_t *row,
+                                              int c0, int n, float *out) {
+  int i = 0;
+  if (c0 % 8 == 0) {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, tk_ld8(wtype, row, c0 + i));
+  }
+  for (; i < n; i++) out[i] = tk_w1(wtype, row, c0 + i);
+}
+#endif
+
+// tk_cvt converts with the best helper the path allows.
+static inline void tk_cvt(int isa, int wtype, const uint8_t *row, int c0, int n,
+                          float *out) {
+#if TK_X86
+  if (isa != TK_PORTABLE) {
+    tk_cvt_avx2(wtype, row, c0, n, out);
+    return;
+  }
+#endif
+  (void)isa;
+  tk_cvt_portable(wtype, row, c0, n, out);
+}
+
+#endif

@@ -1,0 +1,178 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/turnstile-llm/turnstile/kernels"
+	"github.com/turnstile-llm/turnstile/model/gguf"
+	"github.com/turnstile-llm/turnstile/model/tokenizer"
+)
+
+// LlamaOptions adjusts how a llama model is loaded.
+type LlamaOptions struct {
+	// MaxContext caps the context length the runner accepts (0: the file's
+	// llama.context_length). It may only lower the file's value.
+	MaxContext int
+}
+
+// Llama is a loaded llama-family model: its configuration, its tokenizer
+// and every weight bound as a kernels.Matrix. Matrices alias the GGUF file
+// (memory-mapped by LoadLlama), so a Llama is valid until Close; norm
+// weights are small and copied to float32. A Llama is read-only after
+// loading and may back several runners at once.
+type Llama struct {
+	cfg        gguf.LlamaConfig
+	maxContext int
+	tok        *tokenizer.Tokenizer
+	file       *gguf.File // owned when loaded from a path; nil otherwise
+
+	embd    kernels.Matrix // [Vocab][Dim]
+	outNorm []float32      // [Dim]
+	output  kernels.Matrix // [Vocab][Dim]
+	layers  []llamaLayer
+}
+
+// llamaLayer is one transformer block. Matrices are [out][in] (y = x·Wᵀ).
+type llamaLayer struct {
+	attnNorm, ffnNorm []float32 // [Dim]
+	q, k, v, o        kernels.Matrix
+	gate, up, down    kernels.Matrix
+}
+
+// LoadLlama memory-maps the GGUF file at path and binds its llama weights
+// and tokenizer. Close releases the mapping.
+func LoadLlama(path string, opts LlamaOptions) (*Llama, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("model: load %s: %w", path, err)
+	}
+	m, err := NewLlama(f, opts)
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("model: load %s: %w", path, err)
+	}
+	m.file = f
+	return m, nil
+}
+
+// NewLlama binds the llama weights and tokenizer of an open GGUF file. The
+// file stays owned by the caller and must outlive the Llama (Close does not
+// close it).
+func NewLlama(f *gguf.File, opts LlamaOptions) (*Llama, error) {
+	w, err := f.Llama()
+	if err != nil {
+		return nil, err
+	}
+	c := w.Config
+	if c.RopeDim != c.HeadDim {
+		// Partial rotary embeddings are not part of the llama architecture
+		// the kernels implement; refuse rather than compute the wrong thing.
+		return nil, fmt.Errorf("model: llama.rope.dimension_count = %d, only full-head RoPE (head dim %d) is supported", c.RopeDim, c.HeadDim)
+	}
+	m := &Llama{cfg: c, maxContext: c.ContextLength}
+	if opts.MaxContext < 0 || opts.MaxContext > c.ContextLength {
+		return nil, fmt.Errorf("model: MaxContext %d outside [0, %d] (the file's context length)", opts.MaxContext, c.ContextLength)
+	}
+	if opts.MaxContext > 0 {
+		m.maxContext = opts.MaxContext
+	}
+	if m.tok, err = tokenizer.FromGGUF(f); err != nil {
+		return nil, fmt.Errorf("model: tokenizer: %w", err)
+	}
+	if m.tok.VocabSize() != c.Vocab {
+		return nil, fmt.Errorf("model: tokenizer has %d tokens, token_embd.weight has %d rows", m.tok.VocabSize(), c.Vocab)
+	}
+	if m.embd, err = matrix(w.TokenEmbd); err != nil {
+		return nil, err
+	}
+	if m.output, err = matrix(w.Output); err != nil {
+		return nil, err
+	}
+	if m.outNorm, err = w.OutputNorm.Float32s(); err != nil {
+		return nil, fmt.Errorf("model: tensor %q: %w", w.OutputNorm.Name, err)
+	}
+	m.layers = make([]llamaLayer, c.Layers)
+	for i := range w.Layers {
+		src, dst := &w.Layers[i], &m.layers[i]
+		if dst.attnNorm, err = src.AttnNorm.Float32s(); err != nil {
+			return nil, fmt.Errorf("model: tensor %q: %w", src.AttnNorm.Name, err)
+		}
+		if dst.ffnNorm, err = src.FFNNorm.Float32s(); err != nil {
+			return nil, fmt.Errorf("model: tensor %q: %w", src.FFNNorm.Name, err)
+		}
+		for _, p := range []struct {
+			dst *kernels.Matrix
+			src *gguf.TensorInfo
+		}{
+			{&dst.q, src.Q}, {&dst.k, src.K}, {&dst.v, src.V}, {&dst.o, src.O},
+			{&dst.gate, src.Gate}, {&dst.up, src.Up}, {&dst.down, src.Down},
+		} {
+			if *p.dst, err = matrix(p.src); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// matrix views a 2-D GGUF tensor (Dims [in, out]) as a kernels.Matrix
+// [out][in] without copying.
+func matrix(t *gguf.TensorInfo) (kernels.Matrix, error) {
+	if len(t.Dims) != 2 {
+		return kernels.Matrix{}, fmt.Errorf("model: tensor %q has shape %s, want 2 dimensions", t.Name, t.Shape())
+	}
+	m := kernels.Matrix{Type: kernels.DType(t.Type), Rows: int(t.Dims[1]), Cols: int(t.Dims[0]), Data: t.Data}
+	if err := m.Validate(); err != nil {
+		return kernels.Matrix{}, fmt.Errorf("model: tensor %q (%v %s): %w", t.Name, t.Type, t.Shape(), err)
+	}
+	return m, nil
+}
+
+// Config returns the model's configuration.
+func (m *Llama) Config() gguf.LlamaConfig { return m.cfg }
+
+// MaxContext is the longest sequence (prompt + output) in tokens that
+// runners of this model accept.
+func (m *Llama) MaxContext() int { return m.maxContext }
+
+// Tokenizer returns the model's tokenizer (immutable, safe to share).
+func (m *Llama) Tokenizer() *tokenizer.Tokenizer { return m.tok }
+
+// WeightBytes is the number of weight bytes one decode step streams per
+// token: every matrix of every layer plus the output projection (the
+// embedding table is read one row per token and not counted, unless it is
+// also the tied output).
+func (m *Llama) WeightBytes() int64 {
+	n := int64(len(m.output.Data))
+	for i := range m.layers {
+		l := &m.layers[i]
+		for _, w := range []*kernels.Matrix{&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down} {
+			n += int64(len(w.Data))
+		}
+	}
+	return n
+}
+
+// MatMulFLOPs is the floating-point operations of the weight matrices for
+// one token (2 per multiply-add), excluding attention over the context.
+func (m *Llama) MatMulFLOPs() int64 {
+	n := int64(m.output.Rows) * int64(m.output.Cols)
+	for i := range m.layers {
+		l := &m.layers[i]
+		for _, w := range []*kernels.Matrix{&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down} {
+			n += int64(w.Rows) * int64(w.Cols)
+		}
+	}
+	return 2 * n
+}
+
+// Close releases the memory-mapped file when LoadLlama opened it. Runners
+// of the model must be closed first.
+func (m *Llama) Close() error {
+	if m.file == nil {
+		return nil
+	}
+	f := m.file
+	m.file = nil
+	return f.Close()
+}

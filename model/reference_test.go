@@ -1,0 +1,57 @@
+package model
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/turnstile-llm/turnstile/model/gguf"
+)
+
+// TestRunnerMatchesReference runs a synthetic model through the runner
+// (prefill, then teacher-forced decode) and compares every step's logits
+// with the plain-Go reference forward pass (float64 accumulation, dense
+// attention). The runner accumulates in float32, so the tolerance is
+// relative to the row's largest logit.
+func TestRunnerMatchesReference(t *testing.T) {
+	const tol = 1e-5 // observed ≤ 1e-6 on every type
+	all := []gguf.GGMLType{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0}
+	tied := smallSpec(all...)
+	tied.Tied = true
+	scaled := smallSpec(gguf.TypeF16)
+	scaled.LinearScale, scaled.Theta = 4, 500000
+	for _, tc := range []struct {
+		name string
+		spec synthSpec
+	}{
+		{"F32", smallSpec(gguf.TypeF32)},
+		{"F16", smallSpec(gguf.TypeF16)},
+		{"BF16", smallSpec(gguf.TypeBF16)},
+		{"Q8_0", smallSpec(gguf.TypeQ8_0)},
+		{"mixed", smallSpec(all...)},
+		{"tied-output", tied},
+		{"linear-rope-scaling", scaled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := loadSynth(t, tc.spec)
+			rng := rand.New(rand.NewPCG(1, 2))
+			toks := make([]int32, 40)
+			for i := range toks {
+				toks[i] = int32(rng.IntN(m.cfg.Vocab))
+			}
+			want := refForward(t, m, toks)
+			r := newTestRunner(t, m, CPURunnerConfig{Seats: 2, KVBlocks: 8, BlockSize: 8, MaxBatchTokens: 64, KeepLogits: true})
+			h := newHarness(t, r)
+			s := newSeq(1, 3, 0, 7, 5, 1)
+			const prefill = 25
+			_, got := h.step(part{s, toks[:prefill], true})
+			worst := relErr(got[0], want[prefill-1])
+			for p := prefill; p < len(toks); p++ {
+				_, got = h.step(part{s, toks[p : p+1], true})
+				worst = max(worst, relErr(got[0], want[p]))
+			}
+			t.Logf("worst relative error %.3g", worst)
+			require.Less(t, worst, tol)
+		})
+	}
+}

@@ -1,0 +1,580 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/turnstile-llm/turnstile/kernels"
+	"github.com/turnstile-llm/turnstile/model/gguf"
+	"github.com/turnstile-llm/turnstile/sampling"
+)
+
+// CPURunnerConfig sizes a CPURunner. Every buffer is allocated from it at
+// construction, so Execute does not allocate.
+type CPURunnerConfig struct {
+	// Seats is the number of sequence slots (sampler state, last-token row).
+	Seats int
+	// KVBlocks and BlockSize shape the paged KV cache: block ids are in
+	// [0, KVBlocks), each holding BlockSize positions of every layer.
+	KVBlocks  int
+	BlockSize int
+	// MaxBatchTokens is the most new tokens one Execute accepts.
+	MaxBatchTokens int
+	// Workers is the number of cores the kernels use (0: GOMAXPROCS).
+	Workers int
+	// KeepLogits makes Execute keep a copy of every sampled row's logits
+	// (before penalties and sampling touch them), read back with Logits.
+	// It costs one copy of vocab floats per sampled sequence.
+	KeepLogits bool
+}
+
+// CPURunner executes batches of the llama forward pass on the CPU with the
+// C kernels: it owns the paged KV cache (indexed by kvpool block ids), the
+// per-seat sampler state and last-token rows, and preallocated activations
+// for MaxBatchTokens tokens. Execute, Capacity, Logits, Check and Close must
+// be called from one goroutine at a time (the executor's step loop).
+type CPURunner struct {
+	m        *Llama
+	cfg      CPURunnerConfig
+	capacity Capacity
+
+	// pool splits large kernel calls over cores; serial runs small ones on
+	// the calling goroutine, where waking helpers would cost more than the
+	// arithmetic (tiny models, short decode attention).
+	pool, serial *kernels.Workers
+	kv           []kernels.KVLayer // one per layer, views of kvMem
+	kvMem        []float32
+	blockFloats  int // floats of one block of one layer's K (or V)
+
+	sampler *sampling.Sampler
+	seats   []seatState
+	stamp   []uint32 // per seat: the batch number that last used it (duplicate check)
+	batchNo uint32
+	closed  bool
+
+	// Scratch, sized for MaxBatchTokens tokens (T) or Seats rows (S).
+	tokens    []int32           // [T] tokens with FutureToken resolved
+	x         []float32         // [T][Dim] residual stream
+	xn        []float32         // [T][Dim] normalised input of a sublayer
+	tmp       []float32         // [T][Dim] sublayer output before the residual add
+	q, att    []float32         // [T][Heads*HeadDim]
+	k, v      []float32         // [T][KVHeads*HeadDim]
+	gate, up  []float32         // [T][FFN]
+	attnSeqs  []kernels.AttnSeq // [S] every sequence's queries
+	lastSeqs  []kernels.AttnSeq // [S] the last layer's: one query per sampled sequence
+	logits    []float32         // [S][Vocab]
+	sampled   []int32           // [S] index in Batch.Seqs of each logits row
+	kept      []float32         // [S][Vocab] logits copies when KeepLogits
+	keptOf    []int32           // [S] Batch.Seqs index → kept row, or -1
+	keptCount int               // number of Seqs of the last Execute
+}
+
+// seatState is what the runner remembers of one seat between steps.
+type seatState struct {
+	started bool
+	// kvLen is the number of positions the seat's sequence has in the cache.
+	kvLen int32
+	// last is the token sampled for the seat in its latest step, valid
+	// when hasLast: the value FutureToken stands for.
+	last    int32
+	hasLast bool
+}
+
+// serialMACs is the work (multiply-adds) below which a kernel call runs on
+// the calling goroutine instead of the pool: waking a helper costs several
+// microseconds of CPU (futex wake-up and scheduling), as much as ~64K
+// multiply-adds on one core. Measured on stories260K decode: 1<<15 left
+// the output projection on the pool and cost ~40% more CPU per token.
+const serialMACs = 1 << 16
+
+// ErrRunnerClosed is returned by Execute after Close.
+var ErrRunnerClosed = errors.New("model: CPU runner closed")
+
+// NewCPURunner allocates a runner for m. The model must outlive the runner.
+func NewCPURunner(m *Llama, cfg CPURunnerConfig) (*CPURunner, error) {
+	if m == nil {
+		return nil, errors.New("model: NewCPURunner with a nil model")
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"Seats", cfg.Seats}, {"KVBlocks", cfg.KVBlocks}, {"BlockSize", cfg.BlockSize}, {"MaxBatchTokens", cfg.MaxBatchTokens}} {
+		if p.v <= 0 {
+			return nil, fmt.Errorf("model: CPURunnerConfig.%s = %d, want > 0", p.name, p.v)
+		}
+	}
+	if cfg.Workers < 0 {
+		return nil, fmt.Errorf("model: CPURunnerConfig.Workers = %d, want ≥ 0", cfg.Workers)
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = runtime.GOMAXPROCS(0)
+	}
+	c := m.cfg
+	if cfg.Seats > math.MaxInt32 || cfg.KVBlocks > math.MaxInt32 || cfg.MaxBatchTokens > math.MaxInt32 {
+		return nil, fmt.Errorf("model: CPURunnerConfig sizes (seats %d, blocks %d, batch tokens %d) must fit int32", cfg.Seats, cfg.KVBlocks, cfg.MaxBatchTokens)
+	}
+	blockFloats := c.KVHeads * cfg.BlockSize * c.HeadDim
+	kvFloats := 2 * c.Layers * cfg.KVBlocks * blockFloats
+	if kvFloats/2/c.Layers/cfg.KVBlocks != blockFloats || kvFloats > 1<<40 {
+		return nil, fmt.Errorf("model: KV cache of %d blocks × %d positions × %d layers is too large", cfg.KVBlocks, cfg.BlockSize, c.Layers)
+	}
+	sampler, err := sampling.New(cfg.Seats, c.Vocab)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	T, S := cfg.MaxBatchTokens, min(cfg.Seats, cfg.MaxBatchTokens)
+	qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	r := &CPURunner{
+		m:   m,
+		cfg: cfg,
+		capacity: Capacity{
+			Seats: cfg.Seats, KVBlocks: cfg.KVBlocks, BlockSize: cfg.BlockSize,
+			MaxContext: m.maxContext, MaxBatchTokens: cfg.MaxBatchTokens, Vocab: c.Vocab,
+		},
+		kvMem:       make([]float32, kvFloats),
+		blockFloats: blockFloats,
+		sampler:     sampler,
+		seats:       make([]seatState, cfg.Seats),
+		stamp:       make([]uint32, cfg.Seats),
+		tokens:      make([]int32, T),
+		x:           make([]float32, T*c.Dim),
+		xn:          make([]float32, T*c.Dim),
+		tmp:         make([]float32, T*c.Dim),
+		q:           make([]float32, T*qd),
+		att:         make([]float32, T*qd),
+		k:           make([]float32, T*kvd),
+		v:           make([]float32, T*kvd),
+		gate:        make([]float32, T*c.FFN),
+		up:          make([]float32, T*c.FFN),
+		attnSeqs:    make([]kernels.AttnSeq, 0, S),
+		lastSeqs:    make([]kernels.AttnSeq, 0, S),
+		logits:      make([]float32, S*c.Vocab),
+		sampled:     make([]int32, 0, S),
+		keptOf:      make([]int32, S),
+	}
+	if cfg.KeepLogits {
+		r.kept = make([]float32, S*c.Vocab)
+	}
+	layerFloats := cfg.KVBlocks * blockFloats
+	r.kv = make([]kernels.KVLayer, c.Layers)
+	for i := range r.kv {
+		base := 2 * i * layerFloats
+		r.kv[i] = kernels.KVLayer{
+			K:         r.kvMem[base : base+layerFloats : base+layerFloats],
+			V:         r.kvMem[base+layerFloats : base+2*layerFloats : base+2*layerFloats],
+			NumBlocks: cfg.KVBlocks, KVHeads: c.KVHeads, BlockSize: cfg.BlockSize, HeadDim: c.HeadDim,
+		}
+	}
+	r.pool = kernels.NewWorkers(cfg.Workers)
+	r.serial = kernels.NewWorkers(1)
+	return r, nil
+}
+
+// Capacity reports what the runner holds.
+func (r *CPURunner) Capacity() Capacity { return r.capacity }
+
+// Model returns the model the runner executes.
+func (r *CPURunner) Model() *Llama { return r.m }
+
+// SetSeedBase sets the base from which the seeds of requests without one
+// are derived (see sampling.Sampler.SetSeedBase).
+func (r *CPURunner) SetSeedBase(base uint64) { r.sampler.SetSeedBase(base) }
+
+// Logits returns the logits row computed for Batch.Seqs[i] in the latest
+// Execute, before sampling touched it, when the runner keeps logits
+// (CPURunnerConfig.KeepLogits) and that sequence was sampled; nil
+// otherwise. The slice is owned by the runner and overwritten by the next
+// Execute.
+func (r *CPURunner) Logits(i int) []float32 {
+	if r.kept == nil || i < 0 || i >= r.keptCount || r.keptOf[i] < 0 {
+		return nil
+	}
+	v := r.capacity.Vocab
+	row := int(r.keptOf[i])
+	return r.kept[row*v : (row+1)*v]
+}
+
+// Close stops the worker goroutines and drops the KV cache. Execute fails
+// afterwards; Close is idempotent.
+func (r *CPURunner) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	r.pool.Close()
+	r.serial.Close()
+	r.kvMem, r.kv = nil, nil
+	return nil
+}
+
+// Check verifies the runner's per-seat bookkeeping and the sampler's.
+func (r *CPURunner) Check() error {
+	for i, s := range r.seats {
+		if !s.started && (s.kvLen != 0 || s.hasLast) {
+			return fmt.Errorf("model: seat %d is not started but holds %d positions (has last token %v)", i, s.kvLen, s.hasLast)
+		}
+		if s.kvLen < 0 || int(s.kvLen) > r.capacity.MaxContext {
+			return fmt.Errorf("model: seat %d holds %d positions, outside [0, %d]", i, s.kvLen, r.capacity.MaxContext)
+		}
+		if s.hasLast && (s.last < 0 || int(s.last) >= r.capacity.Vocab) {
+			return fmt.Errorf("model: seat %d last token %d outside vocab %d", i, s.last, r.capacity.Vocab)
+		}
+	}
+	return r.sampler.Check()
+}
+
+// Execute runs one step: block copies, sampler resets for starting
+// sequences, the forward pass over every new token (writing their K/V into
+// the paged cache) and one sampled token per sequence with Sample set.
+// out is resized to len(b.Seqs). The batch is checked first; a bad batch
+// returns an error naming the value and changes nothing.
+func (r *CPURunner) Execute(b *Batch, out *Output) error {
+	if r.closed {
+		return ErrRunnerClosed
+	}
+	if err := r.check(b); err != nil {
+		return err
+	}
+	out.Resize(len(b.Seqs))
+	for _, c := range b.Copies {
+		r.copyBlock(int(c.Src), int(c.Dst))
+	}
+	T := len(b.Tokens)
+	copy(r.tokens, b.Tokens)
+	r.attnSeqs = r.attnSeqs[:0]
+	r.sampled = r.sampled[:0]
+	for i := range b.Seqs {
+		sb := &b.Seqs[i]
+		st := &r.seats[sb.Seat]
+		if sb.Start {
+			if err := r.sampler.Start(sb.Seat, sb.Params, sb.History); err != nil {
+				return fmt.Errorf("model: seq %d (seat %d): %w", i, sb.Seat, err)
+			}
+			*st = seatState{started: true}
+		}
+		if r.tokens[sb.TokenStart] == FutureToken {
+			r.tokens[sb.TokenStart] = st.last
+		}
+		r.attnSeqs = append(r.attnSeqs, kernels.AttnSeq{
+			QStart: sb.TokenStart, NumQ: sb.NumTokens, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable,
+		})
+		if sb.Sample {
+			r.sampled = append(r.sampled, int32(i))
+		}
+	}
+	if err := r.forward(b, T); err != nil {
+		return err
+	}
+	return r.sample(b, out)
+}
+
+// check validates b against the runner's capacity and seat state without
+// changing anything.
+func (r *CPURunner) check(b *Batch) error {
+	c := r.capacity
+	T := len(b.Tokens)
+	if T == 0 || len(b.Seqs) == 0 {
+		return fmt.Errorf("model: batch has %d tokens in %d sequences, want at least one of each", T, len(b.Seqs))
+	}
+	if T > c.MaxBatchTokens {
+		return fmt.Errorf("model: batch has %d tokens, runner accepts at most %d", T, c.MaxBatchTokens)
+	}
+	if len(b.Positions) != T {
+		return fmt.Errorf("model: batch has %d positions for %d tokens", len(b.Positions), T)
+	}
+	if len(b.Seqs) > c.Seats {
+		return fmt.Errorf("model: batch has %d sequences, runner holds %d seats", len(b.Seqs), c.Seats)
+	}
+	for i, cp := range b.Copies {
+		if cp.Src < 0 || int(cp.Src) >= c.KVBlocks || cp.Dst < 0 || int(cp.Dst) >= c.KVBlocks {
+			return fmt.Errorf("model: copy %d: block %d -> %d outside [0, %d)", i, cp.Src, cp.Dst, c.KVBlocks)
+		}
+	}
+	r.batchNo++
+	if r.batchNo == 0 { // wrapped: old stamps could collide
+		clear(r.stamp)
+		r.batchNo = 1
+	}
+	bs := int32(c.BlockSize)
+	next := int32(0)
+	for i := range b.Seqs {
+		sb := &b.Seqs[i]
+		if sb.Seat < 0 || int(sb.Seat) >= c.Seats {
+			return fmt.Errorf("model: seq %d: seat %d outside [0, %d)", i, sb.Seat, c.Seats)
+		}
+		if r.stamp[sb.Seat] == r.batchNo {
+			return fmt.Errorf("model: seq %d: seat %d appears twice in one batch", i, sb.Seat)
+		}
+		r.stamp[sb.Seat] = r.batchNo
+		if sb.NumTokens < 1 {
+			return fmt.Errorf("model: seq %d (seat %d): NumTokens = %d, want ≥ 1", i, sb.Seat, sb.NumTokens)
+		}
+		if sb.TokenStart != next || int(sb.TokenStart)+int(sb.NumTokens) > T {
+			return fmt.Errorf("model: seq %d (seat %d): tokens [%d, %d) do not continue the batch at %d (batch has %d tokens)",
+				i, sb.Seat, sb.TokenStart, int(sb.TokenStart)+int(sb.NumTokens), next, T)
+		}
+		next += sb.NumTokens
+		if sb.ContextLen < sb.NumTokens || int(sb.ContextLen) > c.MaxContext {
+			return fmt.Errorf("model: seq %d (seat %d): context length %d with %d new tokens (max context %d)",
+				i, sb.Seat, sb.ContextLen, sb.NumTokens, c.MaxContext)
+		}
+		first := sb.ContextLen - sb.NumTokens
+		st := &r.seats[sb.Seat]
+		if sb.Start {
+			if sb.Params == nil {
+				return fmt.Errorf("model: seq %d (seat %d): Start without Params", i, sb.Seat)
+			}
+			p := *sb.Params // Validate normalises; keep the caller's value intact
+			if err := p.Validate(c.Vocab); err != nil {
+				return fmt.Errorf("model: seq %d (seat %d): %w", i, sb.Seat, err)
+			}
+			for j, t := range sb.History {
+				if t < 0 || int(t) >= c.Vocab {
+					return fmt.Errorf("model: seq %d (seat %d): history token %d (index %d) outside vocab %d", i, sb.Seat, t, j, c.Vocab)
+				}
+			}
+		} else if !st.started || st.kvLen != first {
+			return fmt.Errorf("model: seq %d (seat %d): continues at position %d but the seat holds %d positions (started %v)",
+				i, sb.Seat, first, st.kvLen, st.started)
+		}
+		for j := int32(0); j < sb.NumTokens; j++ {
+			idx := sb.TokenStart + j
+			if p := b.Positions[idx]; p != first+j {
+				return fmt.Errorf("model: seq %d (seat %d): position %d at token %d, want %d (context %d, %d new tokens)",
+					i, sb.Seat, p, idx, first+j, sb.ContextLen, sb.NumTokens)
+			}
+			t := b.Tokens[idx]
+			if t == FutureToken {
+				if j != 0 || sb.Start || !st.hasLast {
+					return fmt.Errorf("model: seq %d (seat %d): FutureToken at token %d but the seat sampled nothing in its previous step", i, sb.Seat, idx)
+				}
+			} else if t < 0 || int(t) >= c.Vocab {
+				return fmt.Errorf("model: seq %d (seat %d): token %d (index %d) outside vocab %d", i, sb.Seat, t, idx, c.Vocab)
+			}
+		}
+		need := int((sb.ContextLen + bs - 1) / bs)
+		if len(sb.BlockTable) < need {
+			return fmt.Errorf("model: seq %d (seat %d): block table has %d blocks, context %d needs %d",
+				i, sb.Seat, len(sb.BlockTable), sb.ContextLen, need)
+		}
+		for j, blk := range sb.BlockTable[:need] {
+			if blk < 0 || int(blk) >= c.KVBlocks {
+				return fmt.Errorf("model: seq %d (seat %d): block table entry %d is block %d, outside [0, %d)", i, sb.Seat, j, blk, c.KVBlocks)
+			}
+		}
+	}
+	if int(next) != T {
+		return fmt.Errorf("model: sequences cover %d of the batch's %d tokens", next, T)
+	}
+	return nil
+}
+
+// copyBlock copies block src's K and V to block dst in every layer.
+func (r *CPURunner) copyBlock(src, dst int) {
+	if src == dst {
+		return
+	}
+	n := r.blockFloats
+	for i := range r.kv {
+		l := &r.kv[i]
+		copy(l.K[dst*n:(dst+1)*n], l.K[src*n:(src+1)*n])
+		copy(l.V[dst*n:(dst+1)*n], l.V[src*n:(src+1)*n])
+	}
+}
+
+// workersFor picks the pool for a call of macs multiply-adds.
+func (r *CPURunner) workersFor(macs int) *kernels.Workers {
+	if macs < serialMACs {
+		return r.serial
+	}
+	return r.pool
+}
+
+// matmul is y = x·Wᵀ for m rows on the pool that suits its size.
+func (r *CPURunner) matmul(y, x []float32, m int, w *kernels.Matrix) error {
+	return r.workersFor(m*w.Rows*w.Cols).MatMul(y[:m*w.Rows], x[:m*w.Cols], m, *w)
+}
+
+// forward runs every layer over the T new tokens of b (tokens resolved in
+// r.tokens) and leaves the logits of the sampled sequences in r.logits.
+//
+// Every layer writes K/V for all T tokens, but only the last token of each
+// sampled sequence feeds the logits, so the last layer runs attention, the
+// output projection and the MLP on those rows alone (none for a prefill
+// chunk that does not sample).
+func (r *CPURunner) forward(b *Batch, T int) error {
+	c := &r.m.cfg
+	dim, qd, kvd := c.Dim, c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	x, xn := r.x[:T*dim], r.xn[:T*dim]
+	q, k, v := r.q[:T*qd], r.k[:T*kvd], r.v[:T*kvd]
+	pos := b.Positions
+	freqScale := 1 / c.RopeScaleFactor
+	ns := len(r.sampled)
+
+	if err := r.embed(x, r.tokens[:T]); err != nil {
+		return err
+	}
+	for li := range r.m.layers {
+		l := &r.m.layers[li]
+		kv := &r.kv[li]
+		if err := r.pool.RMSNorm(xn, x, l.attnNorm, T, dim, c.NormEps); err != nil {
+			return fmt.Errorf("model: layer %d attn norm: %w", li, err)
+		}
+		if err := r.matmul(q, xn, T, &l.q); err != nil {
+			return fmt.Errorf("model: layer %d q: %w", li, err)
+		}
+		if err := r.matmul(k, xn, T, &l.k); err != nil {
+			return fmt.Errorf("model: layer %d k: %w", li, err)
+		}
+		if err := r.matmul(v, xn, T, &l.v); err != nil {
+			return fmt.Errorf("model: layer %d v: %w", li, err)
+		}
+		if err := kernels.RoPE(q, pos, c.Heads, c.HeadDim, c.RopeTheta, freqScale); err != nil {
+			return fmt.Errorf("model: layer %d rope q: %w", li, err)
+		}
+		if err := kernels.RoPE(k, pos, c.KVHeads, c.HeadDim, c.RopeTheta, freqScale); err != nil {
+			return fmt.Errorf("model: layer %d rope k: %w", li, err)
+		}
+		for i := range r.attnSeqs {
+			s := &r.attnSeqs[i]
+			t0, t1 := int(s.QStart), int(s.QStart+s.NumQ)
+			if err := kernels.KVWrite(kv, k[t0*kvd:t1*kvd], v[t0*kvd:t1*kvd], pos[t0:t1], s.BlockTable); err != nil {
+				return fmt.Errorf("model: layer %d kv write of seq %d: %w", li, i, err)
+			}
+		}
+		rows, seqs := T, r.attnSeqs
+		if li == len(r.m.layers)-1 {
+			if ns == 0 {
+				return nil
+			}
+			// Compact the rows that matter to the front: row j is the last
+			// token of the j-th sampled sequence (j ≤ its old index, so the
+			// in-place moves never overwrite a row still to be read).
+			r.lastSeqs = r.lastSeqs[:0]
+			for j, si := range r.sampled {
+				sb := &b.Seqs[si]
+				row := int(sb.TokenStart + sb.NumTokens - 1)
+				copy(x[j*dim:(j+1)*dim], x[row*dim:(row+1)*dim])
+				copy(q[j*qd:(j+1)*qd], q[row*qd:(row+1)*qd])
+				r.lastSeqs = append(r.lastSeqs, kernels.AttnSeq{QStart: int32(j), NumQ: 1, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable})
+			}
+			rows, seqs = ns, r.lastSeqs
+		}
+		if err := r.layerTail(li, rows, seqs); err != nil {
+			return err
+		}
+	}
+	hid := r.xn[:ns*dim]
+	if err := r.pool.RMSNorm(hid, x[:ns*dim], r.m.outNorm, ns, dim, c.NormEps); err != nil {
+		return fmt.Errorf("model: output norm: %w", err)
+	}
+	if err := r.matmul(r.logits, hid, ns, &r.m.output); err != nil {
+		return fmt.Errorf("model: output: %w", err)
+	}
+	return nil
+}
+
+// layerTail finishes layer li on the first rows rows of the activations,
+// whose K/V are already in the cache: attention of seqs, the output
+// projection and residual, then the SwiGLU MLP and residual.
+func (r *CPURunner) layerTail(li, rows int, seqs []kernels.AttnSeq) error {
+	c := &r.m.cfg
+	l := &r.m.layers[li]
+	dim, qd := c.Dim, c.Heads*c.HeadDim
+	x, xn, tmp := r.x[:rows*dim], r.xn[:rows*dim], r.tmp[:rows*dim]
+	q, att := r.q[:rows*qd], r.att[:rows*qd]
+	gate, up := r.gate[:rows*c.FFN], r.up[:rows*c.FFN]
+	var macs int // attention multiply-adds (QKᵀ and PV), for the pool choice
+	for _, s := range seqs {
+		macs += int(s.NumQ) * int(s.ContextLen)
+	}
+	macs *= 2 * qd
+	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
+	if err := r.workersFor(macs).PagedAttention(att, q, &r.kv[li], seqs, c.Heads, scale); err != nil {
+		return fmt.Errorf("model: layer %d attention: %w", li, err)
+	}
+	if err := r.matmul(tmp, att, rows, &l.o); err != nil {
+		return fmt.Errorf("model: layer %d attn output: %w", li, err)
+	}
+	addInPlace(x, tmp)
+	if err := r.pool.RMSNorm(xn, x, l.ffnNorm, rows, dim, c.NormEps); err != nil {
+		return fmt.Errorf("model: layer %d ffn norm: %w", li, err)
+	}
+	if err := r.matmul(gate, xn, rows, &l.gate); err != nil {
+		return fmt.Errorf("model: layer %d ffn gate: %w", li, err)
+	}
+	if err := r.matmul(up, xn, rows, &l.up); err != nil {
+		return fmt.Errorf("model: layer %d ffn up: %w", li, err)
+	}
+	if err := kernels.SiLUMul(gate, gate, up); err != nil {
+		return fmt.Errorf("model: layer %d silu: %w", li, err)
+	}
+	if err := r.matmul(tmp, gate, rows, &l.down); err != nil {
+		return fmt.Errorf("model: layer %d ffn down: %w", li, err)
+	}
+	addInPlace(x, tmp)
+	return nil
+}
+
+// sample draws one token per sampled sequence and records it as the
+// seat's last token; sequences without Sample get -1.
+func (r *CPURunner) sample(b *Batch, out *Output) error {
+	vocab := r.capacity.Vocab
+	r.keptCount = len(b.Seqs)
+	for i := range b.Seqs {
+		sb := &b.Seqs[i]
+		st := &r.seats[sb.Seat]
+		st.kvLen = sb.ContextLen
+		r.keptOf[i] = -1
+		if !sb.Sample {
+			out.Tokens[i], out.Logprobs[i] = -1, 0
+			st.hasLast = false
+		}
+	}
+	for j, si := range r.sampled {
+		sb := &b.Seqs[si]
+		row := r.logits[j*vocab : (j+1)*vocab]
+		if r.kept != nil {
+			copy(r.kept[j*vocab:(j+1)*vocab], row)
+			r.keptOf[si] = int32(j)
+		}
+		ch := sampling.Choice{
+			TopTokens:   out.TopTokens[int(si)*sampling.MaxTopLogprobs : int(si+1)*sampling.MaxTopLogprobs],
+			TopLogprobs: out.TopLogprobs[int(si)*sampling.MaxTopLogprobs : int(si+1)*sampling.MaxTopLogprobs],
+		}
+		if err := r.sampler.Sample(sb.Seat, row, &ch); err != nil {
+			return fmt.Errorf("model: seq %d (seat %d): %w", si, sb.Seat, err)
+		}
+		out.Tokens[si], out.Logprobs[si] = ch.Token, ch.Logprob
+		st := &r.seats[sb.Seat]
+		st.last, st.hasLast = ch.Token, true
+	}
+	return nil
+}
+
+// embed writes the embedding rows of tokens (validated ids) to x. It
+// dequantizes in Go rather than through kernels.Embedding, which allocates
+// on every call (its instruction-set probe builds a slice); one row per
+// token is cheap either way.
+func (r *CPURunner) embed(x []float32, tokens []int32) error {
+	e := &r.m.embd
+	dim := e.Cols
+	rb := len(e.Data) / e.Rows
+	for i, t := range tokens {
+		src := e.Data[int(t)*rb : (int(t)+1)*rb]
+		if err := gguf.Dequantize(gguf.GGMLType(e.Type), src, x[i*dim:(i+1)*dim]); err != nil {
+			return fmt.Errorf("model: embedding of token %d: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// addInPlace adds d to x elementwise (the residual connection).
+func addInPlace(x, d []float32) {
+	d = d[:len(x)]
+	for i := range x {
+		x[i] += d[i]
+	}
+}

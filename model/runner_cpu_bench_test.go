@@ -1,0 +1,212 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/turnstile-llm/turnstile/kernels"
+	"github.com/turnstile-llm/turnstile/model/gguf"
+)
+
+// spec110M is the stories110M shape with a small vocabulary.
+func spec110M(t gguf.GGMLType) synthSpec {
+	return synthSpec{Dim: 768, Layers: 12, Heads: 12, KVHeads: 12, FFN: 2048, Vocab: 512, Context: 1024,
+		Types: []gguf.GGMLType{t}, Seed: 11}
+}
+
+// Decode benchmarks run at a fixed context: every step decodes position
+// ctx-1 of each sequence again (Start with the prefix cached, which resets
+// only the sampler), so all steps cost the same whatever b.N is and the
+// best step is a fair figure on a shared machine.
+const (
+	ctxShort = 24
+	ctxMid   = 160
+)
+
+// decodeResult is what benchDecode measured: mean tokens/s over the timed
+// loop, the fastest single step (on a shared machine the best step is the
+// steadiest figure), and the step function for further measurements.
+type decodeResult struct {
+	tps, bestTPS float64
+	best         time.Duration
+	step         func()
+}
+
+// benchDecode measures decode steps of seqs sequences together at context
+// ctx and reports tokens/s (sequences × steps per second), mean and best.
+func benchDecode(b *testing.B, m *Llama, seqs, ctx int) *decodeResult {
+	bs := 16
+	per := (ctx + bs - 1) / bs
+	r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: seqs * per, BlockSize: bs, MaxBatchTokens: max(seqs, ctx)})
+	h := newHarness(b, r)
+	ss := make([]*tseq, seqs)
+	for i := range ss {
+		ss[i] = newSeq(int32(i), iota32(i*per, per)...)
+		prompt := make([]int32, ctx-1)
+		for j := range prompt {
+			prompt[j] = int32((i*7 + j*13) % m.cfg.Vocab)
+		}
+		h.step(part{ss[i], prompt, false})
+	}
+	parts := make([]part, seqs)
+	for i := range parts {
+		parts[i] = part{ss[i], []int32{int32(i + 3)}, true}
+	}
+	h.build(parts...)
+	for i := range h.b.Seqs {
+		h.b.Seqs[i].Start = true
+	}
+	step := func() {
+		if err := r.Execute(&h.b, &h.out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	step() // grow the kernels' scratch for this batch shape
+	step()
+	res := &decodeResult{best: time.Duration(math.MaxInt64)}
+	res.step = func() {
+		t0 := time.Now()
+		step()
+		res.best = min(res.best, time.Since(t0))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		res.step()
+	}
+	b.StopTimer()
+	res.tps = float64(b.N*seqs) / b.Elapsed().Seconds()
+	res.bestTPS = float64(seqs) / res.best.Seconds()
+	b.ReportMetric(res.tps, "tok/s")
+	b.ReportMetric(res.bestTPS, "best-tok/s")
+	return res
+}
+
+// readBandwidth measures DRAM read bandwidth (bytes/s) with the kernels'
+// read probe on a buffer far larger than the last-level cache, best of
+// rounds passes; between passes it runs between(), so that the probe and
+// the measurement it is compared with see the same machine load.
+func readBandwidth(b *testing.B, cores, rounds int, between func()) float64 {
+	w := kernels.NewWorkers(cores)
+	defer w.Close()
+	buf := make([]float32, 64<<20) // 256 MiB
+	for i := range buf {
+		buf[i] = 1
+	}
+	best := math.Inf(1)
+	for range rounds {
+		t0 := time.Now()
+		_, err := w.ReadProbe(buf, cores)
+		require.NoError(b, err)
+		best = min(best, time.Since(t0).Seconds())
+		between()
+	}
+	return float64(4*len(buf)) / best
+}
+
+// fmaPeak measures the cores' peak FLOP/s on the pool's path.
+// Like readBandwidth it is the best of rounds passes with between() run
+// after each.
+func fmaPeak(b *testing.B, cores, rounds int, between func()) float64 {
+	w := kernels.NewWorkers(cores)
+	defer w.Close()
+	best := 0.0
+	for range rounds {
+		t0 := time.Now()
+		flops, err := w.FMAProbe(w.Path(), cores, 1<<22)
+		require.NoError(b, err)
+		best = max(best, flops/time.Since(t0).Seconds())
+		between()
+	}
+	return best
+}
+
+func BenchmarkStories260K(b *testing.B) {
+	m := loadStories(b)
+	for _, ctx := range []int{ctxShort, ctxMid} {
+		for _, seqs := range []int{1, 32} {
+			b.Run(fmt.Sprintf("decode/ctx=%d/seqs=%d", ctx, seqs), func(b *testing.B) { benchDecode(b, m, seqs, ctx) })
+		}
+	}
+}
+
+func BenchmarkLlama110M(b *testing.B) {
+	cores := runtime.GOMAXPROCS(0)
+	for _, typ := range []gguf.GGMLType{gguf.TypeF32, gguf.TypeQ8_0} {
+		m, err := LoadLlama(writeSynth(b, b.TempDir(), spec110M(typ)), LlamaOptions{})
+		require.NoError(b, err)
+		var one *decodeResult
+		b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=1", typ, ctxMid), func(b *testing.B) {
+			one = benchDecode(b, m, 1, ctxMid)
+			// Roofline: a decode step streams every weight once. Probe
+			// passes alternate with decode steps; both keep their best.
+			bw := readBandwidth(b, cores, 8, func() {
+				for range 4 {
+					one.step()
+				}
+			})
+			one.bestTPS = 1 / one.best.Seconds()
+			achieved := one.bestTPS * float64(m.WeightBytes())
+			b.ReportMetric(one.bestTPS, "best-tok/s")
+			b.ReportMetric(bw/1e9, "probe-GB/s")
+			b.ReportMetric(achieved/1e9, "weights-GB/s")
+			b.ReportMetric(achieved/bw, "roofline-frac")
+		})
+		b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=32", typ, ctxMid), func(b *testing.B) {
+			res := benchDecode(b, m, 32, ctxMid)
+			if one != nil {
+				b.ReportMetric(res.tps/one.tps, "x-one-seq")
+				b.ReportMetric(res.bestTPS/one.bestTPS, "best-x-one-seq")
+			}
+		})
+		b.Run(fmt.Sprintf("%v/prefill/tokens=512", typ), func(b *testing.B) { benchPrefill(b, m, 512, cores) })
+		require.NoError(b, m.Close())
+	}
+}
+
+// benchPrefill measures one sequence's prompt of n tokens in one step and
+// reports tokens/s and the fraction of the FMA peak it reaches.
+func benchPrefill(b *testing.B, m *Llama, n, cores int) {
+	bs := 16
+	r := newTestRunner(b, m, CPURunnerConfig{Seats: 1, KVBlocks: n / bs, BlockSize: bs, MaxBatchTokens: n})
+	h := newHarness(b, r)
+	prompt := make([]int32, n)
+	for j := range prompt {
+		prompt[j] = int32(j * 17 % m.cfg.Vocab)
+	}
+	s := newSeq(0, iota32(0, n/bs)...)
+	h.build(part{s, prompt, true})
+	best := time.Duration(math.MaxInt64)
+	step := func() {
+		t0 := time.Now()
+		if err := r.Execute(&h.b, &h.out); err != nil {
+			b.Fatal(err)
+		}
+		best = min(best, time.Since(t0))
+	}
+	step() // grow the kernels' scratch for this batch shape
+	best = time.Duration(math.MaxInt64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		step()
+	}
+	b.StopTimer()
+	tps := float64(b.N*n) / b.Elapsed().Seconds()
+	// FMA probes alternate with two more prefill steps; both keep their best.
+	peak := fmaPeak(b, cores, 3, step)
+	c := m.cfg
+	// Attention: QKᵀ and PV over the causal triangle, 2 FLOPs per MAC.
+	attn := 2 * 2 * float64(c.Layers*c.Heads*c.HeadDim) * float64(n) * float64(n+1) / 2
+	flops := float64(m.MatMulFLOPs())*float64(n) + attn
+	achieved := flops / best.Seconds()
+	b.ReportMetric(tps, "tok/s")
+	b.ReportMetric(float64(n)/best.Seconds(), "best-tok/s")
+	b.ReportMetric(achieved/1e9, "best-GFLOP/s")
+	b.ReportMetric(peak/1e9, "peak-GFLOP/s")
+	b.ReportMetric(achieved/peak, "peak-frac")
+}
