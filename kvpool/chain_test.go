@@ -100,3 +100,42 @@ func BenchmarkPeekChain32K(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSeq2048FullHitChain is the full-hit cycle as the executor runs
+// it: the request's Chain was hashed once at submission, so admission is
+// NewSeq + MatchChain + Append of the last block + Release, with no hashing
+// of the hit blocks.
+func BenchmarkSeq2048FullHitChain(b *testing.B) {
+	p, err := New(Config{NumBlocks: 4096, BlockSize: 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	toks := seqTokens(0, 2048)
+	k := Keys{Model: "m"}
+	s := p.NewSeq(k)
+	if err := p.Append(s, toks); err != nil {
+		b.Fatal(err)
+	}
+	p.Release(s)
+	var c Chain
+	if err := c.Reset(k, 16, toks); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	reportCPU(b)
+	for b.Loop() {
+		s := p.NewSeq(k)
+		hit, err := p.MatchChain(s, &c)
+		if err != nil || hit != 2048-16 {
+			b.Fatalf("hit %d, err %v", hit, err)
+		}
+		if err := p.Append(s, toks[hit:]); err != nil {
+			b.Fatal(err)
+		}
+		p.Release(s)
+	}
+	b.StopTimer()
+	if err := p.Check(); err != nil {
+		b.Fatal(err)
+	}
+}
