@@ -249,7 +249,7 @@ func (r *CPURunner) Execute(b *Batch, out *Output) error {
 		sb := &b.Seqs[i]
 		st := &r.seats[sb.Seat]
 		if sb.Start {
-			if err := r.sampler.Start(sb.Seat, sb.Params, sb.History); err != nil {
+			if err := r.sampler.StartWithOutput(sb.Seat, sb.Params, sb.History, int(sb.NumOutput)); err != nil {
 				return fmt.Errorf("model: seq %d (seat %d): %w", i, sb.Seat, err)
 			}
 			*st = seatState{started: true}
@@ -334,6 +334,9 @@ func (r *CPURunner) check(b *Batch) error {
 				if t < 0 || int(t) >= c.Vocab {
 					return fmt.Errorf("model: seq %d (seat %d): history token %d (index %d) outside vocab %d", i, sb.Seat, t, j, c.Vocab)
 				}
+			}
+			if sb.NumOutput < 0 || int(sb.NumOutput) > len(sb.History) {
+				return fmt.Errorf("model: seq %d (seat %d): NumOutput %d outside [0, %d] (the history's length)", i, sb.Seat, sb.NumOutput, len(sb.History))
 			}
 		} else if !st.started || st.kvLen != first {
 			return fmt.Errorf("model: seq %d (seat %d): continues at position %d but the seat holds %d positions (started %v)",

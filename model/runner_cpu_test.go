@@ -397,6 +397,9 @@ func TestBadBatches(t *testing.T) {
 		{"bad history", func(b *Batch) {
 			b.Seqs[0].Start, b.Seqs[0].Params, b.Seqs[0].History = true, &p, []int32{1, 9999}
 		}, "history token 9999"},
+		{"num output beyond history", func(b *Batch) {
+			b.Seqs[0].Start, b.Seqs[0].Params, b.Seqs[0].History, b.Seqs[0].NumOutput = true, &p, []int32{1, 2}, 3
+		}, "NumOutput 3 outside [0, 2]"},
 		{"copy out of range", func(b *Batch) { b.Copies = []BlockCopy{{Src: 1, Dst: 99}} }, "99"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -489,4 +492,35 @@ func TestMaxContextBoundary(t *testing.T) {
 	var out Output
 	require.ErrorContains(t, r.Execute(&h.b, &out), "context length 13")
 	require.NoError(t, r.Check())
+}
+
+// runner is the contract the executor consumes (it defines its own
+// interface; model may not import executor).
+var _ interface {
+	Execute(*Batch, *Output) error
+	Capacity() Capacity
+} = (*CPURunner)(nil)
+
+// TestSeedBase: unseeded sampling replays under the same seed base and
+// changes under another.
+func TestSeedBase(t *testing.T) {
+	m := loadStories(t)
+	prompt := encodeAll(m, storyPrompts[:1])[0]
+	run := func(base uint64) []int32 {
+		r := newTestRunner(t, m, CPURunnerConfig{Seats: 1, KVBlocks: 8, BlockSize: 16, MaxBatchTokens: 32})
+		r.SetSeedBase(base)
+		h := newHarness(t, r)
+		s := newSeq(0, iota32(0, 8)...)
+		s.params.Temperature = 1.5
+		tok, _ := h.step(part{s, prompt, true})
+		got := []int32{tok[0]}
+		for range 30 {
+			tok, _ = h.step(part{s, []int32{FutureToken}, true})
+			got = append(got, tok[0])
+		}
+		return got
+	}
+	a := run(1)
+	require.Equal(t, a, run(1))
+	require.NotEqual(t, a, run(2))
 }
