@@ -12,7 +12,11 @@
 # start-up, and the decode-attention bandwidth. Lines starting with RESULT and
 # the benchmark lines are the figures; the tail says PASS or FAIL.
 #
-# Not yet covered (needs the CUDA runner): greedy text and decode tok/s.
+# The CUDA runner (model package): stories260K greedy text against the CPU
+# runner, mixed batches, the bf16 cache, the memory plan, and decode tok/s of
+# a Llama-3-8B-shaped model at batch 1 and 64 against the bandwidth roofline.
+# The model tests need testdata/models/stories260K.gguf (make model) next to
+# the binaries: carry it to the GPU machine with bin/gpu-check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,14 +26,15 @@ build() {
 	mkdir -p "$BIN"
 	go test -c -o "$BIN/kernels.test" ./kernels || exit 1
 	go test -c -o "$BIN/cuda.test" ./cuda || exit 1
-	echo "gpu-check: built $BIN/kernels.test and $BIN/cuda.test"
+	go test -c -o "$BIN/model.test" ./model || exit 1
+	echo "gpu-check: built $BIN/kernels.test, $BIN/cuda.test and $BIN/model.test"
 }
 
 run() {
 	local out="${1:-${OUT:-out}}"
 	mkdir -p "$out"
 	local report="$out/gpu-check.txt"
-	for t in kernels cuda; do
+	for t in kernels cuda model; do
 		[ -x "$BIN/$t.test" ] || { echo "gpu-check: $BIN/$t.test missing: run '$0 build' first" >&2; exit 1; }
 	done
 	# The group runs in a subshell (it feeds tee): its exit status carries the verdict.
@@ -51,6 +56,17 @@ run() {
 		rm -f "$log"
 		echo "## decode attention bandwidth"
 		(cd kernels && timeout 120 "../$BIN/kernels.test" -test.run '^$' -test.bench 'GPUDecodeAttention' -test.benchtime 200x) || status=1
+		echo "## CUDA runner vs CPU runner, memory plan"
+		log=$(mktemp)
+		(cd model && timeout 180 "../$BIN/model.test" -test.v -test.count=1 -test.run 'CUDARunner') 2>&1 | tee "$log"
+		[ "${PIPESTATUS[0]}" = 0 ] || status=1
+		if grep -q -- '--- SKIP: TestCUDARunner' "$log"; then
+			echo "gpu-check: CUDA runner tests skipped on this machine (see the reasons above)"
+			status=1
+		fi
+		rm -f "$log"
+		echo "## CUDA runner decode throughput, Llama-3-8B shape"
+		(cd model && timeout 240 "../$BIN/model.test" -test.run '^$' -test.bench 'CUDADecode8B' -test.benchtime 512x -test.benchmem) || status=1
 		if [ "$status" = 0 ]; then echo "gpu-check: PASS"; else echo "gpu-check: FAIL"; fi
 		[ "$status" = 0 ]
 	} 2>&1 | tee "$report"
