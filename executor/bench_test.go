@@ -11,6 +11,7 @@ import (
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/model"
+	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
 )
@@ -41,21 +42,32 @@ func (r *noopRunner) Execute(b *model.Batch, out *model.Output) error {
 // 2,000-token prefix (an agentic program's context) queue behind an
 // admission hook that caps running requests at 256: the head of the queue
 // is looked up in the prefix cache at every step it stays refused.
+//
+// With programs=B, every request is a turn of its own agentic program under
+// the program policy's arm B (Tick, Admit, Started, Grew per append,
+// TurnEnded with a pin, the next turn replacing it).
 func BenchmarkStepHost(b *testing.B) {
 	const running, life = 256, 1024
 	shared := strings.Repeat("the shared context of one agentic program. ", 50)[:2000]
 	for _, bc := range []struct {
-		ovl     bool
-		waiting int
-	}{{false, 0}, {true, 0}, {false, 64}, {true, 64}} {
-		b.Run(fmt.Sprintf("overlap=%v/waiting=%d", bc.ovl, bc.waiting), func(b *testing.B) {
+		ovl      bool
+		waiting  int
+		programs bool
+	}{{false, 0, false}, {true, 0, false}, {false, 64, false}, {true, 64, false}, {false, 0, true}, {true, 0, true}} {
+		name := fmt.Sprintf("overlap=%v/waiting=%d", bc.ovl, bc.waiting)
+		var pc *policy.Config
+		if bc.programs {
+			c := policy.DefaultConfig(policy.ArmB, 0)
+			pc, name = &c, name+"/programs=B"
+		}
+		b.Run(name, func(b *testing.B) {
 			ovl, total := bc.ovl, running+bc.waiting
 			seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: total, Overlap: ovl, DeferredTeardown: ovl})
 			require.NoError(b, err)
 			r := &noopRunner{capy: model.Capacity{Seats: seats, KVBlocks: 2 * total * (life + 2048 + 64) / 16,
 				BlockSize: 16, MaxContext: 4096, MaxBatchTokens: 4096, Vocab: testVocab}}
 			eng, err := New(Config{MaxBatchSize: total, Overlap: ovl, Clock: clock.Real{},
-				Admission: runningCap(running)}, r, newByteTokenizer())
+				Admission: runningCap(running), Programs: pc}, r, newByteTokenizer())
 			require.NoError(b, err)
 			defer eng.Close()
 			streams := make([]*Stream, total)
@@ -64,8 +76,11 @@ func BenchmarkStepHost(b *testing.B) {
 				if i >= running {
 					prompt = fmt.Sprintf("%s request %4d: %s", shared, i, prompt)
 				}
-				st, err := eng.Submit(context.Background(), &Request{
-					Prompt: prompt, MaxTokens: maxTokens, IgnoreEOS: true, Params: greedy()})
+				req := &Request{Prompt: prompt, MaxTokens: maxTokens, IgnoreEOS: true, Params: greedy()}
+				if pc != nil {
+					req.ProgramID = fmt.Sprint("program ", i)
+				}
+				st, err := eng.Submit(context.Background(), req)
 				require.NoError(b, err)
 				streams[i] = st
 			}
@@ -108,6 +123,9 @@ func BenchmarkStepHost(b *testing.B) {
 			m := eng.Snapshot()
 			b.ReportMetric(float64(m.Running), "running")
 			b.ReportMetric(float64(m.Waiting), "waiting")
+			if pc != nil {
+				b.ReportMetric(float64(m.Programs.Active), "active_programs")
+			}
 		})
 	}
 }

@@ -10,8 +10,9 @@
 //	ABORTED from any state (request context cancelled, or engine shut down)
 //
 // Every transition releases exactly what the request holds: its seat
-// (seatpool), its KV sequence (kvpool) and its admission charge (the
-// Admission hook's Release), each exactly once. Engine.Check proves it.
+// (seatpool), its KV sequence (kvpool), its admission charge (the
+// Admission hook's Release) and its program turn (see Programs), each
+// exactly once. Engine.Check proves it.
 //
 // # Scheduler, per step
 //
@@ -19,8 +20,9 @@
 // (MaxBatchSize). Running requests are served first, oldest admission first:
 // decodes (one token each), then the next chunk of partially prefilled ones;
 // then waiting requests are admitted in arrival order (preempted ones go back
-// to the front), each with a kvpool prefix lookup and the Admission hook,
-// while the token budget, the sequence budget, seats and blocks allow. When a
+// to the front), each with a kvpool prefix lookup, the program policy and
+// the Admission hook, while the token budget, the sequence budget, seats and
+// blocks allow (a turn the program policy holds back is skipped). When a
 // running request cannot get a block, the newest running request not already
 // in this step is preempted by recompute (its blocks and seat are released,
 // its tokens so far become its new prompt); a lone request that cannot grow
@@ -53,6 +55,36 @@
 // in launch order, so a block or seat released while a step that used it is
 // still in flight may be handed to a later step. Preemption uses that for
 // blocks (it needs them now); seats of requests in flight always retire.
+//
+// # Programs (Config.Programs)
+//
+// With a program policy (package policy, arms A/B/C), requests that carry a
+// ProgramID are turns of agentic programs; requests without one bypass it.
+// The engine drives the policy's Controller from the loop goroutine:
+//
+//   - every Step begins with Tick (pauses, resumes, leases);
+//   - admission asks Admit for a waiting turn, first to register it and then
+//     only while its program is ACTIVE (Runnable); a turn the policy holds
+//     back (a new program that does not fit, a paused one) is skipped, so
+//     it never blocks the queue behind it. A program runs one turn at a
+//     time: its other requests wait, in order, until the turn ends;
+//   - a turn's sequence is handed over (Started) only when its prompt is
+//     fully appended: until then the policy charges its estimate, not the
+//     blocks chunked prefill has appended so far, and the program keeps its
+//     previous pin. Appends afterwards (including a future token's Fill)
+//     are reported with Grew;
+//   - recompute preemption calls Preempted before the sequence is released;
+//     a finish or abort calls TurnEnded before it (the program pins its full
+//     blocks from it), a withdrawn waiting turn calls TurnEnded too, and
+//     Request.ProgramRelease, ReleaseProgram (the server's DELETE, applied
+//     at the next step boundary) and Close call Release.
+//
+// The liveness rule: when nothing runs, retires or is in flight and the next
+// request still lacks blocks (or a lone request cannot grow), only pins hold
+// the pool, and the engine ends the pinned program with the most tokens
+// (Metrics.PinsDropped) rather than wait for a lease. Policy pins are why
+// Check proves kvpool's referenced blocks exactly only while no program is
+// ACTIVE; the Controller's Check, which Engine.Check runs, proves the pins.
 //
 // # Threads
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/turnstile-llm/turnstile/kvpool"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/overlap"
+	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/sampling"
 	"github.com/turnstile-llm/turnstile/seatpool"
 )
@@ -75,6 +76,12 @@ type Config struct {
 	Clock clock.Clock
 	// Admission is the admission hook; nil means AdmitAll.
 	Admission Admission
+	// Programs, when set, enables program-aware admission (package
+	// policy) for requests with a ProgramID; requests without one bypass
+	// it. New builds the Controller over the engine's KV pool with the
+	// engine's clock; MaxActive 0 means MaxBatchSize (the sequences one
+	// step runs), and a larger value is refused. Nil: no program policy.
+	Programs *policy.Config
 	// Model names the model in prefix hashes (kvpool.Keys.Model).
 	Model string
 	// Seed is the base of the seeds drawn for requests without one.
@@ -104,9 +111,15 @@ type seq struct {
 	// once at Submit so each lookup while waiting is index probes only.
 	chain     kvpool.Chain
 	programID string
-	maxTokens int
-	ignoreEOS bool
-	stopIDs   []int32
+	// release ends the program when this request ends (Request.ProgramRelease).
+	release bool
+	// inPolicy: this request holds its program's turn in the Controller
+	// (Admit was called for it), until TurnEnded; polLive: the Controller
+	// was told its sequence (Started), so Grew and a pin at TurnEnded apply.
+	inPolicy, polLive bool
+	maxTokens         int
+	ignoreEOS         bool
+	stopIDs           []int32
 	// stripSpace: the first text-bearing output token loses one leading
 	// space (see Engine.spacePrefix).
 	stripSpace bool
@@ -198,6 +211,17 @@ type Engine struct {
 	scratch   []kvpool.SeqID
 	queued    []*seq // swap buffers for the queues
 	aborts    []*seq
+	releases  []string
+
+	// Program policy (nil ctl: none). Loop-owned.
+	ctl *policy.Controller
+	// turns maps a program id to the request holding its turn in ctl
+	// (inPolicy): a program runs one turn at a time, so its other
+	// requests wait (skipped, not blocking the queue) until it ends.
+	turns map[string]*seq
+	// polErr is the first lifecycle call ctl refused: an engine bug that
+	// Check reports (the loop goes on; nothing is leaked by it).
+	polErr error
 
 	mu      sync.Mutex // guards the fields below
 	submitQ []*seq
@@ -206,6 +230,13 @@ type Engine struct {
 	nextID  uint64
 	pub     Metrics
 	wake    chan struct{}
+	// releaseQ holds ReleaseProgram calls for the loop. progKnown mirrors
+	// the ids ctl knows (updated by the loop after each call that may
+	// change them); progReqs counts requests per program id in the engine.
+	// Together they answer ReleaseProgram's found without the loop.
+	releaseQ  []string
+	progKnown map[string]struct{}
+	progReqs  map[string]int
 }
 
 // New validates cfg against the runner and builds the engine: kvpool from
@@ -280,6 +311,23 @@ func New(cfg Config, runner Runner, tok Tokenizer) (*Engine, error) {
 		e.rows[i] = backing[i*w : i*w : (i+1)*w]
 	}
 	e.spacePrefix = addsSpacePrefix(tok)
+	if cfg.Programs != nil {
+		pc := *cfg.Programs
+		switch {
+		case pc.MaxActive == 0:
+			pc.MaxActive = cfg.MaxBatchSize
+		case pc.MaxActive > cfg.MaxBatchSize:
+			return nil, fmt.Errorf("executor: program policy MaxActive %d exceeds MaxBatchSize %d (the sequences one step runs)",
+				pc.MaxActive, cfg.MaxBatchSize)
+		}
+		pc.Clock = e.clock
+		if e.ctl, err = policy.New(pc, kv); err != nil {
+			return nil, fmt.Errorf("executor: program policy: %w", err)
+		}
+		e.turns = make(map[string]*seq)
+		e.progKnown = make(map[string]struct{})
+		e.progReqs = make(map[string]int)
+	}
 	e.m.KVBlocksTotal = kv.NumBlocks()
 	e.pub = e.m
 	return e, nil
@@ -302,6 +350,7 @@ func (e *Engine) Submit(ctx context.Context, r *Request) (*Stream, error) {
 		params:    r.Params,
 		keys:      kvpool.Keys{Model: e.cfg.Model, Salt: r.CacheSalt},
 		programID: r.ProgramID,
+		release:   r.ProgramRelease && r.ProgramID != "",
 		maxTokens: r.MaxTokens,
 		ignoreEOS: r.IgnoreEOS,
 		stopIDs:   append([]int32(nil), r.StopTokenIDs...),
@@ -334,6 +383,9 @@ func (e *Engine) Submit(ctx context.Context, r *Request) (*Stream, error) {
 	}
 	e.nextID++
 	s.id = e.nextID
+	if e.ctl != nil && s.programID != "" {
+		e.progReqs[s.programID]++
+	}
 	if !s.params.HasSeed {
 		s.params.Seed, s.params.HasSeed = mix64(e.cfg.Seed^mix64(s.id)), true
 	}
@@ -384,6 +436,11 @@ func mix64(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
+// programPoll is how often an idle Run loop steps while the program policy
+// holds turns or programs, so time-based decisions (leases, forced resumes,
+// aging) take effect without a wake-up.
+const programPoll = 100 * time.Millisecond
+
 // Run is the step loop. It returns nil when ctx ends, after aborting every
 // request left and releasing everything, or the runner's error (requests
 // likewise aborted). The engine is closed afterwards.
@@ -399,9 +456,22 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		if !progressed {
 			e.streak = false
+			// The program policy decides with time too (leases, forced
+			// resumes, aging): while it holds turns or programs, look again
+			// now and then, not only when woken.
+			var poll *time.Timer
+			var pollC <-chan time.Time
+			if e.ctl != nil && (len(e.waiting) > 0 || e.holdsPrograms()) {
+				poll = time.NewTimer(programPoll)
+				pollC = poll.C
+			}
 			select {
 			case <-e.wake:
 			case <-ctx.Done():
+			case <-pollC:
+			}
+			if poll != nil {
+				poll.Stop()
 			}
 		}
 	}
@@ -414,6 +484,7 @@ func (e *Engine) Run(ctx context.Context) error {
 // called concurrently with Run or itself.
 func (e *Engine) Step() (bool, error) {
 	e.drainQueues()
+	e.tick()
 	if len(e.running) == 0 && len(e.waiting) == 0 && e.pipe.InFlight() == 0 {
 		e.publish()
 		return false, nil
@@ -468,6 +539,7 @@ func (e *Engine) Close() error {
 	for len(e.running) > 0 {
 		e.leave(e.running[len(e.running)-1], FinishAbort)
 	}
+	e.releaseAllPrograms()
 	var first error
 	for e.pipe.InFlight() > 0 {
 		d, err := e.pipe.Wait()
@@ -488,6 +560,7 @@ func (e *Engine) drainQueues() {
 	e.mu.Lock()
 	e.queued, e.submitQ = e.submitQ, e.queued[:0]
 	e.aborts, e.abortQ = e.abortQ, e.aborts[:0]
+	e.releases, e.releaseQ = e.releaseQ, e.releases[:0]
 	closed := e.closed
 	e.mu.Unlock()
 	for i, s := range e.queued {
@@ -510,6 +583,9 @@ func (e *Engine) drainQueues() {
 		}
 		e.aborts[i] = nil
 	}
+	for _, id := range e.releases {
+		e.releaseProgram(id)
+	}
 }
 
 // removeWaiting takes s out of the waiting queue; false if it was not there
@@ -531,6 +607,9 @@ func (e *Engine) publish() {
 	e.m.Running, e.m.Waiting, e.m.Retiring = len(e.running), len(e.waiting), e.retiring
 	e.m.SeatsLive, e.m.SeatsRetiring = e.seats.Live(), e.seats.Retiring()
 	e.m.KVBlocksUsed = e.kv.Referenced()
+	if e.ctl != nil {
+		e.m.Programs = e.ctl.Metrics()
+	}
 	if e.m.KVBlocksTotal > 0 {
 		e.m.KVUsage = float64(e.m.KVBlocksUsed) / float64(e.m.KVBlocksTotal)
 	}
@@ -611,7 +690,13 @@ func (e *Engine) Check() error {
 		return fmt.Errorf("executor: %d retiring recorded, %d awaiting teardown, %d retiring seats",
 			e.retiring, nRetired, e.seats.Retiring())
 	}
-	if got, want := e.kv.Referenced(), e.kv.DistinctBlocks(ids); got != want {
+	if err := e.checkPrograms(); err != nil {
+		return err
+	}
+	// The program policy's pins reference blocks too; the Controller's
+	// Check proves those, so the engine's sequences alone account for every
+	// referenced block only while no program is ACTIVE (none holds a pin).
+	if got, want := e.kv.Referenced(), e.kv.DistinctBlocks(ids); got != want && (got < want || !e.mayPin()) {
 		return fmt.Errorf("executor: kvpool references %d blocks, the engine's sequences hold %d", got, want)
 	}
 	for _, s := range e.waiting {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/model"
+	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/sampling"
 	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
@@ -71,6 +72,7 @@ type opts struct {
 	tokMin, tokMax               int32
 	seatsDelta                   int
 	adm                          Admission
+	programs                     *policy.Config
 	clk                          clock.Clock
 	cost                         sim.CostModel
 }
@@ -114,7 +116,7 @@ func newSetup(t testing.TB, o opts) *setup {
 	})
 	require.NoError(t, err)
 	eng, err := New(Config{MaxBatchSize: o.mbs, Overlap: o.overlap, ChargeRetiring: o.charge,
-		Clock: clk, Admission: o.adm, Model: "test", Seed: 1}, r, newByteTokenizer())
+		Clock: clk, Admission: o.adm, Programs: o.programs, Model: "test", Seed: 1}, r, newByteTokenizer())
 	require.NoError(t, err)
 	return &setup{eng: eng, runner: r, clock: vc}
 }

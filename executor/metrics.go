@@ -3,6 +3,8 @@ package executor
 import (
 	"math/bits"
 	"time"
+
+	"github.com/turnstile-llm/turnstile/policy"
 )
 
 // HistBuckets is the number of buckets of a Histogram.
@@ -86,6 +88,13 @@ type Metrics struct {
 	// idle between consecutive steps while work was present (time the loop
 	// spent blocked with no work is not idle). IdleFraction = idle/(busy+idle).
 	RunnerBusy, RunnerIdle time.Duration
+	// Programs is the program policy's snapshot (Config.Programs): programs
+	// by state, pauses, resumes, forced resumes, used and capacity per
+	// accounting, admission waits. Its Arm is 0 without a policy.
+	// PinsDropped counts programs the engine ended to free pinned KV when
+	// nothing else could make progress (see the package doc).
+	Programs    policy.Metrics
+	PinsDropped uint64
 	// StepTime: per step on the runner; StepIdle: runner gap before a step;
 	// TTFT: arrival to first token; ITL: between consecutive tokens.
 	StepTime, StepIdle, TTFT, ITL Histogram

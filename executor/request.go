@@ -54,8 +54,14 @@ type Request struct {
 	// CacheSalt isolates prefix caching: requests with different salts never
 	// share KV blocks.
 	CacheSalt string
-	// ProgramID groups requests of one agentic program, for the Admission hook.
+	// ProgramID groups requests of one agentic program: for the program
+	// policy (Config.Programs), which runs one turn of a program at a time,
+	// and for the Admission hook.
 	ProgramID string
+	// ProgramRelease ends the program when this request ends (finished or
+	// aborted): its pinned KV is unpinned and its charge dropped. It
+	// needs a ProgramID.
+	ProgramRelease bool
 }
 
 // FinishReason says why a request ended.
@@ -228,6 +234,9 @@ func (e *Engine) validate(r *Request) ([]int32, error) {
 		if t < 0 || int(t) >= vocab {
 			return nil, fmt.Errorf("executor: prompt_tokens[%d]: token %d outside vocab [0, %d)", i, t, vocab)
 		}
+	}
+	if r.ProgramRelease && r.ProgramID == "" {
+		return nil, errors.New("executor: program_release: needs a program id")
 	}
 	if r.MaxTokens < 0 {
 		return nil, fmt.Errorf("executor: max_tokens: must be >= 0, got %d", r.MaxTokens)

@@ -90,8 +90,10 @@ func (e *Engine) plan(st *step) error {
 		seqBudget--
 	}
 
-	// Pass 3: admissions in queue order.
-	for len(e.waiting) > 0 && tokBudget > 0 && seqBudget > 0 {
+	// Pass 3: admissions in queue order. A request the program policy
+	// holds back is skipped (a paused program must not block the queue);
+	// any other refusal stops admissions, keeping arrival order.
+	for i := 0; i < len(e.waiting) && tokBudget > 0 && seqBudget > 0; {
 		live := len(e.running)
 		if e.cfg.ChargeRetiring {
 			live += e.retiring
@@ -99,61 +101,93 @@ func (e *Engine) plan(st *step) error {
 		if live >= e.cfg.MaxBatchSize || e.seats.Free() == 0 {
 			break
 		}
-		s := e.waiting[0]
-		chunk, err := e.admit(st, s, tokBudget)
+		chunk, out, err := e.admit(st, i, tokBudget)
 		if err != nil {
 			return err
 		}
-		if chunk == 0 {
-			break
+		switch out {
+		case admitted:
+			tokBudget -= chunk
+			seqBudget--
+			continue // waiting[i] is the next request now
+		case held:
+			i++
+			continue
+		case noBlocks:
+			// Nothing runs, retires or is in flight, so only program pins
+			// hold blocks: end one and try again (the liveness rule).
+			if len(e.running) == 0 && e.retiring == 0 && e.pipe.InFlight() == 0 && e.dropPin() {
+				continue
+			}
 		}
-		tokBudget -= chunk
-		seqBudget--
+		break
 	}
 	return nil
 }
 
-// admit tries to start s with a first chunk of at most budget new tokens and
-// returns the chunk's size (0: not admitted).
-func (e *Engine) admit(st *step, s *seq, budget int) (int, error) {
+// admitOutcome is what admit did with a waiting request.
+type admitOutcome uint8
+
+const (
+	admitted admitOutcome = iota
+	held                  // the program policy holds it back: skip it
+	noBlocks              // too few free blocks
+	refused               // the Admission hook said no
+)
+
+// admit tries to start waiting[i] with a first chunk of at most budget new
+// tokens and returns the chunk's size when admitted.
+func (e *Engine) admit(st *step, i int, budget int) (int, admitOutcome, error) {
+	s := e.waiting[i]
 	bs := e.kv.BlockSize()
 	if s.chain.Tokens() != len(s.tokens) {
-		return 0, fmt.Errorf("executor: request %d: prefix chain covers %d tokens of %d", s.id, s.chain.Tokens(), len(s.tokens))
+		return 0, refused, fmt.Errorf("executor: request %d: prefix chain covers %d tokens of %d", s.id, s.chain.Tokens(), len(s.tokens))
 	}
 	hit := e.kv.PeekChain(&s.chain)
+	if e.ctl != nil && s.programID != "" && e.polAdmit(s, hit) {
+		return 0, held, nil
+	}
 	chunk := min(budget, len(s.tokens)-hit)
 	s.cand = Candidate{
 		ID: s.id, ProgramID: s.programID, Tokens: len(s.tokens), CachedTokens: hit,
 		BlocksNeeded: (hit+chunk+bs-1)/bs - hit/bs, Preempted: s.everRan,
 		Running: len(e.running), Retiring: e.retiring, AvailableBlocks: e.kv.Available(),
 	}
-	if s.cand.BlocksNeeded > s.cand.AvailableBlocks || !e.adm.Admit(&s.cand) {
-		return 0, nil
+	if s.cand.BlocksNeeded > s.cand.AvailableBlocks {
+		e.polUnstart(s)
+		return 0, noBlocks, nil
+	}
+	if !e.adm.Admit(&s.cand) {
+		e.polUnstart(s)
+		return 0, refused, nil
 	}
 	kvs := e.kv.NewSeq(s.keys)
 	got, err := e.kv.MatchChain(kvs, &s.chain)
 	if err != nil {
 		e.kv.Release(kvs)
 		e.adm.Release(&s.cand)
-		return 0, fmt.Errorf("executor: prefix lookup for request %d: %w", s.id, err)
+		e.polUnstart(s)
+		return 0, refused, fmt.Errorf("executor: prefix lookup for request %d: %w", s.id, err)
 	}
 	chunk = min(budget, len(s.tokens)-got)
 	if err := e.kv.Append(kvs, s.tokens[got:got+chunk]); err != nil {
 		e.kv.Release(kvs)
 		e.adm.Release(&s.cand)
+		e.polUnstart(s)
 		if errors.Is(err, kvpool.ErrOutOfBlocks) {
-			return 0, nil
+			return 0, noBlocks, nil
 		}
-		return 0, fmt.Errorf("executor: admitting request %d: %w", s.id, err)
+		return 0, refused, fmt.Errorf("executor: admitting request %d: %w", s.id, err)
 	}
 	seat, err := e.seats.Acquire()
 	if err != nil {
 		e.kv.Release(kvs)
 		e.adm.Release(&s.cand)
-		return 0, fmt.Errorf("executor: admitting request %d with %d running and %d retiring: %w",
+		e.polUnstart(s)
+		return 0, refused, fmt.Errorf("executor: admitting request %d with %d running and %d retiring: %w",
 			s.id, len(e.running), e.retiring, err)
 	}
-	copy(e.waiting, e.waiting[1:])
+	copy(e.waiting[i:], e.waiting[i+1:])
 	e.waiting[len(e.waiting)-1] = nil
 	e.waiting = e.waiting[:len(e.waiting)-1]
 
@@ -171,7 +205,8 @@ func (e *Engine) admit(st *step, s *seq, budget int) (int, error) {
 	e.running = append(e.running, s)
 	e.add(st, s, s.tokens[got:got+chunk], got)
 	s.computed = got + chunk
-	return chunk, nil
+	e.polGrew(s)
+	return chunk, admitted, nil
 }
 
 // grow appends toks (known values) to s's KV sequence, preempting the newest
@@ -184,6 +219,7 @@ func (e *Engine) grow(s *seq, toks []int32, n uint64) (bool, error) {
 		if err == nil {
 			s.kvTokens += len(toks)
 			e.syncRow(s)
+			e.polGrew(s)
 			return true, nil
 		}
 		var tooLarge *kvpool.TooLargeError
@@ -203,7 +239,11 @@ func (e *Engine) grow(s *seq, toks []int32, n uint64) (bool, error) {
 		}
 		if victim == s {
 			if len(e.running) == 1 && e.retiring == 0 {
-				// Alone and still short: no preemption can help.
+				// Alone and still short: only program pins can hold the
+				// rest (the liveness rule); else no preemption can help.
+				if e.dropPin() {
+					continue
+				}
 				e.leave(s, FinishLength)
 			} else {
 				e.preempt(s)
@@ -282,6 +322,7 @@ func (e *Engine) finishKnown(s *seq) bool {
 // its blocks are released now (a later step may reuse them: steps execute in
 // order), its seat retires if a step in flight still uses it.
 func (e *Engine) preempt(s *seq) {
+	e.polPreempted(s) // before its sequence is released
 	e.detach(s, true)
 	// Its tokens so far become its prompt: hash the generated ones once now.
 	s.chain.Extend(s.tokens[s.chain.Tokens():])
@@ -295,6 +336,7 @@ func (e *Engine) preempt(s *seq) {
 
 // leave ends running s with reason.
 func (e *Engine) leave(s *seq, reason FinishReason) {
+	e.turnEnded(s) // before its sequence is released: the program pins from it
 	e.detach(s, false)
 	e.end(s, reason)
 }
@@ -333,8 +375,10 @@ func (e *Engine) detach(s *seq, releaseKVNow bool) {
 	s.hasSeat, s.hasKV = false, false
 }
 
-// end delivers s's finish to its stream.
+// end delivers s's finish to its stream (and ends its program's turn, and
+// the program itself when it asked to be released).
 func (e *Engine) end(s *seq, reason FinishReason) {
+	e.endProgramRequest(s)
 	if reason == FinishAbort {
 		s.state = StateAborted
 		e.m.Aborted++
@@ -403,6 +447,7 @@ func (e *Engine) process(d overlap.Done[*step]) error {
 			}
 			s.kvTokens++
 			s.futureIn = false
+			e.polGrew(s)
 		}
 		e.emit(s, tok, st.out.Logprobs[i], now)
 	}

@@ -23,6 +23,8 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newPoolsCmd())
 	root.AddCommand(newGenerateCmd())
 	root.AddCommand(newModelCmd())
+	root.AddCommand(newServeCmd())
+	root.AddCommand(newBenchCmd())
 	return root
 }
 

@@ -1,0 +1,483 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/turnstile-llm/turnstile/executor"
+	"github.com/turnstile-llm/turnstile/model"
+	"github.com/turnstile-llm/turnstile/model/gguf"
+	"github.com/turnstile-llm/turnstile/policy"
+	"github.com/turnstile-llm/turnstile/seatpool"
+	"github.com/turnstile-llm/turnstile/server"
+)
+
+// serveOptions are the flags of `turnstile serve`.
+type serveOptions struct {
+	model        string
+	modelName    string // served id; "" = the file's base name
+	chatTemplate string // a Jinja file overriding the GGUF's template
+	host         string
+	port         int
+	dp           int
+	blockSize    int
+	maxBatchSize int
+	maxBatched   int // tokens per step
+	kvTokens     int // 0: seats × context
+	gpuFraction  float64
+	admission    string // A, B, C or none (validate normalizes it)
+	programs     programFlags
+	noOverlap    bool
+	apiKeys      []string
+	maxQueue     int // 0: 4 × seats
+	drain        time.Duration
+	workers      int
+	logFormat    string
+	logLevel     string
+}
+
+// programFlagNames are the program policy's parameter flags.
+var programFlagNames = []string{"admission-buffer", "admission-reserve", "acting-token-weight", "pause-threshold",
+	"pause-target", "resume-hysteresis", "aging-tau", "forced-resume", "program-lease"}
+
+// programFlags are the program policy's parameters. Those not given on the
+// command line (set) take the arm's defaults (policy.DefaultConfig).
+type programFlags struct {
+	buffer, reserve                               int
+	actingWeight                                  float64
+	pauseThreshold, pauseTarget, resumeHysteresis float64
+	agingTau, forcedResume, lease                 time.Duration
+	set                                           map[string]bool
+}
+
+func newServeCmd() *cobra.Command {
+	o := serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve [--model FILE.gguf] [--host 127.0.0.1] [--port 8080]",
+		Short: "Serve a model over the OpenAI-compatible HTTP API",
+		Long: "serve loads a llama GGUF model (stories260K by default) on the CPU runner, prints the\n" +
+			"resolved sizes (seats, KV blocks and tokens, batch budgets) after validating them, and\n" +
+			"serves /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics until\n" +
+			"SIGINT or SIGTERM; then it stops accepting, lets requests in flight finish for up to\n" +
+			"--drain-timeout, aborts the rest and exits 0.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.programs.set = map[string]bool{}
+			for _, name := range programFlagNames {
+				o.programs.set[name] = cmd.Flags().Changed(name)
+			}
+			if err := o.validate(cmd.Flags().Changed("kv-cache-tokens")); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runServe(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr(), nil)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.model, "model", defaultModelPath(), "GGUF model file (llama architecture)")
+	f.StringVar(&o.modelName, "served-model-name", "", "model id clients send (default: the file's base name)")
+	f.StringVar(&o.chatTemplate, "chat-template", "", "Jinja chat template file (default: the GGUF's tokenizer.chat_template, else the plain fallback)")
+	f.StringVar(&o.host, "host", "127.0.0.1", "address to bind")
+	f.IntVar(&o.port, "port", 8080, "TCP port (0: any free port)")
+	f.IntVar(&o.dp, "dp", 1, "attention data-parallel ranks (only 1 today)")
+	f.IntVar(&o.blockSize, "block-size", 16, "KV block size, tokens (power of two, 1..256)")
+	f.IntVar(&o.maxBatchSize, "max-batch-size", 8, "most sequences one step schedules")
+	f.IntVar(&o.maxBatched, "max-num-batched-tokens", 512, "most tokens one step computes")
+	f.IntVar(&o.kvTokens, "kv-cache-tokens", 0, "KV cache size, tokens (default: seats × model context)")
+	f.Float64Var(&o.gpuFraction, "gpu-memory-fraction", 0, "share of GPU memory for weights and KV (CUDA runner; exclusive with --kv-cache-tokens)")
+	f.StringVar(&o.admission, "admission", "A", "program admission policy for requests with a program id: A (ThunderAgent's accounting), B (distinct shared blocks), C (A with pause thresholds) or none")
+	d := policy.DefaultConfig(policy.ArmA, 1)
+	f.IntVar(&o.programs.buffer, "admission-buffer", d.Buffer, "tokens charged per ACTIVE program under A and C")
+	f.IntVar(&o.programs.reserve, "admission-reserve", d.Reserve, "tokens charged per ACTIVE program under B (growth headroom)")
+	f.Float64Var(&o.programs.actingWeight, "acting-token-weight", d.ActingTokenWeight, "weight of a program's tokens between turns under A and C, in [0, 1]")
+	f.Float64Var(&o.programs.pauseThreshold, "pause-threshold", d.PauseThreshold, "pause programs when used exceeds this fraction of the KV capacity (C's default: 0.95)")
+	f.Float64Var(&o.programs.pauseTarget, "pause-target", d.PauseTarget, "pause down to this fraction of the KV capacity (C's default: 0.80)")
+	f.Float64Var(&o.programs.resumeHysteresis, "resume-hysteresis", d.ResumeHysteresis, "resume while used + estimate <= threshold - this (C's default: 0.10)")
+	f.DurationVar(&o.programs.agingTau, "aging-tau", d.AgingTau, "aging of waiting programs: effective size = tokens / (1 + wait/tau); 0 disables")
+	f.DurationVar(&o.programs.forcedResume, "forced-resume", d.ForcedResume, "resume a waiting turn after this long even if it does not fit")
+	f.DurationVar(&o.programs.lease, "program-lease", d.Lease, "end a program after this long without a turn")
+	f.BoolVar(&o.noOverlap, "no-overlap", false, "run the plain step loop (no overlap scheduling)")
+	f.StringArrayVar(&o.apiKeys, "api-key", nil, "require 'Authorization: Bearer KEY' (repeatable; each key is its own cache tenant)")
+	f.IntVar(&o.maxQueue, "max-queue", 0, "most requests in flight before 429 (default: 4 × seats)")
+	f.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
+	f.IntVar(&o.workers, "workers", 0, "cores the kernels use (0: GOMAXPROCS)")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// validate checks every flag that does not need the model.
+func (o *serveOptions) validate(kvSet bool) error {
+	switch {
+	case o.model == "":
+		return errors.New("serve: --model is empty")
+	case o.port < 0 || o.port > 65535:
+		return fmt.Errorf("serve: --port %d: must be in [0, 65535]", o.port)
+	case o.dp != 1:
+		return fmt.Errorf("serve: --dp %d: only 1 rank is supported until attention-DP lands", o.dp)
+	case o.blockSize < 1 || o.blockSize > 256 || o.blockSize&(o.blockSize-1) != 0:
+		return fmt.Errorf("serve: --block-size %d: must be a power of two in [1, 256]", o.blockSize)
+	case o.maxBatchSize < 1:
+		return fmt.Errorf("serve: --max-batch-size %d: must be >= 1", o.maxBatchSize)
+	case o.maxBatched < 1:
+		return fmt.Errorf("serve: --max-num-batched-tokens %d: must be >= 1", o.maxBatched)
+	case o.kvTokens < 0:
+		return fmt.Errorf("serve: --kv-cache-tokens %d: must be >= 0", o.kvTokens)
+	case o.gpuFraction != 0 && kvSet:
+		return errors.New("serve: --kv-cache-tokens and --gpu-memory-fraction are exclusive")
+	case o.gpuFraction != 0:
+		return fmt.Errorf("serve: --gpu-memory-fraction %g: applies to the CUDA runner; the CPU runner sizes KV with --kv-cache-tokens", o.gpuFraction)
+	case o.maxQueue < 0:
+		return fmt.Errorf("serve: --max-queue %d: must be >= 0", o.maxQueue)
+	case o.drain < 0:
+		return fmt.Errorf("serve: --drain-timeout %v: must be >= 0", o.drain)
+	case o.workers < 0:
+		return fmt.Errorf("serve: --workers %d: must be >= 0", o.workers)
+	case o.logFormat != "text" && o.logFormat != "json":
+		return fmt.Errorf("serve: --log-format %q: must be text or json", o.logFormat)
+	}
+	switch strings.ToUpper(o.admission) {
+	case "", "A", "B", "C":
+		o.admission = strings.ToUpper(o.admission)
+		if o.admission == "" {
+			o.admission = "A"
+		}
+	case "NONE":
+		o.admission = "none"
+	default:
+		return fmt.Errorf("serve: --admission %q: must be A, B or C (or none)", o.admission)
+	}
+	if _, err := o.programPolicy(); err != nil {
+		return err
+	}
+	for i, k := range o.apiKeys {
+		if strings.TrimSpace(k) == "" || strings.ContainsAny(k, " \t\r\n") {
+			return fmt.Errorf("serve: --api-key #%d: must be non-empty without whitespace", i+1)
+		}
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("serve: --log-level %q: %w", o.logLevel, err)
+	}
+	return nil
+}
+
+// programPolicy is the program policy the flags ask for (nil: none): the
+// arm's defaults with the parameters given on the command line, each
+// checked under its flag's name. MaxActive is left to the engine (its
+// MaxBatchSize).
+func (o *serveOptions) programPolicy() (*policy.Config, error) {
+	if o.admission == "none" {
+		return nil, nil
+	}
+	arm, err := policy.ParseArm(o.admission)
+	if err != nil {
+		return nil, fmt.Errorf("serve: --admission: %w", err)
+	}
+	c := policy.DefaultConfig(arm, 1)
+	p := &o.programs
+	set := func(name string) bool { return p.set[name] }
+	if set("admission-buffer") {
+		c.Buffer = p.buffer
+	}
+	if set("admission-reserve") {
+		c.Reserve = p.reserve
+	}
+	if set("acting-token-weight") {
+		c.ActingTokenWeight = p.actingWeight
+	}
+	if set("pause-threshold") {
+		c.PauseThreshold = p.pauseThreshold
+	}
+	if set("pause-target") {
+		c.PauseTarget = p.pauseTarget
+	}
+	if set("resume-hysteresis") {
+		c.ResumeHysteresis = p.resumeHysteresis
+	}
+	if set("aging-tau") {
+		c.AgingTau = p.agingTau
+	}
+	if set("forced-resume") {
+		c.ForcedResume = p.forcedResume
+	}
+	if set("program-lease") {
+		c.Lease = p.lease
+	}
+	frac := func(v float64) bool { return v == v && v >= 0 && v <= 1 } // v == v: not NaN
+	switch {
+	case c.Buffer < 0:
+		return nil, fmt.Errorf("serve: --admission-buffer %d: must be >= 0", c.Buffer)
+	case c.Reserve < 0:
+		return nil, fmt.Errorf("serve: --admission-reserve %d: must be >= 0", c.Reserve)
+	case !frac(c.ActingTokenWeight):
+		return nil, fmt.Errorf("serve: --acting-token-weight %g: must be in [0, 1]", c.ActingTokenWeight)
+	case !frac(c.PauseThreshold) || c.PauseThreshold == 0:
+		return nil, fmt.Errorf("serve: --pause-threshold %g: must be in (0, 1]", c.PauseThreshold)
+	case !frac(c.PauseTarget) || c.PauseTarget == 0 || c.PauseTarget > c.PauseThreshold:
+		return nil, fmt.Errorf("serve: --pause-target %g: must be in (0, --pause-threshold %g]", c.PauseTarget, c.PauseThreshold)
+	case !frac(c.ResumeHysteresis) || c.ResumeHysteresis >= c.PauseThreshold:
+		return nil, fmt.Errorf("serve: --resume-hysteresis %g: must be in [0, --pause-threshold %g)", c.ResumeHysteresis, c.PauseThreshold)
+	case c.AgingTau < 0:
+		return nil, fmt.Errorf("serve: --aging-tau %v: must be >= 0 (0 disables aging)", c.AgingTau)
+	case c.ForcedResume <= 0:
+		return nil, fmt.Errorf("serve: --forced-resume %v: must be > 0", c.ForcedResume)
+	case c.Lease <= 0:
+		return nil, fmt.Errorf("serve: --program-lease %v: must be > 0", c.Lease)
+	}
+	if err := c.Validate(); err != nil { // the policy's own rules, should they grow
+		return nil, fmt.Errorf("serve: --admission %s: %w", o.admission, err)
+	}
+	return &c, nil
+}
+
+func (o *serveOptions) logger(w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(o.logLevel)) // validated
+	ho := &slog.HandlerOptions{Level: lvl}
+	if o.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+// sizes are serve's resolved sizes, printed before serving.
+type sizes struct {
+	seats, headroom       int
+	blocks, kvTokens      int
+	context, vocab        int
+	batchSeqs, batchToks  int
+	maxQueue              int
+	overlap               bool
+	admission, chatSource string
+	programs              *policy.Config
+}
+
+// resolve derives the sizes from the flags and the model and checks that
+// they agree, naming both numbers when they do not.
+func (o *serveOptions) resolve(ctxLen, vocab int) (sizes, error) {
+	overlap := !o.noOverlap
+	sz := seatpool.Sizing{MaxBatchSize: o.maxBatchSize, Overlap: overlap, DeferredTeardown: overlap}
+	seats, err := seatpool.Seats(sz)
+	if err != nil {
+		return sizes{}, fmt.Errorf("serve: %w", err)
+	}
+	s := sizes{seats: seats, headroom: sz.Headroom(), context: ctxLen, vocab: vocab,
+		batchSeqs: o.maxBatchSize, batchToks: o.maxBatched, overlap: overlap, admission: o.admission}
+	if s.programs, err = o.programPolicy(); err != nil {
+		return s, err
+	}
+	kv := o.kvTokens
+	if kv == 0 {
+		kv = seats * ctxLen
+	}
+	s.blocks = (kv + o.blockSize - 1) / o.blockSize
+	s.kvTokens = s.blocks * o.blockSize
+	if s.kvTokens < ctxLen {
+		return s, fmt.Errorf("serve: --kv-cache-tokens %d is less than the model context of %d tokens: a full-length request could never run",
+			s.kvTokens, ctxLen)
+	}
+	s.maxQueue = o.maxQueue
+	if s.maxQueue == 0 {
+		s.maxQueue = 4 * seats
+	}
+	if s.maxQueue < o.maxBatchSize {
+		return s, fmt.Errorf("serve: --max-queue %d is less than --max-batch-size %d: batches could never fill", s.maxQueue, o.maxBatchSize)
+	}
+	return s, nil
+}
+
+func (s sizes) print(w io.Writer, name, path string) error {
+	adm := "none (seats and blocks only)"
+	if c := s.programs; c != nil {
+		charge := fmt.Sprintf("tokens × acting weight %g + buffer %d", c.ActingTokenWeight, c.Buffer)
+		if c.Arm == policy.ArmB {
+			charge = fmt.Sprintf("distinct blocks + reserve %d", c.Reserve)
+		}
+		adm = fmt.Sprintf("%v for requests with a program id: %s per program, of %d tokens; at most %d ACTIVE programs;\n"+
+			"               pause above %g down to %g, resume below %g; aging tau %v, forced resume %v, lease %v",
+			c.Arm, charge, s.kvTokens, s.batchSeqs, c.PauseThreshold, c.PauseTarget, c.PauseThreshold-c.ResumeHysteresis,
+			c.AgingTau, c.ForcedResume, c.Lease)
+	}
+	_, err := fmt.Fprintf(w, "turnstile serve: model %s (%s): context %d tokens, vocab %d\n"+
+		"  seats        %d = max-batch-size %d + overlap headroom %d (overlap %v)\n"+
+		"  KV cache     %d blocks × %d tokens = %d tokens\n"+
+		"  step budget  %d sequences, %d tokens\n"+
+		"  queue bound  %d requests in flight (429 beyond)\n"+
+		"  admission    %s\n"+
+		"  chat         %s\n",
+		name, path, s.context, s.vocab, s.seats, s.batchSeqs, s.headroom, s.overlap,
+		s.blocks, s.kvTokens/max(s.blocks, 1), s.kvTokens, s.batchSeqs, s.batchToks, s.maxQueue, adm, s.chatSource)
+	return err
+}
+
+// chatTemplate is the --chat-template file, else the GGUF's
+// tokenizer.chat_template, else "" (the fallback); source says which.
+func (o *serveOptions) readChatTemplate() (tmpl, source string, err error) {
+	if o.chatTemplate != "" {
+		b, err := os.ReadFile(o.chatTemplate)
+		if err != nil {
+			return "", "", fmt.Errorf("serve: --chat-template: %w", err)
+		}
+		return string(b), "template from " + o.chatTemplate, nil
+	}
+	f, err := gguf.Open(o.model)
+	if err != nil {
+		return "", "", fmt.Errorf("serve: %w", err)
+	}
+	defer f.Close()
+	if !f.Has("tokenizer.chat_template") {
+		return "", "fallback format (the model has no tokenizer.chat_template)", nil
+	}
+	t, err := f.String("tokenizer.chat_template")
+	if err != nil {
+		return "", "", fmt.Errorf("serve: %s: %w", o.model, err)
+	}
+	return t, "the model's tokenizer.chat_template", nil
+}
+
+// runServe loads the model, builds the engine and the server, and serves
+// until ctx ends. ready, when set, is called with the bound address once
+// the server accepts connections.
+func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready func(addr string)) error {
+	log := o.logger(logOut)
+	if isTerminal(logOut) {
+		if err := warmFile(o.model, logOut); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	m, err := model.LoadLlama(o.model, model.LlamaOptions{})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer m.Close()
+	tok := m.Tokenizer()
+	sz, err := o.resolve(m.MaxContext(), m.Config().Vocab)
+	if err != nil {
+		return err
+	}
+	tmpl, src, err := o.readChatTemplate()
+	if err != nil {
+		return err
+	}
+	sz.chatSource = src
+	name := o.modelName
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(o.model), filepath.Ext(o.model))
+	}
+	runner, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: sz.seats, KVBlocks: sz.blocks, BlockSize: o.blockSize,
+		MaxBatchTokens: o.maxBatched, Workers: o.workers})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer runner.Close()
+	// executor.New validates the seat pool against the runner's buffers and
+	// its own block-table rows in both directions.
+	eng, err := executor.New(executor.Config{MaxBatchSize: o.maxBatchSize, MaxNumBatchedTokens: o.maxBatched,
+		BlockSize: o.blockSize, Overlap: sz.overlap, Model: name, Programs: sz.programs}, runner, tok)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if eng.Seats() != sz.seats {
+		return fmt.Errorf("serve: the engine has %d seats, the runner was sized for %d", eng.Seats(), sz.seats)
+	}
+	srv, err := server.New(server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: tok, ChatTemplate: tmpl,
+		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, Logger: log}, eng)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := sz.print(out, name, o.model); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+
+	engCtx, stopEngine := context.WithCancel(context.Background())
+	defer stopEngine()
+	engDone := make(chan error, 1)
+	go func() { engDone <- eng.Run(engCtx) }()
+	addr := ln.Addr().String()
+	log.Info("serving", slog.String("addr", "http://"+addr), slog.String("model", name), slog.Bool("auth", len(o.apiKeys) > 0))
+	if ready != nil {
+		ready(addr)
+	}
+	serveErr := srv.Serve(ctx, ln, o.drain)
+	stopEngine() // aborts whatever is left and releases every seat and block
+	engErr := <-engDone
+	if err := errors.Join(serveErr, engErr); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := eng.Check(); err != nil {
+		return fmt.Errorf("serve: after shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// warmFile reads the model file once with a progress bar on w, so the
+// memory map LoadLlama makes finds the weights in the page cache.
+func warmFile(path string, w io.Writer) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	total := st.Size()
+	buf := make([]byte, 4<<20)
+	var done int64
+	bar := func() {
+		const width = 30
+		frac := 1.0
+		if total > 0 {
+			frac = float64(done) / float64(total)
+		}
+		n := int(frac * width)
+		fmt.Fprintf(w, "\rloading weights [%s%s] %3.0f%% %.1f/%.1f MiB", strings.Repeat("#", n), strings.Repeat(" ", width-n),
+			100*frac, float64(done)/(1<<20), float64(total)/(1<<20))
+	}
+	for {
+		n, err := f.Read(buf)
+		done += int64(n)
+		if n > 0 {
+			bar()
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", path, err)
+		}
+	}
+	fmt.Fprintln(w)
+	return nil
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-llm/turnstile/policy"
+)
+
+func TestServeFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"dp 2", []string{"--dp", "2"}, "serve: --dp 2: only 1 rank"},
+		{"admission D", []string{"--admission", "D"}, `serve: --admission "D": must be A, B or C`},
+		{"admission buffer", []string{"--admission-buffer", "-1"}, "serve: --admission-buffer -1: must be >= 0"},
+		{"admission reserve", []string{"--admission", "B", "--admission-reserve", "-5"}, "serve: --admission-reserve -5: must be >= 0"},
+		{"acting weight", []string{"--acting-token-weight", "1.5"}, "serve: --acting-token-weight 1.5: must be in [0, 1]"},
+		{"pause threshold", []string{"--pause-threshold", "0"}, "serve: --pause-threshold 0: must be in (0, 1]"},
+		{"pause target", []string{"--admission", "C", "--pause-target", "0.99"}, "serve: --pause-target 0.99: must be in (0, --pause-threshold 0.95]"},
+		{"resume hysteresis", []string{"--resume-hysteresis", "1"}, "serve: --resume-hysteresis 1: must be in [0, --pause-threshold 1)"},
+		{"aging tau", []string{"--aging-tau", "-1s"}, "serve: --aging-tau -1s: must be >= 0"},
+		{"forced resume", []string{"--forced-resume", "0s"}, "serve: --forced-resume 0s: must be > 0"},
+		{"program lease", []string{"--program-lease", "-1m"}, "serve: --program-lease -1m0s: must be > 0"},
+		{"block size 3", []string{"--block-size", "3"}, "serve: --block-size 3: must be a power of two"},
+		{"block size 512", []string{"--block-size", "512"}, "serve: --block-size 512"},
+		{"batch 0", []string{"--max-batch-size", "0"}, "serve: --max-batch-size 0"},
+		{"batched tokens 0", []string{"--max-num-batched-tokens", "0"}, "serve: --max-num-batched-tokens 0"},
+		{"port", []string{"--port", "70000"}, "serve: --port 70000"},
+		{"kv and gpu", []string{"--kv-cache-tokens", "4096", "--gpu-memory-fraction", "0.9"}, "exclusive"},
+		{"gpu on CPU", []string{"--gpu-memory-fraction", "0.9"}, "--gpu-memory-fraction 0.9: applies to the CUDA runner"},
+		{"log format", []string{"--log-format", "xml"}, `--log-format "xml"`},
+		{"log level", []string{"--log-level", "loud"}, `--log-level "loud"`},
+		{"empty key", []string{"--api-key", ""}, "--api-key #1"},
+		{"missing model", []string{"--model", "/no/such.gguf", "--port", "0"}, "/no/such.gguf"},
+		{"kv below context", []string{"--kv-cache-tokens", "100", "--port", "0"}, "--kv-cache-tokens 112 is less than the model context of 2048 tokens"},
+		{"queue below batch", []string{"--max-queue", "2", "--port", "0"}, "--max-queue 2 is less than --max-batch-size 8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runCLI(t, append([]string{"serve"}, tc.args...)...)
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+// TestServeProgramPolicy: the arm's defaults, overridden by the flags given.
+func TestServeProgramPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		admission string
+		set       map[string]bool
+		check     func(t *testing.T, c *policy.Config)
+	}{
+		{"none", nil, func(t *testing.T, c *policy.Config) { require.Nil(t, c) }},
+		{"", nil, func(t *testing.T, c *policy.Config) {
+			require.Equal(t, policy.DefaultConfig(policy.ArmA, 1), *c, "default: A with its defaults")
+		}},
+		{"c", map[string]bool{"pause-target": true, "program-lease": true}, func(t *testing.T, c *policy.Config) {
+			want := policy.DefaultConfig(policy.ArmC, 1)
+			want.PauseTarget, want.Lease = 0.5, time.Minute
+			require.Equal(t, want, *c, "C's thresholds, the target and lease given")
+		}},
+		{"B", map[string]bool{"admission-reserve": true, "aging-tau": true}, func(t *testing.T, c *policy.Config) {
+			want := policy.DefaultConfig(policy.ArmB, 1)
+			want.Reserve, want.AgingTau = 64, 0
+			require.Equal(t, want, *c)
+		}},
+	} {
+		t.Run(tc.admission, func(t *testing.T) {
+			o := defaultServeOptions()
+			o.admission = tc.admission
+			o.programs = programFlags{reserve: 64, pauseTarget: 0.5, lease: time.Minute, set: tc.set}
+			require.NoError(t, o.validate(false))
+			c, err := o.programPolicy()
+			require.NoError(t, err)
+			tc.check(t, c)
+		})
+	}
+}
+
+// serveInProcess runs runServe on a free port until the returned stop is
+// called; stop returns runServe's error.
+func serveInProcess(t *testing.T, o serveOptions) (url string, out *bytes.Buffer, stop func() error) {
+	t.Helper()
+	require.NoError(t, o.validate(false))
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	out = &bytes.Buffer{}
+	go func() { done <- runServe(ctx, o, out, io.Discard, func(a string) { addr <- a }) }()
+	select {
+	case a := <-addr:
+		url = "http://" + a
+	case err := <-done:
+		t.Fatalf("serve ended before serving: %v", err)
+	}
+	return url, out, func() error { cancel(); return <-done }
+}
+
+func defaultServeOptions() serveOptions {
+	return serveOptions{model: defaultModelPath(), host: "127.0.0.1", dp: 1, blockSize: 16, maxBatchSize: 4,
+		maxBatched: 256, kvTokens: 8192, drain: time.Minute, logFormat: "text", logLevel: "info", workers: 1}
+}
+
+// TestServeGreedyMatchesGenerate: a greedy completion over HTTP is exactly
+// what `turnstile generate` prints for the same prompt.
+func TestServeGreedyMatchesGenerate(t *testing.T) {
+	url, out, stop := serveInProcess(t, defaultServeOptions())
+	require.Contains(t, out.String(), "seats        8 = max-batch-size 4 + overlap headroom 4")
+	require.Contains(t, out.String(), "KV cache     512 blocks × 16 tokens = 8192 tokens")
+	require.Contains(t, out.String(), "queue bound  32 requests")
+	require.Contains(t, out.String(), "admission    A for requests with a program id: tokens × acting weight 1 + buffer 100 per program, of 8192 tokens; at most 4 ACTIVE programs")
+
+	resp, err := http.Get(url + "/health")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	for _, prompt := range []string{"Once upon a time", "The dog"} {
+		var gen bytes.Buffer
+		require.NoError(t, runGenerate(&gen, io.Discard, generateOptions{model: defaultModelPath(), prompt: prompt, n: 48, topP: 1, workers: 1}))
+
+		body, _ := json.Marshal(map[string]any{"model": "stories260K", "prompt": prompt, "max_tokens": 48, "temperature": 0})
+		resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var c struct {
+			Choices []struct{ Text string } `json:"choices"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&c))
+		resp.Body.Close()
+		require.Equal(t, gen.String(), prompt+c.Choices[0].Text+"\n")
+	}
+	require.NoError(t, stop())
+}
+
+// TestServeSIGTERM runs the CLI in a child process (this test binary), sends
+// SIGTERM while a stream is in flight and checks that the stream finishes
+// and the process exits 0.
+func TestServeSIGTERM(t *testing.T) {
+	if os.Getenv("TURNSTILE_SERVE_CHILD") == "1" {
+		cmd := newRootCmd()
+		cmd.SetArgs([]string{"serve", "--port", "0", "--max-batch-size", "2", "--kv-cache-tokens", "4096", "--workers", "1"})
+		if err := cmd.Execute(); err != nil {
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
+	child := exec.Command(os.Args[0], "-test.run=^TestServeSIGTERM$")
+	child.Env = append(os.Environ(), "TURNSTILE_SERVE_CHILD=1")
+	stderr, err := child.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	defer func() { _ = child.Process.Kill() }()
+	logs := bufio.NewScanner(stderr)
+	addrRe := regexp.MustCompile(`msg=serving addr=(http://\S+)`)
+	var url string
+	for url == "" && logs.Scan() {
+		if m := addrRe.FindStringSubmatch(logs.Text()); m != nil {
+			url = m[1]
+		}
+	}
+	require.NotEmpty(t, url, "the child never logged its address")
+	var rest strings.Builder
+	logDone := make(chan struct{})
+	go func() {
+		for logs.Scan() {
+			rest.WriteString(logs.Text() + "\n")
+		}
+		close(logDone)
+	}()
+
+	resp, err := http.Post(url+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":"Once","max_tokens":300,"ignore_eos":true,"temperature":0,"stream":true}`))
+	require.NoError(t, err)
+	first := make([]byte, 6)
+	_, err = io.ReadFull(resp.Body, first)
+	require.NoError(t, err)
+	require.Equal(t, "data: ", string(first))
+
+	require.NoError(t, child.Process.Signal(syscall.SIGTERM))
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(body), `"finish_reason":"length"`, "the stream in flight finished")
+	require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"))
+	require.NoError(t, child.Wait(), "exit status 0")
+	<-logDone
+	require.Contains(t, rest.String(), "msg=draining")
+	require.Contains(t, rest.String(), "msg=stopped")
+}

@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/turnstile-llm/turnstile/executor"
+)
+
+// answer shapes one job's engine output as OpenAI responses.
+type answer struct {
+	j       *job
+	id      string
+	created int64
+	model   string
+	tok     Tokenizer
+	offsets []int // per choice: text bytes sent so far (completions' text_offset)
+}
+
+func (s *Server) newAnswer(j *job) *answer {
+	prefix := "cmpl-"
+	if j.chat {
+		prefix = "chatcmpl-"
+	}
+	return &answer{j: j, id: newID(prefix), created: time.Now().Unix(), model: s.cfg.Model,
+		tok: s.cfg.Tokenizer, offsets: make([]int, len(j.reqs))}
+}
+
+func jsonEncoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
+}
+
+// finishString is the OpenAI finish_reason of r; nil while unfinished.
+func finishString(r executor.FinishReason) *string {
+	if r == executor.FinishNone {
+		return nil
+	}
+	s := string(r)
+	return &s
+}
+
+// usageOf sums the choices' usage: prompt tokens once per prompt,
+// completion tokens over every choice.
+func (a *answer) usageOf(ds []executor.Delta) *usage {
+	u := &usage{PromptTokensDetails: &promptDetail{}}
+	for i, d := range ds {
+		if i%a.j.n == 0 {
+			u.PromptTokens += d.Usage.Prompt
+			u.PromptTokensDetails.CachedTokens += d.Usage.CachedPrompt
+		}
+		u.CompletionTokens += d.Usage.Completion
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
+}
+
+// completionLogprobs renders d's tokens for choice i; nil unless asked.
+func (a *answer) completionLogprobs(i int, d *executor.Delta) *completionLogprobs {
+	if !a.j.logprobs {
+		return nil
+	}
+	lp := &completionLogprobs{Tokens: make([]string, len(d.TokenIDs)), TokenLogprobs: make([]float32, len(d.TokenIDs)),
+		TextOffset: make([]int, len(d.TokenIDs))}
+	for k, id := range d.TokenIDs {
+		piece := a.tok.Piece(id)
+		lp.Tokens[k] = string(piece)
+		if k < len(d.Logprobs) {
+			lp.TokenLogprobs[k] = d.Logprobs[k]
+		}
+		lp.TextOffset[k] = a.offsets[i]
+		a.offsets[i] += len(piece)
+	}
+	return lp
+}
+
+// chatLogprobs renders d's tokens; nil unless asked.
+func (a *answer) chatLogprobs(d *executor.Delta) *chatLogprobs {
+	if !a.j.logprobs {
+		return nil
+	}
+	out := &chatLogprobs{Content: make([]chatTokenLogprob, len(d.TokenIDs))}
+	for k, id := range d.TokenIDs {
+		piece := a.tok.Piece(id)
+		b := make([]int, len(piece))
+		for x, c := range piece {
+			b[x] = int(c)
+		}
+		t := chatTokenLogprob{Token: string(piece), Bytes: b, TopLogprobs: []chatTokenLogprob{}}
+		if k < len(d.Logprobs) {
+			t.Logprob = d.Logprobs[k]
+		}
+		out.Content[k] = t
+	}
+	return out
+}
+
+// abortedError answers requests the engine aborted while the client was
+// still there: the server is shutting down.
+func abortedError() *APIError {
+	return &APIError{Status: http.StatusServiceUnavailable, Type: errUnavailable, Code: "aborted",
+		Message: "the request was aborted: the server is shutting down"}
+}
+
+// whole collects every choice and answers one JSON response.
+func (s *Server) whole(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream) {
+	ds := make([]executor.Delta, len(streams))
+	for i, st := range streams {
+		d, err := st.Collect(ctx)
+		if err != nil || d.FinishReason == executor.FinishAbort {
+			writeError(w, abortedError()) // the client may be gone; then nobody reads it
+			return
+		}
+		ds[i] = d
+		s.observe(&d)
+	}
+	u := a.usageOf(ds)
+	if a.j.chat {
+		resp := chatResponse{ID: a.id, Object: "chat.completion", Created: a.created, Model: a.model, Usage: u,
+			Choices: make([]chatChoice, len(ds))}
+		for i := range ds {
+			text := ds[i].Text
+			resp.Choices[i] = chatChoice{Index: i, Message: &chatOut{Role: "assistant", Content: &text},
+				Logprobs: a.chatLogprobs(&ds[i]), FinishReason: finishString(ds[i].FinishReason)}
+		}
+		writeJSON(w, resp)
+		return
+	}
+	resp := completionResponse{ID: a.id, Object: "text_completion", Created: a.created, Model: a.model, Usage: u,
+		Choices: make([]completionChoice, len(ds))}
+	for i := range ds {
+		resp.Choices[i] = completionChoice{Index: i, Text: ds[i].Text, Logprobs: a.completionLogprobs(i, &ds[i]),
+			FinishReason: finishString(ds[i].FinishReason)}
+	}
+	writeJSON(w, resp)
+}
+
+// observe records a finished engine request's lengths.
+func (s *Server) observe(d *executor.Delta) {
+	s.metrics.promptLen.Observe(float64(d.Usage.Prompt))
+	s.metrics.genLen.Observe(float64(d.Usage.Completion))
+}
+
+// event is one choice's delta (or its stream's error) for the SSE loop.
+type event struct {
+	i   int
+	d   executor.Delta
+	err error
+}
+
+// stream answers server-sent events: a chunk per delta of any choice as it
+// comes, a final usage chunk when asked, then [DONE]. It returns when every
+// choice finished, or the client is gone (ctx ends; the engine aborts the
+// rest).
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream) {
+	events := make(chan event, len(streams))
+	for i, st := range streams {
+		go forward(ctx, i, st, events)
+	}
+	sse := newSSE(w)
+	if a.j.chat {
+		for i := range streams { // the role comes first, as OpenAI sends it
+			empty := ""
+			if sse.send(chatResponse{ID: a.id, Object: "chat.completion.chunk", Created: a.created, Model: a.model,
+				Choices: []chatChoice{{Index: i, Delta: &chatOut{Role: "assistant", Content: &empty}}}}) != nil {
+				return
+			}
+		}
+	}
+	final := make([]executor.Delta, len(streams))
+	for left := len(streams); left > 0; {
+		var ev event
+		select {
+		case ev = <-events:
+		case <-ctx.Done():
+			return
+		}
+		if ev.err != nil {
+			return // ctx ended: the client is gone or the drain deadline passed
+		}
+		d := &ev.d
+		if d.FinishReason != executor.FinishNone {
+			final[ev.i] = *d
+			s.observe(d)
+			left--
+		}
+		if d.Text == "" && len(d.TokenIDs) == 0 && d.FinishReason == executor.FinishNone {
+			continue
+		}
+		var chunk any
+		if a.j.chat {
+			var delta chatOut
+			if d.Text != "" {
+				delta.Content = &d.Text
+			}
+			chunk = chatResponse{ID: a.id, Object: "chat.completion.chunk", Created: a.created, Model: a.model,
+				Choices: []chatChoice{{Index: ev.i, Delta: &delta, Logprobs: a.chatLogprobs(d), FinishReason: finishString(d.FinishReason)}}}
+		} else {
+			chunk = completionResponse{ID: a.id, Object: "text_completion", Created: a.created, Model: a.model,
+				Choices: []completionChoice{{Index: ev.i, Text: d.Text, Logprobs: a.completionLogprobs(ev.i, d),
+					FinishReason: finishString(d.FinishReason)}}}
+		}
+		if sse.send(chunk) != nil {
+			return
+		}
+	}
+	if a.j.includeUsage {
+		u := a.usageOf(final)
+		var chunk any = completionResponse{ID: a.id, Object: "text_completion", Created: a.created, Model: a.model,
+			Choices: []completionChoice{}, Usage: u}
+		if a.j.chat {
+			chunk = chatResponse{ID: a.id, Object: "chat.completion.chunk", Created: a.created, Model: a.model,
+				Choices: []chatChoice{}, Usage: u}
+		}
+		if sse.send(chunk) != nil {
+			return
+		}
+	}
+	_ = sse.done()
+}
+
+// forward sends st's deltas to events until its last one or an error; it
+// gives up when ctx ends, so it never outlives the handler.
+func forward(ctx context.Context, i int, st *executor.Stream, events chan<- event) {
+	for {
+		d, err := st.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		select {
+		case events <- event{i: i, d: d, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil || d.FinishReason != executor.FinishNone {
+			return
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package server
+
+import "encoding/json"
+
+// This file holds the wire types of the OpenAI API subset turnstile serves.
+// Request fields are pointers where "absent" differs from the zero value;
+// unknown fields are ignored, as OpenAI does.
+
+// sharedFields are the request fields /v1/completions and
+// /v1/chat/completions have in common (embedded, so JSON sees them flat).
+type sharedFields struct {
+	Model             string          `json:"model"`
+	MaxTokens         *int            `json:"max_tokens"`
+	Temperature       *float64        `json:"temperature"`
+	TopP              *float64        `json:"top_p"`
+	TopK              *int            `json:"top_k"`
+	MinP              *float64        `json:"min_p"`
+	Seed              *int64          `json:"seed"`
+	Stop              json.RawMessage `json:"stop"` // string or list of strings
+	N                 *int            `json:"n"`
+	PresencePenalty   *float64        `json:"presence_penalty"`
+	FrequencyPenalty  *float64        `json:"frequency_penalty"`
+	RepetitionPenalty *float64        `json:"repetition_penalty"`
+	User              string          `json:"user"`
+	Stream            bool            `json:"stream"`
+	StreamOptions     *streamOptions  `json:"stream_options"`
+	// turnstile (and vLLM) extensions.
+	IgnoreEOS    bool    `json:"ignore_eos"`
+	StopTokenIDs []int32 `json:"stop_token_ids"`
+	CacheSalt    string  `json:"cache_salt"`
+	// ProgramID groups the requests of one agentic program (also the
+	// X-Program-Id header); ProgramRelease ends the program when this
+	// request completes (also the X-Program-Release header).
+	ProgramID      string `json:"program_id"`
+	ProgramRelease bool   `json:"program_release"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// completionRequest is the body of POST /v1/completions.
+type completionRequest struct {
+	sharedFields
+	Prompt   json.RawMessage `json:"prompt"` // string, [string], [int] or [[int]]
+	Logprobs *int            `json:"logprobs"`
+	Echo     bool            `json:"echo"`
+	Suffix   *string         `json:"suffix"`
+}
+
+// chatRequest is the body of POST /v1/chat/completions.
+type chatRequest struct {
+	sharedFields
+	Messages            []chatMessage `json:"messages"`
+	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+	Logprobs            bool          `json:"logprobs"`
+	TopLogprobs         *int          `json:"top_logprobs"`
+}
+
+// chatMessage is one message; Content is a string, null, or a list of
+// content parts of which only {"type": "text"} are accepted.
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+	Name    string          `json:"name"`
+}
+
+type contentPart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// usage is OpenAI's usage object.
+type usage struct {
+	PromptTokens        int           `json:"prompt_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	PromptTokensDetails *promptDetail `json:"prompt_tokens_details,omitempty"`
+}
+
+type promptDetail struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// completionResponse is a /v1/completions answer or stream chunk (object
+// "text_completion" in both, as OpenAI sends).
+type completionResponse struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *usage             `json:"usage,omitempty"`
+}
+
+type completionChoice struct {
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
+}
+
+// completionLogprobs is the legacy completions log-probability layout.
+type completionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float32            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+// chatResponse is a /v1/chat/completions answer (object "chat.completion")
+// or stream chunk ("chat.completion.chunk"). Usage is a pointer that is
+// serialised as null in chunks when include_usage asks for it.
+type chatResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *usage       `json:"usage,omitempty"`
+}
+
+type chatChoice struct {
+	Index        int           `json:"index"`
+	Message      *chatOut      `json:"message,omitempty"`
+	Delta        *chatOut      `json:"delta,omitempty"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+}
+
+type chatOut struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chatLogprobs struct {
+	Content []chatTokenLogprob `json:"content"`
+}
+
+type chatTokenLogprob struct {
+	Token       string             `json:"token"`
+	Logprob     float32            `json:"logprob"`
+	Bytes       []int              `json:"bytes"`
+	TopLogprobs []chatTokenLogprob `json:"top_logprobs"`
+}
+
+// modelList is GET /v1/models.
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+type modelCard struct {
+	ID        string `json:"id"`
+	Object    string `json:"object"`
+	Created   int64  `json:"created"`
+	OwnedBy   string `json:"owned_by"`
+	MaxLength int    `json:"max_model_len"`
+}

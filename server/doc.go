@@ -1,0 +1,69 @@
+// Package server is turnstile's OpenAI-compatible HTTP API: it parses and
+// validates requests, submits them to the engine through the Engine
+// interface it defines, and answers JSON or server-sent events.
+//
+// # Endpoints
+//
+//	POST   /v1/completions       prompt: string, [string], [token ids] or [[token ids]]
+//	POST   /v1/chat/completions  messages rendered by the chat template
+//	GET    /v1/models            the one served model
+//	DELETE /v1/programs/{id}     end an agentic program (engines implementing ProgramReleaser)
+//	GET    /health               200 while serving, 503 while draining
+//	GET    /metrics              Prometheus text format, names prefixed turnstile_
+//
+// Supported request fields: model, max_tokens (chat also
+// max_completion_tokens), temperature, top_p, top_k, min_p, seed, stop
+// (string or list), n, logprobs (completions: 0; chat: true with
+// top_logprobs 0 — only the chosen token's log-probability is available),
+// presence_penalty, frequency_penalty, repetition_penalty, user, stream,
+// stream_options.include_usage; extensions: ignore_eos, stop_token_ids,
+// cache_salt, program_id, program_release. Unknown fields are ignored, as
+// OpenAI does. Absent sampling fields take OpenAI's defaults (temperature
+// 1, top_p 1); absent max_tokens means up to the model's context.
+//
+// # Validation
+//
+// Every check runs before anything is submitted, so a refused request
+// leaves the engine untouched. Errors are OpenAI's JSON
+// {"error": {"message", "type", "param", "code"}}: malformed JSON, wrong
+// types, invalid UTF-8, a body over Config.MaxBodyBytes, max_tokens ≤ 0 or
+// beyond the context, a prompt that leaves no room in the context and
+// out-of-range sampling values are 400 invalid_request_error; an unknown
+// model is 404; a missing or wrong API key 401 authentication_error; more
+// than Config.MaxInFlight engine requests in flight 429 rate_limit_error
+// with Retry-After.
+//
+// # Chat template
+//
+// With Config.ChatTemplate (the GGUF's tokenizer.chat_template) messages
+// are rendered by a Jinja-compatible engine (github.com/ardanlabs/jinja)
+// with messages, add_generation_prompt=true, bos_token and eos_token; a BOS
+// written at the very start is dropped because the prompt is encoded with a
+// BOS token. The tokenizer encodes special-token text (e.g. "<|im_start|>")
+// as plain text. Without a template the fallback format is one line per
+// message, "Role: content", with roles System (also for developer), User,
+// Assistant and Tool, followed by the cue "Assistant:":
+//
+//	System: You are terse.
+//	User: Hi!
+//	Assistant:
+//
+// # Programs and tenants
+//
+// The X-Program-Id header or program_id field tags a request with its
+// agentic program (executor.Request.ProgramID, for the admission policy);
+// program_release (or X-Program-Release: true) ends the program when the
+// request completes, as DELETE /v1/programs/{id} does at once. An engine
+// with a program policy (executor.Config.Programs, `turnstile serve
+// --admission`) runs a program's requests one turn at a time, so the n
+// choices of a request with a program id run one after another. cache_salt
+// keeps prefix caches apart; with API keys every key adds its own salt, so
+// tenants never share KV blocks.
+//
+// # Lifecycle
+//
+// A client that disconnects cancels its request's context, which aborts it
+// in the engine by the next step boundary. Serve drains on shutdown: it
+// stops accepting, lets requests in flight finish up to a deadline, then
+// aborts the rest.
+package server
