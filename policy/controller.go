@@ -723,8 +723,10 @@ func (c *Controller) sync(p *program) {
 	if t > p.tokens {
 		c.setTokens(p, t)
 	}
-	// A table holds ⌈tokens / BlockSize⌉ blocks: read it only when it grew.
-	if (t+c.bs-1)/c.bs != len(p.blocks) {
+	// A table holds ⌈(tokens + reserved slots) / BlockSize⌉ blocks: read it
+	// only when it grew. Reserved slots (a future token's KV, kvpool.Reserve)
+	// already occupy a block before their values are known.
+	if n := t + c.pool.Reserved(p.handle); (n+c.bs-1)/c.bs != len(p.blocks) {
 		if bl := c.pool.Blocks(p.handle); len(bl) > len(p.blocks) {
 			c.count(p, bl[len(p.blocks):])
 		}

@@ -339,3 +339,25 @@ func TestNoAllocs(t *testing.T) {
 	require.Equal(t, pin, r.c.progs["p3"].handle)
 	r.check()
 }
+
+// TestReservedSlotCharged: a future token's slot reserved in a new block
+// (kvpool.Reserve, before its value is known) occupies that block already,
+// so B charges it as soon as the growth is observed, not only after Fill.
+func TestReservedSlotCharged(t *testing.T) {
+	r := newRig(t, smallCfg(ArmB, 8), 256)
+	toks := context(0, 0, 32) // two full blocks
+	require.True(t, r.admit("p0", toks))
+	require.Equal(t, 2*16+r.c.cfg.Reserve, r.c.UsedB())
+	seq := r.seqs["p0"]
+	require.NoError(t, r.pool.Reserve(seq, 1)) // opens block 3
+	require.NoError(t, r.c.Grew("p0"))
+	r.check()
+	require.Equal(t, 3*16+r.c.cfg.Reserve, r.c.UsedB(), "the reserved slot's block is charged")
+	require.NoError(t, r.pool.Fill(seq, []int32{7}))
+	require.NoError(t, r.c.Grew("p0"))
+	r.check()
+	require.Equal(t, 3*16+r.c.cfg.Reserve, r.c.UsedB())
+	r.end("p0")
+	r.release("p0")
+	r.drained()
+}
