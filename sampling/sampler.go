@@ -122,6 +122,14 @@ func (s *Sampler) StartWithOutput(seat int32, p *Params, history []int32, numOut
 	st.active = true
 	st.p = cp
 	st.rng.Seed(seed, mix64(seed^0x9e3779b97f4a7c15))
+	if cp.Temperature >= GreedyBelow {
+		// A non-greedy sample consumes exactly one draw; a sequence resumed
+		// after preemption by recompute continues its stream where it was,
+		// so a seeded request gives the same tokens preempted or not.
+		for range numOutput {
+			st.rng.Uint64()
+		}
+	}
 	st.trackPrompt = cp.RepetitionPenalty != 1
 	st.trackOut = st.trackPrompt || cp.PresencePenalty != 0 || cp.FrequencyPenalty != 0
 	st.generated = uint64(numOutput)

@@ -604,3 +604,44 @@ func TestDegenerateRows(t *testing.T) {
 		})
 	}
 }
+
+// TestSeededResume: a seeded request restarted after preemption by
+// recompute (its generated tokens passed back as the tail of its history)
+// continues its random stream, so it draws exactly what an uninterrupted
+// run draws; top-p and top-k paths alike.
+func TestSeededResume(t *testing.T) {
+	const vocab, draws, cut = 50, 40, 17
+	logits := make([]float32, vocab)
+	for i := range logits {
+		logits[i] = float32(math.Sin(float64(i)))
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Params)
+	}{
+		{"plain", func(*Params) {}},
+		{"top-p", func(p *Params) { p.TopP = 0.8 }},
+		{"top-k", func(p *Params) { p.TopK = 10 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := DefaultParams()
+			p.Temperature, p.Seed, p.HasSeed = 0.9, 1234, true
+			tc.mod(&p)
+			prompt := []int32{3, 4, 5}
+			s, err := New(2, vocab)
+			require.NoError(t, err)
+			c := newChoice()
+			require.NoError(t, s.Start(0, &p, prompt))
+			whole := make([]int32, draws)
+			for i := range whole {
+				whole[i] = sampleOnce(t, s, 0, logits, c)
+			}
+			history := append(append([]int32{}, prompt...), whole[:cut]...)
+			require.NoError(t, s.StartWithOutput(1, &p, history, cut))
+			for i := cut; i < draws; i++ {
+				require.Equal(t, whole[i], sampleOnce(t, s, 1, logits, c), "token %d after resuming at %d", i, cut)
+			}
+			require.NoError(t, s.Check())
+		})
+	}
+}
