@@ -50,8 +50,7 @@ type CPURunner struct {
 
 	sampler *sampling.Sampler
 	seats   []seatState
-	stamp   []uint32 // per seat: the batch number that last used it (duplicate check)
-	batchNo uint32
+	checker batchChecker
 	closed  bool
 
 	// Scratch, sized for MaxBatchTokens tokens (T) or Seats rows (S).
@@ -73,13 +72,7 @@ type CPURunner struct {
 
 // seatState is what the runner remembers of one seat between steps.
 type seatState struct {
-	started bool
-	// kvLen is the number of positions the seat's sequence has in the cache.
-	kvLen int32
-	// last is the token sampled for the seat in its latest step, valid
-	// when hasLast: the value FutureToken stands for.
-	last    int32
-	hasLast bool
+	seatCursor
 }
 
 // serialMACs is the work (multiply-adds) below which a kernel call runs on
@@ -137,7 +130,6 @@ func NewCPURunner(m *Llama, cfg CPURunnerConfig) (*CPURunner, error) {
 		blockFloats: blockFloats,
 		sampler:     sampler,
 		seats:       make([]seatState, cfg.Seats),
-		stamp:       make([]uint32, cfg.Seats),
 		tokens:      make([]int32, T),
 		x:           make([]float32, T*c.Dim),
 		xn:          make([]float32, T*c.Dim),
@@ -154,6 +146,7 @@ func NewCPURunner(m *Llama, cfg CPURunnerConfig) (*CPURunner, error) {
 		sampled:     make([]int32, 0, S),
 		keptOf:      make([]int32, S),
 	}
+	r.checker = newBatchChecker(cfg.Seats)
 	if cfg.KeepLogits {
 		r.kept = make([]float32, S*c.Vocab)
 	}
@@ -252,7 +245,7 @@ func (r *CPURunner) Execute(b *Batch, out *Output) error {
 			if err := r.sampler.StartWithOutput(sb.Seat, sb.Params, sb.History, int(sb.NumOutput)); err != nil {
 				return fmt.Errorf("model: seq %d (seat %d): %w", i, sb.Seat, err)
 			}
-			*st = seatState{started: true}
+			*st = seatState{seatCursor{started: true}}
 		}
 		if r.tokens[sb.TokenStart] == FutureToken {
 			r.tokens[sb.TokenStart] = st.last
@@ -272,107 +265,9 @@ func (r *CPURunner) Execute(b *Batch, out *Output) error {
 
 // check validates b against the runner's capacity and seat state without
 // changing anything.
-func (r *CPURunner) check(b *Batch) error {
-	c := r.capacity
-	T := len(b.Tokens)
-	if T == 0 || len(b.Seqs) == 0 {
-		return fmt.Errorf("model: batch has %d tokens in %d sequences, want at least one of each", T, len(b.Seqs))
-	}
-	if T > c.MaxBatchTokens {
-		return fmt.Errorf("model: batch has %d tokens, runner accepts at most %d", T, c.MaxBatchTokens)
-	}
-	if len(b.Positions) != T {
-		return fmt.Errorf("model: batch has %d positions for %d tokens", len(b.Positions), T)
-	}
-	if len(b.Seqs) > c.Seats {
-		return fmt.Errorf("model: batch has %d sequences, runner holds %d seats", len(b.Seqs), c.Seats)
-	}
-	for i, cp := range b.Copies {
-		if cp.Src < 0 || int(cp.Src) >= c.KVBlocks || cp.Dst < 0 || int(cp.Dst) >= c.KVBlocks {
-			return fmt.Errorf("model: copy %d: block %d -> %d outside [0, %d)", i, cp.Src, cp.Dst, c.KVBlocks)
-		}
-	}
-	r.batchNo++
-	if r.batchNo == 0 { // wrapped: old stamps could collide
-		clear(r.stamp)
-		r.batchNo = 1
-	}
-	bs := int32(c.BlockSize)
-	next := int32(0)
-	for i := range b.Seqs {
-		sb := &b.Seqs[i]
-		if sb.Seat < 0 || int(sb.Seat) >= c.Seats {
-			return fmt.Errorf("model: seq %d: seat %d outside [0, %d)", i, sb.Seat, c.Seats)
-		}
-		if r.stamp[sb.Seat] == r.batchNo {
-			return fmt.Errorf("model: seq %d: seat %d appears twice in one batch", i, sb.Seat)
-		}
-		r.stamp[sb.Seat] = r.batchNo
-		if sb.NumTokens < 1 {
-			return fmt.Errorf("model: seq %d (seat %d): NumTokens = %d, want ≥ 1", i, sb.Seat, sb.NumTokens)
-		}
-		if sb.TokenStart != next || int(sb.TokenStart)+int(sb.NumTokens) > T {
-			return fmt.Errorf("model: seq %d (seat %d): tokens [%d, %d) do not continue the batch at %d (batch has %d tokens)",
-				i, sb.Seat, sb.TokenStart, int(sb.TokenStart)+int(sb.NumTokens), next, T)
-		}
-		next += sb.NumTokens
-		if sb.ContextLen < sb.NumTokens || int(sb.ContextLen) > c.MaxContext {
-			return fmt.Errorf("model: seq %d (seat %d): context length %d with %d new tokens (max context %d)",
-				i, sb.Seat, sb.ContextLen, sb.NumTokens, c.MaxContext)
-		}
-		first := sb.ContextLen - sb.NumTokens
-		st := &r.seats[sb.Seat]
-		if sb.Start {
-			if sb.Params == nil {
-				return fmt.Errorf("model: seq %d (seat %d): Start without Params", i, sb.Seat)
-			}
-			p := *sb.Params // Validate normalises; keep the caller's value intact
-			if err := p.Validate(c.Vocab); err != nil {
-				return fmt.Errorf("model: seq %d (seat %d): %w", i, sb.Seat, err)
-			}
-			for j, t := range sb.History {
-				if t < 0 || int(t) >= c.Vocab {
-					return fmt.Errorf("model: seq %d (seat %d): history token %d (index %d) outside vocab %d", i, sb.Seat, t, j, c.Vocab)
-				}
-			}
-			if sb.NumOutput < 0 || int(sb.NumOutput) > len(sb.History) {
-				return fmt.Errorf("model: seq %d (seat %d): NumOutput %d outside [0, %d] (the history's length)", i, sb.Seat, sb.NumOutput, len(sb.History))
-			}
-		} else if !st.started || st.kvLen != first {
-			return fmt.Errorf("model: seq %d (seat %d): continues at position %d but the seat holds %d positions (started %v)",
-				i, sb.Seat, first, st.kvLen, st.started)
-		}
-		for j := int32(0); j < sb.NumTokens; j++ {
-			idx := sb.TokenStart + j
-			if p := b.Positions[idx]; p != first+j {
-				return fmt.Errorf("model: seq %d (seat %d): position %d at token %d, want %d (context %d, %d new tokens)",
-					i, sb.Seat, p, idx, first+j, sb.ContextLen, sb.NumTokens)
-			}
-			t := b.Tokens[idx]
-			if t == FutureToken {
-				if j != 0 || sb.Start || !st.hasLast {
-					return fmt.Errorf("model: seq %d (seat %d): FutureToken at token %d but the seat sampled nothing in its previous step", i, sb.Seat, idx)
-				}
-			} else if t < 0 || int(t) >= c.Vocab {
-				return fmt.Errorf("model: seq %d (seat %d): token %d (index %d) outside vocab %d", i, sb.Seat, t, idx, c.Vocab)
-			}
-		}
-		need := int((sb.ContextLen + bs - 1) / bs)
-		if len(sb.BlockTable) < need {
-			return fmt.Errorf("model: seq %d (seat %d): block table has %d blocks, context %d needs %d",
-				i, sb.Seat, len(sb.BlockTable), sb.ContextLen, need)
-		}
-		for j, blk := range sb.BlockTable[:need] {
-			if blk < 0 || int(blk) >= c.KVBlocks {
-				return fmt.Errorf("model: seq %d (seat %d): block table entry %d is block %d, outside [0, %d)", i, sb.Seat, j, blk, c.KVBlocks)
-			}
-		}
-	}
-	if int(next) != T {
-		return fmt.Errorf("model: sequences cover %d of the batch's %d tokens", next, T)
-	}
-	return nil
-}
+func (r *CPURunner) check(b *Batch) error { return r.checker.check(b, r.capacity, r) }
+
+func (r *CPURunner) cursor(seat int32) *seatCursor { return &r.seats[seat].seatCursor }
 
 // copyBlock copies block src's K and V to block dst in every layer.
 func (r *CPURunner) copyBlock(src, dst int) {

@@ -15,8 +15,7 @@ type cudaHost struct {
 	capacity Capacity
 	sampler  *sampling.Sampler
 	seats    []cudaSeat
-	stamp    []uint32 // per seat: the batch number that last used it (duplicate check)
-	batchNo  uint32
+	checker  batchChecker
 
 	graphSizes []int // decode batch sizes with a captured graph (ascending); nil: none
 	graphMB    int   // block-table columns of every decode graph
@@ -44,13 +43,10 @@ type cudaHost struct {
 
 // cudaSeat is what the runner remembers of one seat between steps.
 type cudaSeat struct {
-	started bool
+	seatCursor
 	// deviceGreedy: plain argmax on the device serves the seat (greedy with
 	// no penalty and no logprobs); else its rows are sampled on the host.
 	deviceGreedy bool
-	kvLen        int32
-	last         int32
-	hasLast      bool
 }
 
 // cudaDeviceGreedy reports whether p is served by the device's argmax exactly as
@@ -70,7 +66,7 @@ func newCUDAHost(c Capacity, graphSizes []int, graphMB int, keep bool, staging, 
 	rows := min(c.Seats, c.MaxBatchTokens)
 	h := &cudaHost{
 		capacity: c, sampler: sampler,
-		seats: make([]cudaSeat, c.Seats), stamp: make([]uint32, c.Seats),
+		seats: make([]cudaSeat, c.Seats), checker: newBatchChecker(c.Seats),
 		graphSizes: graphSizes, graphMB: graphMB, maxRows: rows,
 		staging: staging, pairs: pairs, keep: keep,
 		rowSeq: make([]int32, 0, rows), hostRows: make([]int32, 0, rows),
@@ -99,108 +95,10 @@ func cudaStagingElems(c Capacity, rows, graphMB int) int {
 }
 
 // check validates b against the capacity and seat state without changing
-// anything (the rules of the CPU runner).
-func (h *cudaHost) check(b *Batch) error {
-	c := h.capacity
-	T := len(b.Tokens)
-	if T == 0 || len(b.Seqs) == 0 {
-		return fmt.Errorf("model: batch has %d tokens in %d sequences, want at least one of each", T, len(b.Seqs))
-	}
-	if T > c.MaxBatchTokens {
-		return fmt.Errorf("model: batch has %d tokens, runner accepts at most %d", T, c.MaxBatchTokens)
-	}
-	if len(b.Positions) != T {
-		return fmt.Errorf("model: batch has %d positions for %d tokens", len(b.Positions), T)
-	}
-	if len(b.Seqs) > c.Seats {
-		return fmt.Errorf("model: batch has %d sequences, runner holds %d seats", len(b.Seqs), c.Seats)
-	}
-	for i, cp := range b.Copies {
-		if cp.Src < 0 || int(cp.Src) >= c.KVBlocks || cp.Dst < 0 || int(cp.Dst) >= c.KVBlocks {
-			return fmt.Errorf("model: copy %d: block %d -> %d outside [0, %d)", i, cp.Src, cp.Dst, c.KVBlocks)
-		}
-	}
-	h.batchNo++
-	if h.batchNo == 0 { // wrapped: old stamps could collide
-		clear(h.stamp)
-		h.batchNo = 1
-	}
-	bs := int32(c.BlockSize)
-	next := int32(0)
-	for i := range b.Seqs {
-		sb := &b.Seqs[i]
-		if sb.Seat < 0 || int(sb.Seat) >= c.Seats {
-			return fmt.Errorf("model: seq %d: seat %d outside [0, %d)", i, sb.Seat, c.Seats)
-		}
-		if h.stamp[sb.Seat] == h.batchNo {
-			return fmt.Errorf("model: seq %d: seat %d appears twice in one batch", i, sb.Seat)
-		}
-		h.stamp[sb.Seat] = h.batchNo
-		if sb.NumTokens < 1 {
-			return fmt.Errorf("model: seq %d (seat %d): NumTokens = %d, want ≥ 1", i, sb.Seat, sb.NumTokens)
-		}
-		if sb.TokenStart != next || int(sb.TokenStart)+int(sb.NumTokens) > T {
-			return fmt.Errorf("model: seq %d (seat %d): tokens [%d, %d) do not continue the batch at %d (batch has %d tokens)",
-				i, sb.Seat, sb.TokenStart, int(sb.TokenStart)+int(sb.NumTokens), next, T)
-		}
-		next += sb.NumTokens
-		if sb.ContextLen < sb.NumTokens || int(sb.ContextLen) > c.MaxContext {
-			return fmt.Errorf("model: seq %d (seat %d): context length %d with %d new tokens (max context %d)",
-				i, sb.Seat, sb.ContextLen, sb.NumTokens, c.MaxContext)
-		}
-		first := sb.ContextLen - sb.NumTokens
-		st := &h.seats[sb.Seat]
-		if sb.Start {
-			if sb.Params == nil {
-				return fmt.Errorf("model: seq %d (seat %d): Start without Params", i, sb.Seat)
-			}
-			p := *sb.Params // Validate normalises; keep the caller's value intact
-			if err := p.Validate(c.Vocab); err != nil {
-				return fmt.Errorf("model: seq %d (seat %d): %w", i, sb.Seat, err)
-			}
-			if sb.NumOutput < 0 || int(sb.NumOutput) > len(sb.History) {
-				return fmt.Errorf("model: seq %d (seat %d): NumOutput %d outside [0, %d] (the history's length)", i, sb.Seat, sb.NumOutput, len(sb.History))
-			}
-			for j, t := range sb.History {
-				if t < 0 || int(t) >= c.Vocab {
-					return fmt.Errorf("model: seq %d (seat %d): history token %d (index %d) outside vocab %d", i, sb.Seat, t, j, c.Vocab)
-				}
-			}
-		} else if !st.started || st.kvLen != first {
-			return fmt.Errorf("model: seq %d (seat %d): continues at position %d but the seat holds %d positions (started %v)",
-				i, sb.Seat, first, st.kvLen, st.started)
-		}
-		for j := int32(0); j < sb.NumTokens; j++ {
-			idx := sb.TokenStart + j
-			if p := b.Positions[idx]; p != first+j {
-				return fmt.Errorf("model: seq %d (seat %d): position %d at token %d, want %d (context %d, %d new tokens)",
-					i, sb.Seat, p, idx, first+j, sb.ContextLen, sb.NumTokens)
-			}
-			t := b.Tokens[idx]
-			if t == FutureToken {
-				if j != 0 || sb.Start || !st.hasLast {
-					return fmt.Errorf("model: seq %d (seat %d): FutureToken at token %d but the seat sampled nothing in its previous step", i, sb.Seat, idx)
-				}
-			} else if t < 0 || int(t) >= c.Vocab {
-				return fmt.Errorf("model: seq %d (seat %d): token %d (index %d) outside vocab %d", i, sb.Seat, t, idx, c.Vocab)
-			}
-		}
-		need := int((sb.ContextLen + bs - 1) / bs)
-		if len(sb.BlockTable) < need {
-			return fmt.Errorf("model: seq %d (seat %d): block table has %d blocks, context %d needs %d",
-				i, sb.Seat, len(sb.BlockTable), sb.ContextLen, need)
-		}
-		for j, blk := range sb.BlockTable[:need] {
-			if blk < 0 || int(blk) >= c.KVBlocks {
-				return fmt.Errorf("model: seq %d (seat %d): block table entry %d is block %d, outside [0, %d)", i, sb.Seat, j, blk, c.KVBlocks)
-			}
-		}
-	}
-	if int(next) != T {
-		return fmt.Errorf("model: sequences cover %d of the batch's %d tokens", next, T)
-	}
-	return nil
-}
+// anything (the Batch contract every runner enforces).
+func (h *cudaHost) check(b *Batch) error { return h.checker.check(b, h.capacity, h) }
+
+func (h *cudaHost) cursor(seat int32) *seatCursor { return &h.seats[seat].seatCursor }
 
 // prepare validates b, starts the sampler state of starting sequences and
 // writes the step's inputs into the staging area. It chooses a decode graph
@@ -219,7 +117,7 @@ func (h *cudaHost) prepare(b *Batch) error {
 		}
 		p := *sb.Params
 		_ = p.Validate(h.capacity.Vocab) // checked above; normalises
-		h.seats[sb.Seat] = cudaSeat{started: true, deviceGreedy: cudaDeviceGreedy(&p)}
+		h.seats[sb.Seat] = cudaSeat{seatCursor: seatCursor{started: true}, deviceGreedy: cudaDeviceGreedy(&p)}
 	}
 	n := len(b.Seqs)
 	h.graph = 0
