@@ -354,7 +354,7 @@ func (e *Engine) Submit(ctx context.Context, r *Request) (*Stream, error) {
 		maxTokens: r.MaxTokens,
 		ignoreEOS: r.IgnoreEOS,
 		stopIDs:   append([]int32(nil), r.StopTokenIDs...),
-		stream:    newStream(r.Params.Logprobs),
+		stream:    newStream(r.Params),
 		promptLen: len(prompt),
 		arrival:   e.clock.Now(),
 	}

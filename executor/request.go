@@ -41,8 +41,10 @@ type Request struct {
 	// MaxTokens bounds the generated tokens; 0 means up to the model context.
 	MaxTokens int
 	// Params are the sampling settings; Params.Logprobs asks for the
-	// log-probability of every chosen token. A zero Seed with HasSeed false
-	// gets a seed from the engine (Config.Seed and arrival order).
+	// log-probability of every chosen token, Params.TopLogprobs for that many
+	// most likely alternatives at each position (which implies Logprobs).
+	// A zero Seed with HasSeed false gets a seed from the engine
+	// (Config.Seed and arrival order).
 	Params sampling.Params
 	// Stop strings end generation when they appear in the output text
 	// (matched across token boundaries); the match is excluded from the text.
@@ -81,15 +83,28 @@ type Usage struct {
 	CachedPrompt int // prompt tokens served from the prefix cache at first admission
 }
 
+// TokenLogprob is one candidate token and its natural-log probability.
+type TokenLogprob struct {
+	Token   int32
+	Logprob float32
+}
+
 // Delta is the output a request produced since the previous Recv.
 type Delta struct {
 	// Text is new UTF-8 text (never half a character; invalid bytes are
 	// replaced with U+FFFD).
 	Text string
 	// TokenIDs are the new token ids; Logprobs their log-probabilities when
-	// the request asked for them (aligned with TokenIDs), else nil.
+	// the request asked for them (Params.Logprobs or TopLogprobs > 0;
+	// aligned with TokenIDs), else nil.
 	TokenIDs []int32
 	Logprobs []float32
+	// TopLogprobs, when Params.TopLogprobs > 0, holds for each of TokenIDs
+	// the Params.TopLogprobs most likely tokens at that position (fewer only
+	// when the vocabulary is smaller), most likely first, under the same
+	// distribution as Logprobs; else nil. The inner slices share one
+	// allocation owned by the receiver.
+	TopLogprobs [][]TokenLogprob
 	// FinishReason is set on the last delta, together with Usage.
 	FinishReason FinishReason
 	Usage        Usage
@@ -104,22 +119,33 @@ type Stream struct {
 	ids      []int32
 	lps      []float32
 	logprobs bool
-	finish   FinishReason
-	usage    Usage
-	final    bool // the last delta was delivered
-	notify   chan struct{}
+	// tops holds top alternatives per pushed token, flat: topN per token
+	// (entries for tokens past the vocabulary have Token -1 and are dropped
+	// by TryRecv).
+	tops   []TokenLogprob
+	topN   int
+	finish FinishReason
+	usage  Usage
+	final  bool // the last delta was delivered
+	notify chan struct{}
 }
 
 // streamPrealloc is the output (tokens) a stream buffers without allocating
 // when its consumer falls behind.
 const streamPrealloc = 64
 
-func newStream(logprobs bool) *Stream {
-	s := &Stream{logprobs: logprobs, notify: make(chan struct{}, 1)}
+// newStream makes the stream of a request with sampling parameters p: it
+// buffers log-probabilities only when p asks for them, and p.TopLogprobs
+// alternatives per token.
+func newStream(p sampling.Params) *Stream {
+	s := &Stream{logprobs: p.Logprobs || p.TopLogprobs > 0, topN: p.TopLogprobs, notify: make(chan struct{}, 1)}
 	s.text = make([]byte, 0, 4*streamPrealloc)
 	s.ids = make([]int32, 0, streamPrealloc)
-	if logprobs {
+	if s.logprobs {
 		s.lps = make([]float32, 0, streamPrealloc)
+	}
+	if s.topN > 0 {
+		s.tops = make([]TokenLogprob, 0, streamPrealloc*s.topN)
 	}
 	return s
 }
@@ -155,7 +181,10 @@ func (s *Stream) TryRecv() (d Delta, ok bool, err error) {
 	if s.logprobs {
 		d.Logprobs = append([]float32(nil), s.lps...)
 	}
-	s.text, s.ids, s.lps = s.text[:0], s.ids[:0], s.lps[:0]
+	if s.topN > 0 {
+		d.TopLogprobs = splitTops(s.tops, s.topN, len(s.ids))
+	}
+	s.text, s.ids, s.lps, s.tops = s.text[:0], s.ids[:0], s.lps[:0], s.tops[:0]
 	if s.finish != FinishNone {
 		d.FinishReason, d.Usage = s.finish, s.usage
 		s.final = true
@@ -179,19 +208,40 @@ func (s *Stream) Collect(ctx context.Context) (Delta, error) {
 		text.WriteString(d.Text)
 		all.TokenIDs = append(all.TokenIDs, d.TokenIDs...)
 		all.Logprobs = append(all.Logprobs, d.Logprobs...)
+		all.TopLogprobs = append(all.TopLogprobs, d.TopLogprobs...)
 		all.FinishReason, all.Usage = d.FinishReason, d.Usage
 	}
 }
 
-// push appends output (called by the loop; no allocation in steady state).
-func (s *Stream) push(text []byte, id int32, lp float32, withID bool) {
+// splitTops copies flat (n tokens × per alternatives) into one new
+// allocation and slices it per token, dropping the Token -1 padding of
+// positions with fewer alternatives than asked.
+func splitTops(flat []TokenLogprob, per, n int) [][]TokenLogprob {
+	buf := append([]TokenLogprob(nil), flat...)
+	out := make([][]TokenLogprob, n)
+	for k := range out {
+		row := buf[k*per : (k+1)*per : (k+1)*per]
+		for len(row) > 0 && row[len(row)-1].Token < 0 {
+			row = row[:len(row)-1]
+		}
+		out[k] = row
+	}
+	return out
+}
+
+// push appends the output of one sampled token: its text (possibly empty),
+// id, log-probability and top alternatives (topIDs/topLPs hold at least
+// the stream's topN entries when it keeps alternatives; ignored otherwise).
+// Called by the loop; no allocation in steady state.
+func (s *Stream) push(text []byte, id int32, lp float32, topIDs []int32, topLPs []float32) {
 	s.mu.Lock()
 	s.text = append(s.text, text...)
-	if withID {
-		s.ids = append(s.ids, id)
-		if s.logprobs {
-			s.lps = append(s.lps, lp)
-		}
+	s.ids = append(s.ids, id)
+	if s.logprobs {
+		s.lps = append(s.lps, lp)
+	}
+	for k := range s.topN {
+		s.tops = append(s.tops, TokenLogprob{Token: topIDs[k], Logprob: topLPs[k]})
 	}
 	s.mu.Unlock()
 	s.wake()

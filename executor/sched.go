@@ -8,6 +8,7 @@ import (
 	"github.com/turnstile-llm/turnstile/kvpool"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/overlap"
+	"github.com/turnstile-llm/turnstile/sampling"
 )
 
 // plan fills st (step st.n) under the step budgets: decodes first, then the
@@ -449,13 +450,21 @@ func (e *Engine) process(d overlap.Done[*step]) error {
 			s.futureIn = false
 			e.polGrew(s)
 		}
-		e.emit(s, tok, st.out.Logprobs[i], now)
+		var topIDs []int32
+		var topLPs []float32
+		if n := s.params.TopLogprobs; n > 0 {
+			at := i * sampling.MaxTopLogprobs
+			topIDs, topLPs = st.out.TopTokens[at:at+n], st.out.TopLogprobs[at:at+n]
+		}
+		e.emit(s, tok, st.out.Logprobs[i], topIDs, topLPs, now)
 	}
 	return nil
 }
 
-// emit delivers one sampled token and applies the stop conditions.
-func (e *Engine) emit(s *seq, tok int32, lp float32, now time.Time) {
+// emit delivers one sampled token (with its log-probability and, when the
+// request asked, its top alternatives: views into the step's output, copied
+// by the stream) and applies the stop conditions.
+func (e *Engine) emit(s *seq, tok int32, lp float32, topIDs []int32, topLPs []float32, now time.Time) {
 	e.m.GeneratedTokens++
 	s.usage.Completion++
 	if s.generated == 1 {
@@ -466,7 +475,7 @@ func (e *Engine) emit(s *seq, tok int32, lp float32, now time.Time) {
 	s.lastTok = now
 	reason := FinishNone
 	if (tok == e.tok.EOS() && !s.ignoreEOS) || s.isStopID(tok) {
-		s.stream.push(nil, tok, lp, true)
+		s.stream.push(nil, tok, lp, topIDs, topLPs)
 		reason = FinishStop
 	} else {
 		piece := e.tok.Piece(tok)
@@ -477,7 +486,7 @@ func (e *Engine) emit(s *seq, tok int32, lp float32, now time.Time) {
 			}
 		}
 		text, stopped := s.text.add(piece)
-		s.stream.push(text, tok, lp, true)
+		s.stream.push(text, tok, lp, topIDs, topLPs)
 		if stopped {
 			reason = FinishStop
 		} else {

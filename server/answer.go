@@ -67,6 +67,9 @@ func (a *answer) completionLogprobs(i int, d *executor.Delta) *completionLogprob
 	}
 	lp := &completionLogprobs{Tokens: make([]string, len(d.TokenIDs)), TokenLogprobs: make([]float32, len(d.TokenIDs)),
 		TextOffset: make([]int, len(d.TokenIDs))}
+	if a.j.topLogprobs > 0 {
+		lp.TopLogprobs = make([]map[string]float32, len(d.TokenIDs))
+	}
 	for k, id := range d.TokenIDs {
 		piece := a.tok.Piece(id)
 		lp.Tokens[k] = string(piece)
@@ -75,8 +78,45 @@ func (a *answer) completionLogprobs(i int, d *executor.Delta) *completionLogprob
 		}
 		lp.TextOffset[k] = a.offsets[i]
 		a.offsets[i] += len(piece)
+		if lp.TopLogprobs != nil {
+			lp.TopLogprobs[k] = a.topMap(id, lp.TokenLogprobs[k], d, k)
+		}
 	}
 	return lp
+}
+
+// topMap is the completions top_logprobs entry of d's k-th token: its
+// alternatives and the chosen token (id, lp) by piece. Two ids with the
+// same piece keep the more likely one's value.
+func (a *answer) topMap(id int32, lp float32, d *executor.Delta, k int) map[string]float32 {
+	var alts []executor.TokenLogprob
+	if k < len(d.TopLogprobs) {
+		alts = d.TopLogprobs[k]
+	}
+	m := make(map[string]float32, len(alts)+1)
+	for _, alt := range alts { // most likely first
+		if p := string(a.tok.Piece(alt.Token)); !hasKey(m, p) {
+			m[p] = alt.Logprob
+		}
+	}
+	if p := string(a.tok.Piece(id)); !hasKey(m, p) {
+		m[p] = lp
+	}
+	return m
+}
+
+func hasKey(m map[string]float32, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// pieceBytes is piece as OpenAI's bytes field: one int per byte.
+func pieceBytes(piece []byte) []int {
+	b := make([]int, len(piece))
+	for x, c := range piece {
+		b[x] = int(c)
+	}
+	return b
 }
 
 // chatLogprobs renders d's tokens; nil unless asked.
@@ -87,13 +127,16 @@ func (a *answer) chatLogprobs(d *executor.Delta) *chatLogprobs {
 	out := &chatLogprobs{Content: make([]chatTokenLogprob, len(d.TokenIDs))}
 	for k, id := range d.TokenIDs {
 		piece := a.tok.Piece(id)
-		b := make([]int, len(piece))
-		for x, c := range piece {
-			b[x] = int(c)
-		}
-		t := chatTokenLogprob{Token: string(piece), Bytes: b, TopLogprobs: []chatTokenLogprob{}}
+		t := chatTokenLogprob{Token: string(piece), Bytes: pieceBytes(piece), TopLogprobs: []chatTopLogprob{}}
 		if k < len(d.Logprobs) {
 			t.Logprob = d.Logprobs[k]
+		}
+		if k < len(d.TopLogprobs) {
+			t.TopLogprobs = make([]chatTopLogprob, len(d.TopLogprobs[k]))
+			for x, alt := range d.TopLogprobs[k] {
+				p := a.tok.Piece(alt.Token)
+				t.TopLogprobs[x] = chatTopLogprob{Token: string(p), Logprob: alt.Logprob, Bytes: pieceBytes(p)}
+			}
 		}
 		out.Content[k] = t
 	}

@@ -101,6 +101,9 @@ type completionChoice struct {
 }
 
 // completionLogprobs is the legacy completions log-probability layout.
+// TopLogprobs[k] maps the piece of each of the k-th position's most likely
+// tokens, and of the chosen token, to its log-probability (so up to
+// logprobs+1 entries, as OpenAI documents); null when logprobs is 0.
 type completionLogprobs struct {
 	Tokens        []string             `json:"tokens"`
 	TokenLogprobs []float32            `json:"token_logprobs"`
@@ -137,11 +140,20 @@ type chatLogprobs struct {
 	Content []chatTokenLogprob `json:"content"`
 }
 
+// chatTokenLogprob is one chosen token with its top_logprobs most likely
+// alternatives (empty when top_logprobs is 0).
 type chatTokenLogprob struct {
-	Token       string             `json:"token"`
-	Logprob     float32            `json:"logprob"`
-	Bytes       []int              `json:"bytes"`
-	TopLogprobs []chatTokenLogprob `json:"top_logprobs"`
+	Token       string           `json:"token"`
+	Logprob     float32          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+// chatTopLogprob is one alternative: the token's piece as text and bytes.
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
 }
 
 // modelList is GET /v1/models.

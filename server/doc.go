@@ -13,8 +13,9 @@
 //
 // Supported request fields: model, max_tokens (chat also
 // max_completion_tokens), temperature, top_p, top_k, min_p, seed, stop
-// (string or list), n, logprobs (completions: 0; chat: true with
-// top_logprobs 0 — only the chosen token's log-probability is available),
+// (string or list), n, logprobs (completions: 0..5 alternatives per token,
+// rendered as OpenAI's legacy tokens/token_logprobs/top_logprobs/text_offset;
+// chat: true, with top_logprobs 0..20, which needs logprobs: true),
 // presence_penalty, frequency_penalty, repetition_penalty, user, stream,
 // stream_options.include_usage; extensions: ignore_eos, stop_token_ids,
 // cache_salt, program_id, program_release. Unknown fields are ignored, as

@@ -49,6 +49,11 @@ type limits struct {
 	maxChoices int // most engine requests one HTTP request may create
 }
 
+// maxCompletionLogprobs bounds the legacy completions logprobs field
+// (OpenAI's limit there; chat's top_logprobs goes to
+// sampling.MaxTopLogprobs).
+const maxCompletionLogprobs = 5
+
 // job is a parsed, validated request: one executor.Request per choice, in
 // OpenAI's choice order (prompt i, sample j at index i*n+j).
 type job struct {
@@ -58,6 +63,7 @@ type job struct {
 	stream         bool
 	includeUsage   bool
 	logprobs       bool
+	topLogprobs    int // alternatives per token (completions' logprobs N, chat's top_logprobs)
 	programID      string
 	programRelease bool
 	user           string
@@ -141,13 +147,10 @@ func (p *parser) completion(body []byte) (*job, *APIError) {
 	j := &job{}
 	if r.Logprobs != nil {
 		switch lp := *r.Logprobs; {
-		case lp < 0 || lp > 5:
-			return nil, badRequest("logprobs", "invalid_value", "logprobs %d: must be in [0, 5]", lp)
-		case lp > 0:
-			return nil, badRequest("logprobs", "unsupported",
-				"logprobs %d: only the chosen token's log-probability is available; send logprobs 0", lp)
+		case lp < 0 || lp > maxCompletionLogprobs:
+			return nil, badRequest("logprobs", "invalid_value", "logprobs %d: must be in [0, %d]", lp, maxCompletionLogprobs)
 		}
-		j.logprobs = true
+		j.logprobs, j.topLogprobs = true, *r.Logprobs
 	}
 	return p.finish(j, &r.sharedFields, r.MaxTokens, "max_tokens", prompts)
 }
@@ -192,10 +195,8 @@ func (p *parser) chatCompletion(body []byte) (*job, *APIError) {
 			return nil, badRequest("top_logprobs", "invalid_value", "top_logprobs %d: must be in [0, %d]", tl, sampling.MaxTopLogprobs)
 		case tl > 0 && !r.Logprobs:
 			return nil, badRequest("top_logprobs", "invalid_value", "top_logprobs %d needs logprobs: true", tl)
-		case tl > 0:
-			return nil, badRequest("top_logprobs", "unsupported",
-				"top_logprobs %d: only the chosen token's log-probability is available; send top_logprobs 0", tl)
 		}
+		j.topLogprobs = *r.TopLogprobs
 	}
 	maxTok, param := r.MaxTokens, "max_tokens"
 	if r.MaxCompletionTokens != nil {
@@ -351,7 +352,7 @@ func (p *parser) finish(j *job, f *sharedFields, maxTok *int, param string, prom
 	if e != nil {
 		return nil, e
 	}
-	params.Logprobs = j.logprobs
+	params.Logprobs, params.TopLogprobs = j.logprobs, j.topLogprobs
 	stops, e := stopStrings(f.Stop)
 	if e != nil {
 		return nil, e

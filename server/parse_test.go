@@ -63,6 +63,9 @@ func FuzzParse(f *testing.F) {
 		`{"messages":[{"role":"system","content":[{"type":"text","text":"s"}]},{"role":"assistant","content":null}]}`,
 		`{"prompt":"\u00e9\ud800","stop":"\u0000"}`,
 		`{"prompt":1e999}`, `[]`, `null`, `{"prompt":"a","max_tokens":9223372036854775807}`,
+		`{"prompt":"x","logprobs":5}`, `{"prompt":"x","logprobs":-1}`,
+		`{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":20}`,
+		`{"messages":[{"role":"user","content":"hi"}],"top_logprobs":3}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -90,6 +93,10 @@ func FuzzParse(f *testing.F) {
 				}
 				ps := r.Params
 				require.NoError(t, ps.Validate(p.lim.vocab))
+				// Alternatives only with logprobs; completions' legacy bound is 5.
+				require.True(t, ps.TopLogprobs == 0 || ps.Logprobs, "top_logprobs %d without logprobs", ps.TopLogprobs)
+				require.True(t, j.chat || ps.TopLogprobs <= maxCompletionLogprobs, "completions logprobs %d", ps.TopLogprobs)
+				require.Equal(t, ps.Logprobs, j.logprobs)
 				for _, s := range r.Stop {
 					require.NotEmpty(t, s)
 				}

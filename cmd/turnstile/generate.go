@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
@@ -30,14 +31,17 @@ type generateOptions struct {
 	topK        int
 	seed        uint64
 	workers     int
+	// dev is --device; generate sizes its KV cache to the one sequence,
+	// so it has no --gpu-memory-fraction.
+	dev deviceOptions
 }
 
 func newGenerateCmd() *cobra.Command {
 	o := generateOptions{}
 	cmd := &cobra.Command{
 		Use:   "generate --prompt TEXT [-n N]",
-		Short: "Generate text from a prompt with the CPU runner and report tokens/s",
-		Long: "generate loads a llama GGUF model, runs one sequence through the CPU runner\n" +
+		Short: "Generate text from a prompt and report tokens/s",
+		Long: "generate loads a llama GGUF model, runs one sequence through the CPU or CUDA runner (--device)\n" +
 			"(prefill, then decode until -n tokens or end of sequence), prints the prompt and\n" +
 			"the generated text, and reports prefill and decode throughput separately on stderr.",
 		Args: cobra.NoArgs,
@@ -56,7 +60,8 @@ func newGenerateCmd() *cobra.Command {
 	f.Float32Var(&o.topP, "top-p", 1, "nucleus sampling mass in (0, 1] (1: off)")
 	f.IntVar(&o.topK, "top-k", 0, "keep the K most likely tokens (0: off)")
 	f.Uint64Var(&o.seed, "seed", 0, "sampling seed")
-	f.IntVar(&o.workers, "workers", 0, "cores the kernels use (0: GOMAXPROCS)")
+	f.IntVar(&o.workers, "workers", 0, "cores the CPU kernels use (0: GOMAXPROCS)")
+	o.dev.addDeviceFlag(cmd)
 	return cmd
 }
 
@@ -80,6 +85,9 @@ func (o generateOptions) params() sampling.Params {
 // validate checks every flag that does not need the model, naming the
 // offending value.
 func (o generateOptions) validate() error {
+	if _, err := o.selection(); err != nil {
+		return err
+	}
 	switch {
 	case o.n < 1:
 		return fmt.Errorf("generate: -n %d: must be ≥ 1", o.n)
@@ -102,9 +110,30 @@ func (o generateOptions) validate() error {
 	return nil
 }
 
-// runGenerate loads the model and drives one sequence through the CPU
-// runner directly, with its own block table (blocks 0, 1, ... in order).
+// selection is --device parsed.
+func (o generateOptions) selection() (cuda.Selection, error) {
+	d := o.dev
+	d.gpuFraction = defaultGPUMemoryFraction // not a generate flag; only checked
+	return d.validate("generate", false)
+}
+
+// runGenerate loads the model and drives one sequence through the runner of
+// the selected device directly, with its own block table (blocks 0, 1, ...
+// in order). When --device auto chose, one line on errOut says which and why.
 func runGenerate(out, errOut io.Writer, o generateOptions) error {
+	sel, err := o.selection()
+	if err != nil {
+		return err
+	}
+	device, note, err := o.dev.resolve("generate", sel)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		if _, err := fmt.Fprintf(errOut, "device: %s: %s\n", device, note); err != nil {
+			return err
+		}
+	}
 	m, err := model.LoadLlama(o.model, model.LlamaOptions{})
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
@@ -126,11 +155,10 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 	}
 	chunk := min(len(prompt), generateMaxChunk)
 	blocks := (total + generateBlockSize - 1) / generateBlockSize
-	r, err := model.NewCPURunner(m, model.CPURunnerConfig{
-		Seats: 1, KVBlocks: blocks, BlockSize: generateBlockSize, MaxBatchTokens: chunk, Workers: o.workers,
-	})
+	r, _, err := newRunner("generate", device, m, runnerSizes{seats: 1, kvBlocks: blocks, blockSize: generateBlockSize,
+		maxBatchTokens: chunk, workers: o.workers})
 	if err != nil {
-		return fmt.Errorf("generate: %w", err)
+		return err
 	}
 	defer r.Close()
 	table := make([]int32, blocks)

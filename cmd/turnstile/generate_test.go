@@ -26,6 +26,8 @@ func TestGenerateFlagErrors(t *testing.T) {
 		{"too long", []string{"generate", "-n", "4000"}, "-n 4000 = 4001 exceeds the model's context of 2048 tokens"},
 		{"extra argument", []string{"generate", "extra"}, `unknown command "extra" for "turnstile generate"`},
 		{"not a number", []string{"generate", "-n", "many"}, `invalid argument "many" for "-n, --n" flag`},
+		{"bad device", []string{"generate", "--device", "metal"}, `generate: --device "metal": want auto, cpu, cuda or cuda:N`},
+		{"no fraction flag", []string{"generate", "--gpu-memory-fraction", "0.5"}, "unknown flag: --gpu-memory-fraction"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -36,14 +38,14 @@ func TestGenerateFlagErrors(t *testing.T) {
 }
 
 func TestGenerateGreedy(t *testing.T) {
-	out, err := runCLI(t, "generate", "-n", "30")
+	out, err := runCLI(t, "generate", "--device", "cpu", "-n", "30")
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(out, "Once upon a time, there was a little girl named Lily."), "output %q", out)
 	require.Regexp(t, regexp.MustCompile(`prefill: 1 tokens in .* tok/s\); decode: 29 tokens in .* tok/s\)`), out)
 }
 
 func TestGenerateSampledWithPrompt(t *testing.T) {
-	args := []string{"generate", "--prompt", "Tom had a big red ball", "-n", "20", "--temperature", "0.9", "--top-k", "40", "--top-p", "0.95", "--seed", "5"}
+	args := []string{"generate", "--device", "cpu", "--prompt", "Tom had a big red ball", "-n", "20", "--temperature", "0.9", "--top-k", "40", "--top-p", "0.95", "--seed", "5"}
 	a, err := runCLI(t, args...)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(a, "Tom had a big red ball"), "output %q", a)

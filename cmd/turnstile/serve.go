@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
@@ -36,9 +37,10 @@ type serveOptions struct {
 	blockSize    int
 	maxBatchSize int
 	maxBatched   int // tokens per step
-	kvTokens     int // 0: seats × context
-	gpuFraction  float64
-	admission    string // A, B, C or none (validate normalizes it)
+	kvTokens     int // 0: seats × context on the CPU, --gpu-memory-fraction on CUDA
+	dev          deviceOptions
+	selection    cuda.Selection // --device parsed by validate
+	admission    string         // A, B, C or none (validate normalizes it)
 	programs     programFlags
 	noOverlap    bool
 	apiKeys      []string
@@ -68,8 +70,9 @@ func newServeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve [--model FILE.gguf] [--host 127.0.0.1] [--port 8080]",
 		Short: "Serve a model over the OpenAI-compatible HTTP API",
-		Long: "serve loads a llama GGUF model (stories260K by default) on the CPU runner, prints the\n" +
-			"resolved sizes (seats, KV blocks and tokens, batch budgets) after validating them, and\n" +
+		Long: "serve loads a llama GGUF model (stories260K by default) on the CPU or CUDA runner\n" +
+			"(--device), prints the resolved device and sizes (seats, KV blocks and tokens, batch\n" +
+			"budgets; on CUDA the GPU memory plan) after validating them, and\n" +
 			"serves /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics until\n" +
 			"SIGINT or SIGTERM; then it stops accepting, lets requests in flight finish for up to\n" +
 			"--drain-timeout, aborts the rest and exits 0.",
@@ -79,6 +82,7 @@ func newServeCmd() *cobra.Command {
 			for _, name := range programFlagNames {
 				o.programs.set[name] = cmd.Flags().Changed(name)
 			}
+			o.dev.fractionSet = cmd.Flags().Changed("gpu-memory-fraction")
 			if err := o.validate(cmd.Flags().Changed("kv-cache-tokens")); err != nil {
 				return err
 			}
@@ -97,8 +101,9 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&o.blockSize, "block-size", 16, "KV block size, tokens (power of two, 1..256)")
 	f.IntVar(&o.maxBatchSize, "max-batch-size", 8, "most sequences one step schedules")
 	f.IntVar(&o.maxBatched, "max-num-batched-tokens", 512, "most tokens one step computes")
-	f.IntVar(&o.kvTokens, "kv-cache-tokens", 0, "KV cache size, tokens (default: seats × model context)")
-	f.Float64Var(&o.gpuFraction, "gpu-memory-fraction", 0, "share of GPU memory for weights and KV (CUDA runner; exclusive with --kv-cache-tokens)")
+	f.IntVar(&o.kvTokens, "kv-cache-tokens", 0, "KV cache size, tokens (default: seats × model context on the CPU, --gpu-memory-fraction on CUDA)")
+	o.dev.addDeviceFlag(cmd)
+	o.dev.addFractionFlag(cmd)
 	f.StringVar(&o.admission, "admission", "A", "program admission policy for requests with a program id: A (ThunderAgent's accounting), B (distinct shared blocks), C (A with pause thresholds) or none")
 	d := policy.DefaultConfig(policy.ArmA, 1)
 	f.IntVar(&o.programs.buffer, "admission-buffer", d.Buffer, "tokens charged per ACTIVE program under A and C")
@@ -137,10 +142,6 @@ func (o *serveOptions) validate(kvSet bool) error {
 		return fmt.Errorf("serve: --max-num-batched-tokens %d: must be >= 1", o.maxBatched)
 	case o.kvTokens < 0:
 		return fmt.Errorf("serve: --kv-cache-tokens %d: must be >= 0", o.kvTokens)
-	case o.gpuFraction != 0 && kvSet:
-		return errors.New("serve: --kv-cache-tokens and --gpu-memory-fraction are exclusive")
-	case o.gpuFraction != 0:
-		return fmt.Errorf("serve: --gpu-memory-fraction %g: applies to the CUDA runner; the CPU runner sizes KV with --kv-cache-tokens", o.gpuFraction)
 	case o.maxQueue < 0:
 		return fmt.Errorf("serve: --max-queue %d: must be >= 0", o.maxQueue)
 	case o.drain < 0:
@@ -150,6 +151,11 @@ func (o *serveOptions) validate(kvSet bool) error {
 	case o.logFormat != "text" && o.logFormat != "json":
 		return fmt.Errorf("serve: --log-format %q: must be text or json", o.logFormat)
 	}
+	sel, err := o.dev.validate("serve", kvSet)
+	if err != nil {
+		return err
+	}
+	o.selection = sel
 	switch strings.ToUpper(o.admission) {
 	case "", "A", "B", "C":
 		o.admission = strings.ToUpper(o.admission)
@@ -265,11 +271,15 @@ type sizes struct {
 	overlap               bool
 	admission, chatSource string
 	programs              *policy.Config
+	device                cuda.Selection
+	gpu                   *model.CUDAMemory // the CUDA runner's plan; nil on the CPU
 }
 
 // resolve derives the sizes from the flags and the model and checks that
-// they agree, naming both numbers when they do not.
-func (o *serveOptions) resolve(ctxLen, vocab int) (sizes, error) {
+// they agree, naming both numbers when they do not. On device CUDA without
+// --kv-cache-tokens the KV size is left to the runner (blocks 0; see
+// sizes.setKV).
+func (o *serveOptions) resolve(ctxLen, vocab int, device cuda.Selection) (sizes, error) {
 	overlap := !o.noOverlap
 	sz := seatpool.Sizing{MaxBatchSize: o.maxBatchSize, Overlap: overlap, DeferredTeardown: overlap}
 	seats, err := seatpool.Seats(sz)
@@ -277,19 +287,18 @@ func (o *serveOptions) resolve(ctxLen, vocab int) (sizes, error) {
 		return sizes{}, fmt.Errorf("serve: %w", err)
 	}
 	s := sizes{seats: seats, headroom: sz.Headroom(), context: ctxLen, vocab: vocab,
-		batchSeqs: o.maxBatchSize, batchToks: o.maxBatched, overlap: overlap, admission: o.admission}
+		batchSeqs: o.maxBatchSize, batchToks: o.maxBatched, overlap: overlap, admission: o.admission, device: device}
 	if s.programs, err = o.programPolicy(); err != nil {
 		return s, err
 	}
 	kv := o.kvTokens
-	if kv == 0 {
+	if kv == 0 && device.Backend != cuda.BackendCUDA {
 		kv = seats * ctxLen
 	}
-	s.blocks = (kv + o.blockSize - 1) / o.blockSize
-	s.kvTokens = s.blocks * o.blockSize
-	if s.kvTokens < ctxLen {
-		return s, fmt.Errorf("serve: --kv-cache-tokens %d is less than the model context of %d tokens: a full-length request could never run",
-			s.kvTokens, ctxLen)
+	if kv > 0 {
+		if err := s.setKV((kv+o.blockSize-1)/o.blockSize, o.blockSize, 0); err != nil {
+			return s, err
+		}
 	}
 	s.maxQueue = o.maxQueue
 	if s.maxQueue == 0 {
@@ -299,6 +308,22 @@ func (o *serveOptions) resolve(ctxLen, vocab int) (sizes, error) {
 		return s, fmt.Errorf("serve: --max-queue %d is less than --max-batch-size %d: batches could never fill", s.maxQueue, o.maxBatchSize)
 	}
 	return s, nil
+}
+
+// setKV records a KV cache of blocks × blockSize tokens and checks that it
+// holds a full-context request. fraction is the --gpu-memory-fraction the
+// CUDA runner sized it from, 0 when --kv-cache-tokens (or its default) did.
+func (s *sizes) setKV(blocks, blockSize int, fraction float64) error {
+	s.blocks, s.kvTokens = blocks, blocks*blockSize
+	if s.kvTokens >= s.context {
+		return nil
+	}
+	if fraction != 0 {
+		return fmt.Errorf("serve: --gpu-memory-fraction %g leaves a KV cache of %d tokens, less than the model context of %d tokens: a full-length request could never run",
+			fraction, s.kvTokens, s.context)
+	}
+	return fmt.Errorf("serve: --kv-cache-tokens %d is less than the model context of %d tokens: a full-length request could never run",
+		s.kvTokens, s.context)
 }
 
 func (s sizes) print(w io.Writer, name, path string) error {
@@ -313,14 +338,19 @@ func (s sizes) print(w io.Writer, name, path string) error {
 			c.Arm, charge, s.kvTokens, s.batchSeqs, c.PauseThreshold, c.PauseTarget, c.PauseThreshold-c.ResumeHysteresis,
 			c.AgingTau, c.ForcedResume, c.Lease)
 	}
+	dev := s.device.String()
+	if s.gpu != nil {
+		dev += "\n  GPU memory   " + s.gpu.String()
+	}
 	_, err := fmt.Fprintf(w, "turnstile serve: model %s (%s): context %d tokens, vocab %d\n"+
+		"  device       %s\n"+
 		"  seats        %d = max-batch-size %d + overlap headroom %d (overlap %v)\n"+
 		"  KV cache     %d blocks × %d tokens = %d tokens\n"+
 		"  step budget  %d sequences, %d tokens\n"+
 		"  queue bound  %d requests in flight (429 beyond)\n"+
 		"  admission    %s\n"+
 		"  chat         %s\n",
-		name, path, s.context, s.vocab, s.seats, s.batchSeqs, s.headroom, s.overlap,
+		name, path, s.context, s.vocab, dev, s.seats, s.batchSeqs, s.headroom, s.overlap,
 		s.blocks, s.kvTokens/max(s.blocks, 1), s.kvTokens, s.batchSeqs, s.batchToks, s.maxQueue, adm, s.chatSource)
 	return err
 }
@@ -355,6 +385,18 @@ func (o *serveOptions) readChatTemplate() (tmpl, source string, err error) {
 // the server accepts connections.
 func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready func(addr string)) error {
 	log := o.logger(logOut)
+	// Probe before loading the model: an unusable --device cuda fails fast.
+	device, note, err := o.dev.resolve("serve", o.selection)
+	if err != nil {
+		return err
+	}
+	if note != "" { // auto chose: one line says which device and why
+		if device.Backend == cuda.BackendCPU {
+			log.Warn("device", slog.String("device", device.String()), slog.String("reason", note))
+		} else {
+			log.Info("device", slog.String("device", device.String()), slog.String("reason", note))
+		}
+	}
 	if isTerminal(logOut) {
 		if err := warmFile(o.model, logOut); err != nil {
 			return fmt.Errorf("serve: %w", err)
@@ -366,7 +408,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	}
 	defer m.Close()
 	tok := m.Tokenizer()
-	sz, err := o.resolve(m.MaxContext(), m.Config().Vocab)
+	sz, err := o.resolve(m.MaxContext(), m.Config().Vocab, device)
 	if err != nil {
 		return err
 	}
@@ -379,12 +421,20 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(o.model), filepath.Ext(o.model))
 	}
-	runner, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: sz.seats, KVBlocks: sz.blocks, BlockSize: o.blockSize,
-		MaxBatchTokens: o.maxBatched, Workers: o.workers})
+	runner, gpu, err := newRunner("serve", device, m, runnerSizes{seats: sz.seats, blockSize: o.blockSize,
+		maxBatchTokens: o.maxBatched, kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: o.workers})
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return err
 	}
 	defer runner.Close()
+	if gpu != nil {
+		sz.gpu = gpu
+		if sz.blocks == 0 { // sized by the runner from --gpu-memory-fraction
+			if err := sz.setKV(gpu.KVBlocks, gpu.BlockSize, o.dev.gpuFraction); err != nil {
+				return err
+			}
+		}
+	}
 	// executor.New validates the seat pool against the runner's buffers and
 	// its own block-table rows in both directions.
 	eng, err := executor.New(executor.Config{MaxBatchSize: o.maxBatchSize, MaxNumBatchedTokens: o.maxBatched,

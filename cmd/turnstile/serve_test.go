@@ -42,13 +42,19 @@ func TestServeFlagErrors(t *testing.T) {
 		{"batch 0", []string{"--max-batch-size", "0"}, "serve: --max-batch-size 0"},
 		{"batched tokens 0", []string{"--max-num-batched-tokens", "0"}, "serve: --max-num-batched-tokens 0"},
 		{"port", []string{"--port", "70000"}, "serve: --port 70000"},
-		{"kv and gpu", []string{"--kv-cache-tokens", "4096", "--gpu-memory-fraction", "0.9"}, "exclusive"},
-		{"gpu on CPU", []string{"--gpu-memory-fraction", "0.9"}, "--gpu-memory-fraction 0.9: applies to the CUDA runner"},
+		{"kv and gpu", []string{"--kv-cache-tokens", "4096", "--gpu-memory-fraction", "0.9"}, "serve: --kv-cache-tokens and --gpu-memory-fraction are exclusive"},
+		{"gpu on explicit CPU", []string{"--device", "cpu", "--gpu-memory-fraction", "0.5"}, "serve: --gpu-memory-fraction 0.5: applies to the CUDA runner, but --device cpu selects the CPU"},
+		{"gpu fraction 0", []string{"--gpu-memory-fraction", "0"}, "serve: --gpu-memory-fraction 0: must be in (0, 1]"},
+		{"gpu fraction 1.5", []string{"--gpu-memory-fraction", "1.5"}, "serve: --gpu-memory-fraction 1.5: must be in (0, 1]"},
+		{"gpu fraction NaN", []string{"--gpu-memory-fraction", "NaN"}, "serve: --gpu-memory-fraction NaN: must be in (0, 1]"},
+		{"device tpu", []string{"--device", "tpu"}, `serve: --device "tpu": want auto, cpu, cuda or cuda:N`},
+		{"device cuda:x", []string{"--device", "cuda:x"}, `serve: --device "cuda:x": the device index after cuda: must be a non-negative integer`},
+		{"device cuda:-1", []string{"--device", "cuda:-1"}, `serve: --device "cuda:-1"`},
 		{"log format", []string{"--log-format", "xml"}, `--log-format "xml"`},
 		{"log level", []string{"--log-level", "loud"}, `--log-level "loud"`},
 		{"empty key", []string{"--api-key", ""}, "--api-key #1"},
 		{"missing model", []string{"--model", "/no/such.gguf", "--port", "0"}, "/no/such.gguf"},
-		{"kv below context", []string{"--kv-cache-tokens", "100", "--port", "0"}, "--kv-cache-tokens 112 is less than the model context of 2048 tokens"},
+		{"kv below context", []string{"--kv-cache-tokens", "100", "--port", "0"}, "serve: --kv-cache-tokens 112 is less than the model context of 2048 tokens"},
 		{"queue below batch", []string{"--max-queue", "2", "--port", "0"}, "--max-queue 2 is less than --max-batch-size 8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,13 +119,16 @@ func serveInProcess(t *testing.T, o serveOptions) (url string, out *bytes.Buffer
 
 func defaultServeOptions() serveOptions {
 	return serveOptions{model: defaultModelPath(), host: "127.0.0.1", dp: 1, blockSize: 16, maxBatchSize: 4,
-		maxBatched: 256, kvTokens: 8192, drain: time.Minute, logFormat: "text", logLevel: "info", workers: 1}
+		maxBatched: 256, kvTokens: 8192, drain: time.Minute, logFormat: "text", logLevel: "info", workers: 1,
+		dev: deviceOptions{device: "cpu", gpuFraction: defaultGPUMemoryFraction}}
 }
 
 // TestServeGreedyMatchesGenerate: a greedy completion over HTTP is exactly
 // what `turnstile generate` prints for the same prompt.
 func TestServeGreedyMatchesGenerate(t *testing.T) {
 	url, out, stop := serveInProcess(t, defaultServeOptions())
+	require.Contains(t, out.String(), "\n  device       cpu\n")
+	require.NotContains(t, out.String(), "GPU memory")
 	require.Contains(t, out.String(), "seats        8 = max-batch-size 4 + overlap headroom 4")
 	require.Contains(t, out.String(), "KV cache     512 blocks × 16 tokens = 8192 tokens")
 	require.Contains(t, out.String(), "queue bound  32 requests")
@@ -132,7 +141,8 @@ func TestServeGreedyMatchesGenerate(t *testing.T) {
 
 	for _, prompt := range []string{"Once upon a time", "The dog"} {
 		var gen bytes.Buffer
-		require.NoError(t, runGenerate(&gen, io.Discard, generateOptions{model: defaultModelPath(), prompt: prompt, n: 48, topP: 1, workers: 1}))
+		require.NoError(t, runGenerate(&gen, io.Discard, generateOptions{model: defaultModelPath(), prompt: prompt, n: 48, topP: 1, workers: 1,
+			dev: deviceOptions{device: "cpu"}}))
 
 		body, _ := json.Marshal(map[string]any{"model": "stories260K", "prompt": prompt, "max_tokens": 48, "temperature": 0})
 		resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
@@ -154,7 +164,7 @@ func TestServeGreedyMatchesGenerate(t *testing.T) {
 func TestServeSIGTERM(t *testing.T) {
 	if os.Getenv("TURNSTILE_SERVE_CHILD") == "1" {
 		cmd := newRootCmd()
-		cmd.SetArgs([]string{"serve", "--port", "0", "--max-batch-size", "2", "--kv-cache-tokens", "4096", "--workers", "1"})
+		cmd.SetArgs([]string{"serve", "--device", "cpu", "--port", "0", "--max-batch-size", "2", "--kv-cache-tokens", "4096", "--workers", "1"})
 		if err := cmd.Execute(); err != nil {
 			os.Exit(3)
 		}
