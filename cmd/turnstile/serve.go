@@ -43,12 +43,14 @@ type serveOptions struct {
 	admission    string         // A, B, C or none (validate normalizes it)
 	programs     programFlags
 	noOverlap    bool
-	apiKeys      []string
-	maxQueue     int // 0: 4 × seats
-	drain        time.Duration
-	workers      int
-	logFormat    string
-	logLevel     string
+	// chargeRetiring restores seed 004's BASE accounting (experiments only).
+	chargeRetiring bool
+	apiKeys        []string
+	maxQueue       int // 0: 4 × seats
+	drain          time.Duration
+	workers        int
+	logFormat      string
+	logLevel       string
 }
 
 // programFlagNames are the program policy's parameter flags.
@@ -116,6 +118,7 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&o.programs.forcedResume, "forced-resume", d.ForcedResume, "resume a waiting turn after this long even if it does not fit")
 	f.DurationVar(&o.programs.lease, "program-lease", d.Lease, "end a program after this long without a turn")
 	f.BoolVar(&o.noOverlap, "no-overlap", false, "run the plain step loop (no overlap scheduling)")
+	f.BoolVar(&o.chargeRetiring, "charge-retiring", false, "experiments only: charge retiring requests against admission and step budgets (seed 004's BASE behaviour)")
 	f.StringArrayVar(&o.apiKeys, "api-key", nil, "require 'Authorization: Bearer KEY' (repeatable; each key is its own cache tenant)")
 	f.IntVar(&o.maxQueue, "max-queue", 0, "most requests in flight before 429 (default: 4 × seats)")
 	f.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
@@ -438,7 +441,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	// executor.New validates the seat pool against the runner's buffers and
 	// its own block-table rows in both directions.
 	eng, err := executor.New(executor.Config{MaxBatchSize: o.maxBatchSize, MaxNumBatchedTokens: o.maxBatched,
-		BlockSize: o.blockSize, Overlap: sz.overlap, Model: name, Programs: sz.programs}, runner, tok)
+		BlockSize: o.blockSize, Overlap: sz.overlap, ChargeRetiring: o.chargeRetiring, Model: name, Programs: sz.programs}, runner, tok)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -452,6 +455,11 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	}
 	if err := sz.print(out, name, o.model); err != nil {
 		return err
+	}
+	if o.chargeRetiring {
+		if _, err := fmt.Fprintln(out, "  retiring     CHARGED against admission and budgets (--charge-retiring: seed 004's BASE, for experiments)"); err != nil {
+			return err
+		}
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
 	if err != nil {

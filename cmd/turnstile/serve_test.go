@@ -213,3 +213,17 @@ func TestServeSIGTERM(t *testing.T) {
 	require.Contains(t, rest.String(), "msg=draining")
 	require.Contains(t, rest.String(), "msg=stopped")
 }
+
+// TestServeChargeRetiring: the experiment flag reaches the engine's sizing
+// report, so a BASE run cannot be mistaken for a FIX run from its logs.
+func TestServeChargeRetiring(t *testing.T) {
+	o := defaultServeOptions()
+	o.chargeRetiring = true
+	_, out, stop := serveInProcess(t, o)
+	require.NoError(t, stop())
+	require.Contains(t, out.String(), "retiring     CHARGED")
+
+	_, out, stop = serveInProcess(t, defaultServeOptions())
+	require.NoError(t, stop())
+	require.NotContains(t, out.String(), "CHARGED")
+}
