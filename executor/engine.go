@@ -693,11 +693,13 @@ func (e *Engine) Check() error {
 	if err := e.checkPrograms(); err != nil {
 		return err
 	}
-	// The program policy's pins reference blocks too; the Controller's
-	// Check proves those, so the engine's sequences alone account for every
-	// referenced block only while no program is ACTIVE (none holds a pin).
-	if got, want := e.kv.Referenced(), e.kv.DistinctBlocks(ids); got != want && (got < want || !e.mayPin()) {
-		return fmt.Errorf("executor: kvpool references %d blocks, the engine's sequences hold %d", got, want)
+	// The program policy's pins reference blocks too: the engine's
+	// sequences and the pins together own every referenced block.
+	if e.ctl != nil {
+		ids = e.ctl.Pins(ids)
+	}
+	if got, want := e.kv.Referenced(), e.kv.DistinctBlocks(ids); got != want {
+		return fmt.Errorf("executor: kvpool references %d blocks, the engine's sequences and program pins hold %d", got, want)
 	}
 	for _, s := range e.waiting {
 		if s.state != StateWaiting || s.hasSeat || s.hasKV {

@@ -206,12 +206,6 @@ func (e *Engine) polFail(err error) {
 	}
 }
 
-// mayPin reports whether the policy may hold pins: its ACTIVE programs keep
-// their previous turn's pin until the next turn's sequence is handed over.
-func (e *Engine) mayPin() bool {
-	return e.ctl != nil && e.ctl.Metrics().Active > 0
-}
-
 // holdsPrograms reports whether the policy knows ACTIVE or PAUSED programs
 // (whose leases and resumes are decided with time).
 func (e *Engine) holdsPrograms() bool {

@@ -98,3 +98,16 @@ func (c *Controller) Program(id string) (ProgramInfo, bool) {
 	return ProgramInfo{State: p.state, Status: st, Tokens: p.tokens, Marked: p.marked,
 		Pinned: p.handle != kvpool.InvalidSeq && !p.live, Running: p.live}, true
 }
+
+// Pins appends to dst the kvpool handles of the pins the Controller holds
+// (one per program between turns that keeps its KV), so an engine can prove
+// that every referenced block has an owner. O(programs); for checks, not
+// the step path.
+func (c *Controller) Pins(dst []kvpool.SeqID) []kvpool.SeqID {
+	for _, p := range c.progs {
+		if p.handle != kvpool.InvalidSeq && !p.live {
+			dst = append(dst, p.handle)
+		}
+	}
+	return dst
+}
