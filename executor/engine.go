@@ -607,6 +607,7 @@ func (e *Engine) publish() {
 	e.m.Running, e.m.Waiting, e.m.Retiring = len(e.running), len(e.waiting), e.retiring
 	e.m.SeatsLive, e.m.SeatsRetiring = e.seats.Live(), e.seats.Retiring()
 	e.m.KVBlocksUsed = e.kv.Referenced()
+	e.m.KVBlocksCached = e.kv.CachedFree()
 	if e.ctl != nil {
 		e.m.Programs = e.ctl.Metrics()
 	}

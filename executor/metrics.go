@@ -69,7 +69,10 @@ type Metrics struct {
 	// SeatsLive and SeatsRetiring are seatpool's counts.
 	SeatsLive, SeatsRetiring int
 	// KVBlocksUsed are referenced blocks of KVBlocksTotal; KVUsage their ratio.
+	// KVBlocksCached are unreferenced blocks still findable by prefix
+	// lookup (reclaimable: counted in neither used nor KVUsage).
 	KVBlocksUsed, KVBlocksTotal int
+	KVBlocksCached              int
 	KVUsage                     float64
 	// Counters since start.
 	Steps           uint64

@@ -88,6 +88,7 @@ func newEngineCollector(eng Engine, progs *programs) *engineCollector {
 		g("turnstile_seats_live", "Live seats (seatpool).", func(m *executor.Metrics) float64 { return float64(m.SeatsLive) }),
 		g("turnstile_seats_retiring", "Retiring seats (seatpool).", func(m *executor.Metrics) float64 { return float64(m.SeatsRetiring) }),
 		g("turnstile_kv_blocks_used", "KV blocks referenced by sequences.", func(m *executor.Metrics) float64 { return float64(m.KVBlocksUsed) }),
+		g("turnstile_kv_blocks_cached", "KV blocks unreferenced but still findable by prefix lookup (reclaimable).", func(m *executor.Metrics) float64 { return float64(m.KVBlocksCached) }),
 		g("turnstile_kv_blocks_total", "Allocatable KV blocks.", func(m *executor.Metrics) float64 { return float64(m.KVBlocksTotal) }),
 		g("turnstile_kv_usage_ratio", "KV blocks used / total.", func(m *executor.Metrics) float64 { return m.KVUsage }),
 	}

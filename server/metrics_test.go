@@ -112,3 +112,16 @@ func TestPromHistogram(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsKVCached: a finished request without a program leaves its full
+// blocks unreferenced but findable: cached, not used.
+func TestMetricsKVCached(t *testing.T) {
+	e := newSimEnv(t, simOpts{})
+	require.Zero(t, value(t, scrape(t, e), "turnstile_kv_blocks_cached"))
+	resp := e.post(t, "/v1/completions", map[string]any{"prompt": strings.Repeat("a big red ball. ", 8), "max_tokens": 4})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp.Body.Close()
+	after := scrape(t, e)
+	require.Positive(t, value(t, after, "turnstile_kv_blocks_cached"))
+	require.Zero(t, value(t, after, "turnstile_kv_blocks_used"))
+}
