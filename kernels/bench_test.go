@@ -240,3 +240,17 @@ func BenchmarkPagedAttention(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSiLUMul: one FFN activation of 32 sequences of the 110M model
+// (32 x 2048 elements), on every path (portable is the scalar expf loop).
+func BenchmarkSiLUMul(b *testing.B) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	const n = 32 * 2048
+	g, u, y := randFloats(rng, n, 8), randFloats(rng, n, 2), make([]float32, n)
+	for _, p := range SupportedPaths() {
+		b.Run(p.String(), func(b *testing.B) {
+			best, _ := loop(b, func() error { return siluMulPath(p, y, g, u) })
+			b.ReportMetric(float64(best.Nanoseconds())/n, "best_ns/elem")
+		})
+	}
+}

@@ -36,20 +36,25 @@ func (p Path) String() string {
 
 // SupportedPaths returns every path this CPU can run, slowest first.
 func SupportedPaths() []Path {
-	mask := int(C.tk_cpu_paths())
 	var out []Path
-	for _, p := range []Path{Portable, AVX2, AVX512} {
-		if mask&(1<<p) != 0 {
+	for p := Portable; p <= AVX512; p++ {
+		if p.Supported() {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
-// BestPath returns the fastest path this CPU can run.
+// BestPath returns the fastest path this CPU can run. It does not
+// allocate: per-call kernels (Embedding, SiLUMul) call it every time.
 func BestPath() Path {
-	ps := SupportedPaths()
-	return ps[len(ps)-1]
+	best := Portable
+	for p := Portable; p <= AVX512; p++ {
+		if p.Supported() {
+			best = p
+		}
+	}
+	return best
 }
 
 // Supported reports whether this CPU can run path p.
@@ -82,6 +87,11 @@ func cGemvTile(p Path, w Matrix, x []float32, m int, y []float32, n0, n1 int, tm
 		f32p(x), C.int(m), f32p(y), C.long(w.Rows), C.int(w.Cols), C.int(n0), C.int(n1), f32p(tmp))
 }
 
+func cStreamTile(p Path, w Matrix, x []float32, m int, y []float32, n0, n1 int, tmp []float32) {
+	C.tk_stream_tile(C.int(p), C.int(w.Type), u8p(w.Data), C.size_t(w.rowBytes()),
+		f32p(x), C.int(m), f32p(y), C.long(w.Rows), C.int(w.Cols), C.int(n0), C.int(n1), f32p(tmp))
+}
+
 func cDequantRows(p Path, w Matrix, rows []int32, out []float32) {
 	C.tk_dequant_rows(C.int(p), C.int(w.Type), u8p(w.Data), C.size_t(w.rowBytes()),
 		C.int(w.Cols), i32p(rows), C.int(len(rows)), f32p(out))
@@ -96,8 +106,8 @@ func cRoPE(x []float32, positions []int32, heads, headDim int, theta, freqScale 
 		C.float(theta), C.float(freqScale))
 }
 
-func cSiLUMul(y, gate, up []float32) {
-	C.tk_silu_mul(f32p(y), f32p(gate), f32p(up), C.long(len(y)))
+func cSiLUMul(p Path, y, gate, up []float32) {
+	C.tk_silu_mul(C.int(p), f32p(y), f32p(gate), f32p(up), C.long(len(y)))
 }
 
 func cSoftmax(x []float32) { C.tk_softmax(f32p(x), C.long(len(x))) }

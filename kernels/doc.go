@@ -7,7 +7,9 @@
 // chosen at run time, with a portable C fallback, so one binary runs on any
 // x86-64 (and builds on other architectures with the portable path only).
 // Work is split across cores by Workers, a Go worker pool that makes one cgo
-// call per tile, never per element. The Ref* functions are plain-Go
+// call per tile, never per element (one tile in all for a one-worker pool
+// or a tiny matrix). MatMul picks by rows of x: GEMV (1..4), streaming
+// (5..32, each weight read once, no packing) or the packed GEMM. The Ref* functions are plain-Go
 // references (float64 accumulation) used by the tests here and by the CUDA
 // kernel tests.
 //

@@ -44,6 +44,14 @@ void tk_gemv_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
                   const float *x, int m, float *y, long ldy, int k, int n0,
                   int n1, float *tmp);
 
+// tk_stream_tile is tk_gemv_tile for any m (meant for 5..32): weight rows
+// are converted in registers (no packed copy) and each is read from memory
+// once while all m rows of x, kept in L2, pass over it. tmp needs 3*k+64
+// floats.
+void tk_stream_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
+                    const float *x, int m, float *y, long ldy, int k, int n0,
+                    int n1, float *tmp);
+
 // tk_dequant_rows writes rows[i] of W (cols elements each) to out[i][cols].
 void tk_dequant_rows(int isa, int wtype, const uint8_t *w, size_t wrow,
                      int cols, const int32_t *rows, int nrows, float *out);
@@ -56,7 +64,10 @@ void tk_rmsnorm(int isa, float *y, const float *x, const float *weight, int r0,
 void tk_rope(float *x, const int32_t *pos, int rows, int heads, int hd,
              float theta, float freq_scale);
 
-void tk_silu_mul(float *y, const float *gate, const float *up, long n);
+// tk_silu_mul: y = g/(1+e^−g)·up. The AVX2 path's exp is a polynomial
+// (≤ 2 ulp), so its result may differ from the portable one by a few ulp.
+void tk_silu_mul(int isa, float *y, const float *gate, const float *up,
+                 long n);
 void tk_softmax(float *x, long n);
 long tk_argmax(const float *x, long n);
 

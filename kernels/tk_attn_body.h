@@ -2,8 +2,9 @@
 // path by tk_ops.c with these macros defined:
 //   TK_ATTN_NAME   the function's name
 //   TK_ATTN_ATTR   its target attribute (empty for portable)
-//   TK_DOT(a,b,n)  float dot product of n floats
-//   TK_AXPY(y,c,p,v,n)  y = y*c + p*v over n floats
+//   TK_SCORES(q,K,hd,n,scale,s)  s[j] = scale·(q·K[j]) for j < n (K rows
+//                  hd floats apart), returning max_j s[j]
+//   TK_PV(a,c,s,V,n,hd)  a = a*c + Σ_{j<n} s[j]·V[j] over hd floats
 //   TK_EXPS(s,n,m)  s[j] = e^(s[j]-m) for j < n, returning their sum
 // so the helpers inline into each instance.
 
@@ -41,18 +42,14 @@ static TK_ATTN_ATTR void TK_ATTN_NAME(float *out, const float *q, const float *K
         int h = kvh * group + g;
         int t = (i - i0) * group + g;
         const float *qv = q + (size_t)(qstart + i) * ld + (size_t)h * hd;
-        float bm = -FLT_MAX;
-        for (int j = 0; j < lim; j++) {
-          s[j] = TK_DOT(qv, Kb + (size_t)j * hd, hd) * scale;
-          if (s[j] > bm) bm = s[j];
-        }
+        // One block at a time: all scores, one max, one exp pass, then the
+        // weighted V rows with the running rescale folded in.
+        float bm = TK_SCORES(qv, Kb, hd, lim, scale, s);
         float m_new = bm > mx[t] ? bm : mx[t];
         float corr = expf(mx[t] - m_new);
         float *a = acc + (size_t)t * hd;
         float lsum = l[t] * corr + TK_EXPS(s, lim, m_new);
-        for (int j = 0; j < lim; j++)
-          // Fold the rescale into the first V row's update.
-          TK_AXPY(a, j == 0 ? corr : 1.0f, s[j], Vb + (size_t)j * hd, hd);
+        TK_PV(a, corr, s, Vb, lim, hd);
         l[t] = lsum;
         mx[t] = m_new;
       }

@@ -62,6 +62,20 @@ static inline uint16_t tk_load_u16(const uint8_t *p) {
   return v;
 }
 
+// tk_row_bytes is the byte offset of column c in a weight row (for Q8_0,
+// rounded up to a whole block).
+static inline size_t tk_row_bytes(int wtype, int c) {
+  switch (wtype) {
+    case TK_F32:
+      return 4 * (size_t)c;
+    case TK_F16:
+    case TK_BF16:
+      return 2 * (size_t)c;
+    default:
+      return (size_t)((c + TK_QK - 1) / TK_QK) * TK_Q8_BYTES;
+  }
+}
+
 // tk_w1 returns element c of a weight row (scalar, any type).
 static inline float tk_w1(int wtype, const uint8_t *row, int c) {
   switch (wtype) {

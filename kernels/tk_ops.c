@@ -73,15 +73,95 @@ static inline TK_TARGET_AVX2 float dot_avx2(const float *a, const float *b, int 
   return t;
 }
 
-// y = y*c + p*v
-static inline TK_TARGET_AVX2 void scale_axpy_avx2(float *y, float c, float p,
-                                           const float *v, int n) {
-  __m256 cv = _mm256_set1_ps(c), pv = _mm256_set1_ps(p);
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + i),
-                                            _mm256_mul_ps(cv, _mm256_loadu_ps(y + i))));
-  for (; i < n; i++) y[i] = y[i] * c + p * v[i];
+// hsum8x8 returns the vector (Σv[0], …, Σv[7]) of the horizontal sums of
+// eight vectors: a transpose-and-add in 6 hadds, 2 lane permutes, 1 add.
+TK_INLINE TK_TARGET_AVX2 __m256 hsum8x8(const __m256 v[8]) {
+  __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+  __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+  __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                       _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// scores_avx2: s[j] = scale·(q·K[j]) for j < n, eight positions at a time
+// (eight dot-product accumulators, one transpose-add), returning the max.
+static inline TK_TARGET_AVX2 float scores_avx2(const float *q, const float *K,
+                                               int hd, int n, float scale,
+                                               float *s) {
+  const int hd8 = hd & ~7;
+  const __m256 sc = _mm256_set1_ps(scale);
+  __m256 bmv = _mm256_set1_ps(-FLT_MAX);
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const float *Kj = K + (size_t)j * hd;
+    __m256 a[8];
+    for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
+    for (int d = 0; d < hd8; d += 8) {
+      __m256 qv = _mm256_loadu_ps(q + d);
+      for (int u = 0; u < 8; u++)
+        a[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(Kj + (size_t)u * hd + d), a[u]);
+    }
+    __m256 v = hsum8x8(a);
+    if (hd8 < hd) {  // head size not a multiple of 8
+      float tail[8];
+      for (int u = 0; u < 8; u++) {
+        float t = 0;
+        for (int d = hd8; d < hd; d++) t += q[d] * Kj[(size_t)u * hd + d];
+        tail[u] = t;
+      }
+      v = _mm256_add_ps(v, _mm256_loadu_ps(tail));
+    }
+    v = _mm256_mul_ps(v, sc);
+    _mm256_storeu_ps(s + j, v);
+    bmv = _mm256_max_ps(bmv, v);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(bmv), _mm256_extractf128_ps(bmv, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  float bm = _mm_cvtss_f32(m4);
+  for (; j < n; j++) {
+    s[j] = dot_avx2(q, K + (size_t)j * hd, hd) * scale;
+    if (s[j] > bm) bm = s[j];
+  }
+  return bm;
+}
+
+// pv_avx2: a = a*c + Σ_{j<n} s[j]·V[j], 32 columns at a time held in
+// registers across all n rows (one load and store of a per block).
+static inline TK_TARGET_AVX2 void pv_avx2(float *a, float c, const float *s,
+                                          const float *V, int n, int hd) {
+  const __m256 cv = _mm256_set1_ps(c);
+  int d = 0;
+  for (; d + 32 <= hd; d += 32) {
+    __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d));
+    __m256 a1 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 8));
+    __m256 a2 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 16));
+    __m256 a3 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 24));
+    for (int j = 0; j < n; j++) {
+      const float *v = V + (size_t)j * hd + d;
+      __m256 p = _mm256_broadcast_ss(s + j);
+      a0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v), a0);
+      a1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8), a1);
+      a2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 16), a2);
+      a3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 24), a3);
+    }
+    _mm256_storeu_ps(a + d, a0);
+    _mm256_storeu_ps(a + d + 8, a1);
+    _mm256_storeu_ps(a + d + 16, a2);
+    _mm256_storeu_ps(a + d + 24, a3);
+  }
+  for (; d + 8 <= hd; d += 8) {
+    __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d));
+    for (int j = 0; j < n; j++)
+      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(s + j),
+                           _mm256_loadu_ps(V + (size_t)j * hd + d), a0);
+    _mm256_storeu_ps(a + d, a0);
+  }
+  for (; d < hd; d++) {
+    float t = a[d] * c;
+    for (int j = 0; j < n; j++) t += s[j] * V[(size_t)j * hd + d];
+    a[d] = t;
+  }
 }
 #endif
 
@@ -108,13 +188,15 @@ void tk_rmsnorm(int isa, float *y, const float *x, const float *weight, int r0,
 
 void tk_rope(float *x, const int32_t *pos, int rows, int heads, int hd,
              float theta, float freq_scale) {
-  for (int r = 0; r < rows; r++) {
-    double p = (double)pos[r] * (double)freq_scale;
-    float *xr = x + (size_t)r * heads * hd;
-    for (int i = 0; i < hd / 2; i++) {
+  // Frequency outer, rows inner: one pow per frequency per call, not per
+  // row (it cost as much as the sin and cos); the angles are unchanged.
+  for (int i = 0; i < hd / 2; i++) {
+    double freq = pow((double)theta, -2.0 * i / (double)hd);
+    for (int r = 0; r < rows; r++) {
+      float *xr = x + (size_t)r * heads * hd;
       // Angles in double: positions reach 1e5 and float angles lose the
       // low-order radians there.
-      double ang = p * pow((double)theta, -2.0 * i / (double)hd);
+      double ang = (double)pos[r] * (double)freq_scale * freq;
       float c = (float)cos(ang), s = (float)sin(ang);
       for (int h = 0; h < heads; h++) {
         float *v = xr + (size_t)h * hd + 2 * i;
@@ -126,7 +208,38 @@ void tk_rope(float *x, const int32_t *pos, int rows, int heads, int hd,
   }
 }
 
-void tk_silu_mul(float *y, const float *gate, const float *up, long n) {
+#if TK_X86
+// silu_mul_avx2 uses exp8_avx2 (≤ 2 ulp) for e^−g, then an exact divide
+// and multiply. For g > 87 e^−g flushes to 0 and silu(g) = g, exact to
+// float precision; for g < −88 e^−g is clamped at e^88 and silu(g) is a
+// tiny negative number instead of a tinier one (both round to ≈ 0 next to
+// any other activation).
+static TK_TARGET_AVX2 void silu_mul_avx2(float *y, const float *gate,
+                                         const float *up, long n) {
+  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  long i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 g = _mm256_loadu_ps(gate + i);
+    __m256 e = exp8_avx2(_mm256_sub_ps(zero, g));
+    __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; i++) {
+    float g = gate[i];
+    y[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+#endif
+
+void tk_silu_mul(int isa, float *y, const float *gate, const float *up,
+                 long n) {
+#if TK_X86
+  if (isa != TK_PORTABLE) {
+    silu_mul_avx2(y, gate, up, n);
+    return;
+  }
+#endif
+  (void)isa;
   for (long i = 0; i < n; i++) {
     float g = gate[i];
     y[i] = g / (1.0f + expf(-g)) * up[i];
@@ -165,34 +278,46 @@ static inline float exps_sub_portable(float *s, int n, float m) {
   return t;
 }
 
-static inline void scale_axpy_portable(float *y, float c, float p,
-                                       const float *v, int n) {
-  for (int i = 0; i < n; i++) y[i] = y[i] * c + p * v[i];
+static inline float scores_portable(const float *q, const float *K, int hd,
+                                    int n, float scale, float *s) {
+  float bm = -FLT_MAX;
+  for (int j = 0; j < n; j++) {
+    s[j] = dot_portable(q, K + (size_t)j * hd, hd) * scale;
+    if (s[j] > bm) bm = s[j];
+  }
+  return bm;
+}
+
+static inline void pv_portable(float *a, float c, const float *s,
+                               const float *V, int n, int hd) {
+  for (int d = 0; d < hd; d++) a[d] *= c;
+  for (int j = 0; j < n; j++)
+    for (int d = 0; d < hd; d++) a[d] += s[j] * V[(size_t)j * hd + d];
 }
 
 #define TK_ATTN_NAME attn_portable
 #define TK_ATTN_ATTR
-#define TK_DOT dot_portable
-#define TK_AXPY scale_axpy_portable
+#define TK_SCORES scores_portable
+#define TK_PV pv_portable
 #define TK_EXPS exps_sub_portable
 #include "tk_attn_body.h"
 #undef TK_ATTN_NAME
 #undef TK_ATTN_ATTR
-#undef TK_DOT
-#undef TK_AXPY
+#undef TK_SCORES
+#undef TK_PV
 #undef TK_EXPS
 
 #if TK_X86
 #define TK_ATTN_NAME attn_avx2
 #define TK_ATTN_ATTR TK_TARGET_AVX2
-#define TK_DOT dot_avx2
-#define TK_AXPY scale_axpy_avx2
+#define TK_SCORES scores_avx2
+#define TK_PV pv_avx2
 #define TK_EXPS exps_sub_avx2
 #include "tk_attn_body.h"
 #undef TK_ATTN_NAME
 #undef TK_ATTN_ATTR
-#undef TK_DOT
-#undef TK_AXPY
+#undef TK_SCORES
+#undef TK_PV
 #undef TK_EXPS
 #endif
 

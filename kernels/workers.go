@@ -36,6 +36,7 @@ const (
 	jobPackA jobKind = iota
 	jobGemm
 	jobGemv
+	jobStream
 	jobRMSNorm
 	jobAttn
 	jobFMA
@@ -176,6 +177,10 @@ func (w *Workers) runTile(id, t int) {
 		n0 := t * j.nc
 		n1 := min(n0+j.nc, j.w.Rows)
 		cGemvTile(j.path, j.w, j.x, j.m, j.y, n0, n1, s)
+	case jobStream:
+		n0 := t * j.nc
+		n1 := min(n0+j.nc, j.w.Rows)
+		cStreamTile(j.path, j.w, j.x, j.m, j.y, n0, n1, s)
 	case jobRMSNorm:
 		r0 := t * j.nc
 		cRMSNorm(j.path, j.y, j.x, j.weight, r0, min(r0+j.nc, j.rows), j.dim, j.eps)
