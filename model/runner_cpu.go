@@ -7,7 +7,6 @@ import (
 	"runtime"
 
 	"github.com/turnstile-llm/turnstile/kernels"
-	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
 )
 
@@ -452,19 +451,11 @@ func (r *CPURunner) sample(b *Batch, out *Output) error {
 	return nil
 }
 
-// embed writes the embedding rows of tokens (validated ids) to x. It
-// dequantizes in Go rather than through kernels.Embedding, which allocates
-// on every call (its instruction-set probe builds a slice); one row per
-// token is cheap either way.
+// embed writes the embedding rows of tokens (validated ids) to x, one
+// cgo call for all of them.
 func (r *CPURunner) embed(x []float32, tokens []int32) error {
-	e := &r.m.embd
-	dim := e.Cols
-	rb := len(e.Data) / e.Rows
-	for i, t := range tokens {
-		src := e.Data[int(t)*rb : (int(t)+1)*rb]
-		if err := gguf.Dequantize(gguf.GGMLType(e.Type), src, x[i*dim:(i+1)*dim]); err != nil {
-			return fmt.Errorf("model: embedding of token %d: %w", t, err)
-		}
+	if err := kernels.Embedding(x[:len(tokens)*r.m.embd.Cols], r.m.embd, tokens); err != nil {
+		return fmt.Errorf("model: embedding: %w", err)
 	}
 	return nil
 }
