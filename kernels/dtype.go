@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/turnstile-llm/turnstile/internal/half"
 )
 
 // DType is the element type of a weight matrix. Values equal the GGML type
@@ -103,78 +105,17 @@ func (w Matrix) At(r, c int) float32 {
 	}
 }
 
-// F16ToF32 converts an IEEE half to float32 exactly.
-func F16ToF32(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h & 0x3ff)
-	switch {
-	case exp == 0 && man == 0:
-		return math.Float32frombits(sign)
-	case exp == 0:
-		// Subnormal half: value man·2^-24.
-		v := float32(man) * (1.0 / (1 << 24))
-		if sign != 0 {
-			v = -v
-		}
-		return v
-	case exp == 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | man<<13)
-}
+// F16ToF32 converts an IEEE half (bits) to float32 exactly (see internal/half).
+func F16ToF32(h uint16) float32 { return half.F16ToF32(h) }
 
-// F32ToF16 rounds float32 to the nearest IEEE half (ties to even), with
-// overflow to infinity; NaN stays NaN.
-func F32ToF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int(b>>23) & 0xff
-	man := b & 0x7fffff
-	if exp == 0xff {
-		if man != 0 {
-			return sign | 0x7e00
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 127 + 15
-	if e >= 0x1f {
-		return sign | 0x7c00
-	}
-	if e <= 0 {
-		if e < -10 {
-			return sign
-		}
-		man |= 0x800000
-		shift := uint32(14 - e)
-		h := man >> shift
-		rem := man & (1<<shift - 1)
-		half := uint32(1) << (shift - 1)
-		if rem > half || (rem == half && h&1 == 1) {
-			h++
-		}
-		return sign | uint16(h)
-	}
-	h := uint32(e)<<10 | man>>13
-	rem := man & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && h&1 == 1) {
-		h++ // may carry into the exponent, which is the correct rounding
-	}
-	return sign | uint16(h)
-}
+// F32ToF16 rounds float32 to the nearest IEEE half, ties to even (see internal/half).
+func F32ToF16(f float32) uint16 { return half.F32ToF16(f) }
 
-// BF16ToF32 converts a bfloat16 to float32 exactly.
-func BF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+// BF16ToF32 converts a bfloat16 (bits) to float32 exactly.
+func BF16ToF32(h uint16) float32 { return half.BF16ToF32(h) }
 
-// F32ToBF16 rounds float32 to the nearest bfloat16 (ties to even).
-func F32ToBF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 {
-		return uint16(b>>16) | 0x40 // quiet NaN
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
-}
+// F32ToBF16 rounds float32 to the nearest bfloat16, ties to even (see internal/half).
+func F32ToBF16(f float32) uint16 { return half.F32ToBF16(f) }
 
 // Quantize encodes a float32 matrix [rows][cols] as type t (round to
 // nearest; Q8_0 uses d = max|v|/127 per block, like GGML). It is used to

@@ -4,82 +4,21 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/turnstile-llm/turnstile/internal/half"
 )
 
-// F16ToF32 converts an IEEE 754 half-precision value (bits) to float32,
-// exactly (subnormals, infinities and NaN included).
-func F16ToF32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h) & 0x3ff
-	switch {
-	case exp == 0x1f: // inf or NaN; keep the payload's top bits
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	case exp != 0:
-		return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
-	case man == 0:
-		return math.Float32frombits(sign)
-	}
-	// Subnormal half: value = man · 2^-24, exact in float32.
-	v := float32(man) * (1.0 / (1 << 24))
-	if sign != 0 {
-		v = -v
-	}
-	return v
-}
+// F16ToF32 converts an IEEE half (bits) to float32 exactly (see internal/half).
+func F16ToF32(h uint16) float32 { return half.F16ToF32(h) }
 
-// F32ToF16 converts float32 to half precision with round-to-nearest-even;
-// values beyond the half range become ±Inf, NaN stays NaN.
-func F32ToF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int32(b>>23) & 0xff
-	man := b & 0x7fffff
-	if exp == 0xff {
-		if man != 0 {
-			return sign | 0x7e00 // quiet NaN
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 127 + 15
-	if e >= 0x1f {
-		return sign | 0x7c00
-	}
-	if e <= 0 {
-		// Subnormal (or zero) half: shift the full mantissa into place.
-		if e < -10 {
-			return sign
-		}
-		m := man | 0x800000
-		shift := uint32(14 - e)
-		half := m >> shift
-		rem := m & (1<<shift - 1)
-		mid := uint32(1) << (shift - 1)
-		if rem > mid || (rem == mid && half&1 == 1) {
-			half++
-		}
-		return sign | uint16(half)
-	}
-	half := uint32(e)<<10 | man>>13
-	rem := man & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && half&1 == 1) {
-		half++ // may carry into the exponent, up to Inf: correct rounding
-	}
-	return sign | uint16(half)
-}
+// F32ToF16 rounds float32 to the nearest IEEE half, ties to even (see internal/half).
+func F32ToF16(f float32) uint16 { return half.F32ToF16(f) }
 
 // BF16ToF32 converts a bfloat16 (bits) to float32 exactly.
-func BF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+func BF16ToF32(h uint16) float32 { return half.BF16ToF32(h) }
 
-// F32ToBF16 converts float32 to bfloat16 with round-to-nearest-even; NaN stays NaN.
-func F32ToBF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 {
-		return uint16(b>>16) | 0x40
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
-}
+// F32ToBF16 rounds float32 to the nearest bfloat16, ties to even (see internal/half).
+func F32ToBF16(f float32) uint16 { return half.F32ToBF16(f) }
 
 // Quantize encodes src in type t (F32, F16, BF16 or Q8_0) and returns the
 // bytes. Q8_0 needs len(src) to be a multiple of 32: each block stores
