@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/model"
-	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/seatpool"
 )
 
@@ -16,10 +15,7 @@ import (
 // engine: greedy (and a seeded temperature sample) give identical tokens
 // with overlap on and off, and the greedy story from BOS is the known one.
 func TestRealModelOverlapOnOff(t *testing.T) {
-	path, err := gguf.TestModelPath()
-	require.NoError(t, err)
-	m, err := model.LoadLlama(path, model.LlamaOptions{})
-	require.NoError(t, err)
+	m := loadStories(t)
 	defer m.Close()
 	tok := m.Tokenizer()
 

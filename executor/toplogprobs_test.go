@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/model"
-	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
 	"github.com/turnstile-llm/turnstile/seatpool"
 )
@@ -20,10 +19,7 @@ import (
 // alternatives or less likely than all of them; a request without
 // TopLogprobs gets none.
 func TestRealModelTopLogprobs(t *testing.T) {
-	path, err := gguf.TestModelPath()
-	require.NoError(t, err)
-	m, err := model.LoadLlama(path, model.LlamaOptions{})
-	require.NoError(t, err)
+	m := loadStories(t)
 	defer m.Close()
 	tok := m.Tokenizer()
 
