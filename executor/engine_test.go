@@ -908,3 +908,44 @@ func TestLeadingSpace(t *testing.T) {
 		})
 	}
 }
+
+// TestContextOnlyFinishingNotCharged: seed 004's context-only traffic (one
+// output token each) with max batch 2. Under overlap a request's only token
+// is in flight while the next step is planned; its finish is known, so it is
+// never planned again and — like a retiring request — must not hold an
+// admission slot (FIX). BASE (ChargeRetiring) charges it and runs at half
+// batch; without overlap (OVLOFF) the question never arises.
+func TestContextOnlyFinishingNotCharged(t *testing.T) {
+	const n = 8
+	run := func(ovl, charge bool) (steps uint64, perStep []int) {
+		s := newSetup(t, opts{mbs: 2, overlap: ovl, charge: charge})
+		for i := range n {
+			_, err := s.eng.Submit(context.Background(), &Request{Prompt: fmt.Sprintf("c%d", i), MaxTokens: 1, Params: greedy()})
+			require.NoError(t, err)
+		}
+		prev := uint64(0)
+		for range 4 * n {
+			_, err := s.eng.Step()
+			require.NoError(t, err)
+			require.NoError(t, s.eng.Check())
+			m := s.eng.Snapshot()
+			perStep = append(perStep, int(m.PromptTokens-prev))
+			prev = m.PromptTokens
+			if m.Finished == n {
+				break
+			}
+		}
+		require.Equal(t, uint64(n), s.eng.Snapshot().Finished)
+		require.NoError(t, s.eng.Close())
+		return uint64(len(perStep)), perStep // step-loop iterations, empty ones included
+	}
+	offSteps, _ := run(false, false)
+	fixSteps, fixAdm := run(true, false)
+	baseSteps, baseAdm := run(true, true)
+	t.Logf("steps: OVLOFF %d, FIX %d, BASE %d; prompt tokens admitted per step FIX %v BASE %v", offSteps, fixSteps, baseSteps, fixAdm, baseAdm)
+	require.Equal(t, uint64(n/2), offSteps, "OVLOFF: two requests a step")
+	require.LessOrEqual(t, fixSteps, offSteps+1, "FIX: two a step, plus the pipeline's last step")
+	require.Equal(t, []int{6, 6, 6, 6, 0}, fixAdm, "FIX admits a full batch every step")
+	require.GreaterOrEqual(t, baseSteps, 2*offSteps, "BASE: the finishing pair blocks the next admission every other step")
+	require.Equal(t, []int{6, 0, 6, 0, 6, 0, 6, 0}, baseAdm)
+}

@@ -94,8 +94,21 @@ func (e *Engine) plan(st *step) error {
 	// Pass 3: admissions in queue order. A request the program policy
 	// holds back is skipped (a paused program must not block the queue);
 	// any other refusal stops admissions, keeping arrival order.
+	//
+	// A running request whose last token is in flight with a finish known in
+	// advance (max tokens, context) is never planned again: like a retiring
+	// request it holds its seat only until teardown, so it is not charged
+	// against admission either — unless ChargeRetiring (BASE) charges both.
+	finishing := 0
+	if !e.cfg.ChargeRetiring && len(e.waiting) > 0 {
+		for _, s := range e.running {
+			if s.inflight > 0 && e.finishKnown(s) {
+				finishing++
+			}
+		}
+	}
 	for i := 0; i < len(e.waiting) && tokBudget > 0 && seqBudget > 0; {
-		live := len(e.running)
+		live := len(e.running) - finishing
 		if e.cfg.ChargeRetiring {
 			live += e.retiring
 		}
