@@ -1,0 +1,121 @@
+package adp
+
+import (
+	"context"
+	"slices"
+
+	"github.com/turnstile-llm/turnstile/executor"
+)
+
+// EngineRank is a Rank backed by an executor.Engine (its own KV pool, seats
+// and runner). It drives the engine with Step, never Run.
+type EngineRank struct {
+	e      *executor.Engine
+	dummy  func() error
+	chains *Chains
+	progs  map[string]int
+}
+
+// NewEngineRank wraps e. dummy runs a dummy step when the engine has nothing
+// to launch (on a GPU: a padding forward so collectives stay matched; on the
+// simulated runner: the step's time on the rank's clock); nil runs none.
+// chains, shared by the ranks of one deployment, hashes each placed prompt
+// once for all of them; nil gives the rank its own.
+func NewEngineRank(e *executor.Engine, dummy func() error, chains *Chains) *EngineRank {
+	if chains == nil {
+		chains = &Chains{}
+	}
+	return &EngineRank{e: e, dummy: dummy, chains: chains, progs: make(map[string]int)}
+}
+
+// Chains holds the prompt hash chains of the window being placed, so the
+// ranks of one deployment hash each prompt once between them instead of
+// once each. It assumes the ranks serve the same model at the same block
+// size (a rank that does not only loses hits). Not safe for concurrent use:
+// the deployment matches ranks one after another.
+type Chains struct {
+	window []*executor.Request
+	chains []executor.PromptChain
+	ready  []bool
+}
+
+// use makes window the cached one (keeping its chains when it already is).
+func (c *Chains) use(window []*executor.Request) {
+	if slices.Equal(c.window, window) {
+		return
+	}
+	c.window = append(c.window[:0], window...)
+	if len(c.chains) < len(window) {
+		c.chains = append(c.chains, make([]executor.PromptChain, len(window)-len(c.chains))...)
+	}
+	c.ready = slices.Grow(c.ready[:0], len(window))[:len(window)]
+	clear(c.ready)
+}
+
+// get returns the chain of the window's request j, computing it with e on
+// first use.
+func (c *Chains) get(e *executor.Engine, j int) *executor.PromptChain {
+	if !c.ready[j] {
+		e.ChainPrompt(c.window[j], &c.chains[j])
+		c.ready[j] = true
+	}
+	return &c.chains[j]
+}
+
+// Engine is the wrapped engine.
+func (r *EngineRank) Engine() *executor.Engine { return r.e }
+
+// Step implements Rank: one engine step, or a dummy step when the engine
+// launched nothing.
+func (r *EngineRank) Step() (bool, error) {
+	before := r.e.Launched()
+	if _, err := r.e.Step(); err != nil {
+		return false, err
+	}
+	if r.e.Launched() != before {
+		return true, nil
+	}
+	if r.dummy != nil {
+		if err := r.dummy(); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// State implements Rank from the engine's RankLoad.
+func (r *EngineRank) State(s *RankState) {
+	l := r.e.RankLoad()
+	s.Capacity = r.e.MaxBatchSize()
+	s.Active, s.ActiveTokens = l.Active, l.ActiveTokens
+	s.Waiting, s.WaitingTokens = l.Waiting, l.WaitingTokens
+	s.Retiring, s.RetiringTokens = l.Retiring, l.RetiringTokens
+}
+
+// Match implements Rank: hits from the engine's prefix cache (PeekPrompt
+// on the shared chains), residency from its CountPrograms.
+func (r *EngineRank) Match(s *RankState, window []*executor.Request, need Needs) {
+	s.Hits, s.Resident = s.Hits[:0], s.Resident[:0]
+	if need.Hits {
+		r.chains.use(window)
+		for j := range window {
+			s.Hits = append(s.Hits, r.e.PeekPrompt(r.chains.get(r.e, j)))
+		}
+	}
+	if need.Resident {
+		clear(r.progs)
+		r.e.CountPrograms(r.progs)
+		for _, q := range window {
+			s.Resident = append(s.Resident, q.ProgramID != "" && r.progs[q.ProgramID] > 0)
+		}
+	}
+}
+
+// Submit implements Rank.
+func (r *EngineRank) Submit(ctx context.Context, q *executor.Request) (Stream, error) {
+	st, err := r.e.Submit(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
