@@ -1,0 +1,75 @@
+package simrig
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-llm/turnstile/executor"
+	"github.com/turnstile-llm/turnstile/internal/clock"
+	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/sim"
+)
+
+func small() Config {
+	return Config{Cost: sim.H200Llama3_8B(false), MaxBatchSize: 4, KVBlocks: 64, BlockSize: 16, MaxContext: 512,
+		MaxBatchTokens: 256, Vocab: 512, Seed: 1}
+}
+
+func TestNew(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*Config)
+		wantErr string
+	}{
+		{"plain", func(*Config) {}, ""},
+		{"overlap, charging", func(c *Config) { c.Overlap, c.ChargeRetiring = true, true }, ""},
+		{"eos", func(c *Config) { c.EOSAfter = 3 }, ""},
+		{"tiny vocab", func(c *Config) { c.Vocab = 3 }, "vocab 3 leaves no ids"},
+		{"no batch", func(c *Config) { c.MaxBatchSize = 0 }, "seats for max batch 0"},
+		{"no blocks", func(c *Config) { c.KVBlocks = 0 }, "simrig: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := small()
+			tc.edit(&c)
+			vc := clock.NewVirtual(time.Unix(0, 0))
+			eng, capTokens, err := New(c, vc)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			defer func() { require.NoError(t, eng.Close()) }()
+			require.Equal(t, 64*16, capTokens)
+			p := sampling.DefaultParams()
+			st, err := eng.Submit(context.Background(), &executor.Request{PromptTokens: []int32{5, 6, 7, 8}, MaxTokens: 5, Params: p})
+			require.NoError(t, err)
+			for range 100 {
+				progressed, err := eng.Step()
+				require.NoError(t, err)
+				require.NoError(t, eng.Check())
+				if !progressed {
+					break
+				}
+			}
+			d, ok, err := st.TryRecv()
+			require.NoError(t, err)
+			require.True(t, ok)
+			want := 5
+			if c.EOSAfter > 0 {
+				want = c.EOSAfter
+			}
+			require.Equal(t, want, d.Usage.Completion)
+			for _, id := range d.TokenIDs {
+				require.True(t, id >= TokenMin && id < int32(c.Vocab) || id == EOS, "token %d", id)
+			}
+			// The step cost went on the virtual clock: one step per
+			// generated token, each at least the H200 profile's 4.48 ms
+			// weight stream.
+			require.GreaterOrEqual(t, vc.Elapsed(), time.Duration(want)*4480*time.Microsecond)
+		})
+	}
+}

@@ -1,0 +1,215 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/turnstile-llm/turnstile/internal/stats"
+)
+
+// Linear is the simulated device's cost model: the time of one step is
+//
+//	device = Fixed + PerPrefillToken·PrefillTokens + PerDecodeSeq·DecodeSeqs
+//	         + PerContextToken·ContextTokens
+//	host   = HostFixed + HostPerSeq·Seqs            (planning the next step)
+//	step   = device + host        without overlap
+//	       = max(device, host)    with Overlap: the host plans step n+1
+//	                              while the device runs step n
+//
+// All coefficients are in seconds (per unit); a step's time is rounded to
+// the nanosecond and never negative. Fitted profiles come from Calibrate;
+// H200Llama3_8B is the built-in profile.
+type Linear struct {
+	Fixed           float64 `json:"fixed_s"`
+	PerPrefillToken float64 `json:"per_prefill_token_s"`
+	PerDecodeSeq    float64 `json:"per_decode_seq_s"`
+	PerContextToken float64 `json:"per_context_token_s"`
+	HostFixed       float64 `json:"host_fixed_s"`
+	HostPerSeq      float64 `json:"host_per_seq_s"`
+	// Overlap hides host planning behind device time (see above).
+	Overlap bool `json:"overlap"`
+}
+
+// Device is the device time of a step, in seconds.
+func (l Linear) Device(s StepShape) float64 {
+	return l.Fixed + l.PerPrefillToken*float64(s.PrefillTokens) + l.PerDecodeSeq*float64(s.DecodeSeqs) +
+		l.PerContextToken*float64(s.ContextTokens)
+}
+
+// Host is the host planning time of a step, in seconds.
+func (l Linear) Host(s StepShape) float64 {
+	return l.HostFixed + l.HostPerSeq*float64(s.Seqs)
+}
+
+// StepTime implements CostModel.
+func (l Linear) StepTime(s StepShape) time.Duration {
+	d, h := l.Device(s), l.Host(s)
+	t := d + h
+	if l.Overlap {
+		t = math.Max(d, h)
+	}
+	if !(t > 0) { // also NaN
+		return 0
+	}
+	return time.Duration(math.Round(t * 1e9))
+}
+
+// Validate refuses negative or non-finite coefficients, naming the field.
+func (l Linear) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"fixed", l.Fixed}, {"per prefill token", l.PerPrefillToken}, {"per decode sequence", l.PerDecodeSeq},
+		{"per context token", l.PerContextToken}, {"host fixed", l.HostFixed}, {"host per sequence", l.HostPerSeq}} {
+		if !(f.v >= 0) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("sim: cost coefficient %s is %v; want finite and ≥ 0", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// Roofline figures of the built-in profile (public datasheet values and
+// Llama-3-8B's published shape).
+const (
+	// H200 SXM: HBM3e bandwidth and dense BF16 tensor throughput.
+	h200Bandwidth = 4.8e12 // bytes/s
+	h200BF16      = 989e12 // FLOP/s, dense (no sparsity)
+	llama3Params  = 8.03e9 // parameters
+	llama3Layers  = 32     // transformer layers
+	llama3KVHeads = 8      // grouped-query KV heads
+	llama3HeadDim = 128    // head dimension
+	bytesBF16     = 2      // bytes per BF16 value
+	bwEfficiency  = 0.8    // achieved fraction of peak HBM bandwidth
+	mmEfficiency  = 0.6    // achieved fraction of peak BF16 (model FLOP utilisation)
+)
+
+// H200Llama3_8B is the built-in profile: a Llama-3-8B-like model in BF16 on
+// one H200, derived from roofline figures rather than measured.
+//
+// Derivation (peak figures × an assumed achieved fraction: 80% of HBM
+// bandwidth, 60% of dense BF16 throughput):
+//
+//   - Fixed: every step streams all weights once. 8.03e9 params × 2 B =
+//     16.06 GB; at 0.8 × 4.8 TB/s = 3.84 TB/s that is 4.18 ms. Plus an
+//     assumed 0.30 ms of kernel launches and synchronisation (≈ 32 layers ×
+//     ~10 kernels × ~1 µs, eager, no CUDA graphs): Fixed = 4.48 ms.
+//   - PerPrefillToken: a token costs 2 FLOP per parameter through the dense
+//     layers, 2 × 8.03e9 = 16.06 GFLOP; at 0.6 × 989 TFLOP/s = 593 TFLOP/s
+//     that is 27.1 µs.
+//   - PerDecodeSeq: a decode sequence computes one token, the same 16.06
+//     GFLOP, 27.1 µs. (At small batch that compute overlaps the weight
+//     stream, so the sum over-estimates there; a fitted profile corrects it.)
+//   - PerContextToken: attention reads each attended token's K and V in
+//     every layer: 2 (K, V) × 32 layers × 8 KV heads × 128 dims × 2 B =
+//     128 KiB per token; at 3.84 TB/s that is 34.1 ns. Prefill attention's
+//     FLOPs (quadratic in the chunk) are not modelled separately: 4 × 32 ×
+//     4096 FLOP ≈ 0.52 MFLOP per (query, key) pair, i.e. ~27% extra per
+//     prefill token at 8K context; fitting absorbs the mean.
+//   - Host: assumed, not derived: 150 µs to plan a step plus 2 µs per
+//     sequence (a Go scheduler; measure with `turnstile bench calibrate`).
+//     With overlap it hides behind device time.
+//
+// So a 32-sequence decode step at 2K context each costs 4.48 ms + 32 ×
+// 27.1 µs + 65,536 × 34.1 ns ≈ 7.59 ms device, and an 8,192-token prefill
+// chunk ≈ 4.48 + 221.7 + 0.28 ms ≈ 226 ms.
+func H200Llama3_8B(overlap bool) Linear {
+	bw := bwEfficiency * h200Bandwidth
+	perToken := 2 * llama3Params / (mmEfficiency * h200BF16)
+	kvPerToken := 2.0 * llama3Layers * llama3KVHeads * llama3HeadDim * bytesBF16
+	return Linear{
+		Fixed:           llama3Params*bytesBF16/bw + 0.30e-3,
+		PerPrefillToken: perToken,
+		PerDecodeSeq:    perToken,
+		PerContextToken: kvPerToken / bw,
+		HostFixed:       150e-6,
+		HostPerSeq:      2e-6,
+		Overlap:         overlap,
+	}
+}
+
+// Sample is one measured step for calibration: its shape and the time it
+// took on the device (host planning excluded).
+type Sample struct {
+	Shape StepShape
+	Time  time.Duration
+}
+
+// Calibrate fits the device coefficients of a Linear model to measured
+// steps by least squares (time ≈ Fixed + PerPrefillToken·prefill +
+// PerDecodeSeq·decode + PerContextToken·context). A coefficient that comes
+// out negative (noise on a small effect) is fixed at 0 and the rest
+// refitted, one term at a time starting with the one whose negative price
+// removes the most time over the samples, so the model never prices work
+// below free. The
+// returned fit (residuals in seconds) is over the final model: its RMS and
+// MaxRel are the fit error `turnstile bench calibrate` prints. Host
+// coefficients and Overlap are left zero for the caller to set.
+//
+// The samples must vary every term (e.g. steps with and without prefill,
+// with different decode counts and contexts); a term that never varies
+// independently is an error naming it.
+func Calibrate(samples []Sample) (Linear, stats.Fit, error) {
+	if len(samples) == 0 {
+		return Linear{}, stats.Fit{}, fmt.Errorf("sim: calibrate: no samples")
+	}
+	names := []string{"fixed", "per prefill token", "per decode sequence", "per context token"}
+	row := func(s StepShape) []float64 {
+		return []float64{1, float64(s.PrefillTokens), float64(s.DecodeSeqs), float64(s.ContextTokens)}
+	}
+	y := make([]float64, len(samples))
+	for i, s := range samples {
+		if s.Time < 0 {
+			return Linear{}, stats.Fit{}, fmt.Errorf("sim: calibrate: sample %d took %v", i, s.Time)
+		}
+		y[i] = s.Time.Seconds()
+	}
+	active := []int{0, 1, 2, 3}
+	for {
+		x := make([][]float64, len(samples))
+		for i, s := range samples {
+			full := row(s.Shape)
+			x[i] = make([]float64, len(active))
+			for j, c := range active {
+				x[i][j] = full[c]
+			}
+		}
+		fit, err := stats.LeastSquares(x, y)
+		if err != nil {
+			return Linear{}, stats.Fit{}, fmt.Errorf("sim: calibrate over terms %v: %w", pick(names, active), err)
+		}
+		// Drop the term whose negative price removes the most time over
+		// the samples (coefficients differ in unit, contributions do not).
+		worst, worstSum := -1, 0.0
+		for j, v := range fit.Coef {
+			sum := 0.0
+			for i := range x {
+				sum += v * x[i][j]
+			}
+			if v < 0 && (worst < 0 || sum < worstSum) {
+				worst, worstSum = j, sum
+			}
+		}
+		if worst < 0 {
+			coef := make([]float64, 4)
+			for j, c := range active {
+				coef[c] = fit.Coef[j]
+			}
+			full := stats.Fit{Coef: coef, Residuals: fit.Residuals, RMS: fit.RMS, MaxAbs: fit.MaxAbs, MaxRel: fit.MaxRel, R2: fit.R2}
+			return Linear{Fixed: coef[0], PerPrefillToken: coef[1], PerDecodeSeq: coef[2], PerContextToken: coef[3]}, full, nil
+		}
+		active = slices.Delete(active, worst, worst+1)
+		if len(active) == 0 {
+			return Linear{}, stats.Fit{}, fmt.Errorf("sim: calibrate: every coefficient fitted negative")
+		}
+	}
+}
+
+func pick(names []string, idx []int) []string {
+	out := make([]string, len(idx))
+	for i, j := range idx {
+		out[i] = names[j]
+	}
+	return out
+}

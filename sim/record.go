@@ -1,0 +1,73 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/turnstile-llm/turnstile/internal/clock"
+	"github.com/turnstile-llm/turnstile/model"
+)
+
+// Device is what Recorder wraps: any runner of model batches (the CPU
+// runner, the CUDA runner, this package's Runner). It matches the
+// executor's Runner interface.
+type Device interface {
+	Execute(b *model.Batch, out *model.Output) error
+	Capacity() model.Capacity
+}
+
+// ShapeOf is what a cost model sees of b: a sequence taking exactly one new
+// token is a decode, any other contributes its new tokens as prefill, and
+// every sequence contributes its context length (as Runner.Execute counts).
+func ShapeOf(b *model.Batch) StepShape {
+	s := StepShape{Seqs: len(b.Seqs)}
+	for i := range b.Seqs {
+		sb := &b.Seqs[i]
+		if sb.NumTokens == 1 {
+			s.DecodeSeqs++
+		} else {
+			s.PrefillTokens += int(sb.NumTokens)
+		}
+		s.ContextTokens += int(sb.ContextLen)
+	}
+	return s
+}
+
+// Recorder is a Device that runs another and records every step's shape
+// and duration on a clock, for Calibrate: wrap the CPU or GPU runner with a
+// real clock and drive traffic through the engine (`turnstile bench
+// calibrate`), or wrap this package's Runner with its virtual clock to
+// recover its cost model. Like any Device it is called from one goroutine
+// at a time.
+type Recorder struct {
+	inner   Device
+	clock   clock.Clock
+	samples []Sample
+}
+
+// NewRecorder wraps inner, timing each step on clk.
+func NewRecorder(inner Device, clk clock.Clock) (*Recorder, error) {
+	if inner == nil || clk == nil {
+		return nil, fmt.Errorf("sim: recorder needs a device and a clock")
+	}
+	return &Recorder{inner: inner, clock: clk}, nil
+}
+
+// Capacity is the inner device's.
+func (r *Recorder) Capacity() model.Capacity { return r.inner.Capacity() }
+
+// Execute runs the step on the inner device and records it; a failed step
+// is not recorded.
+func (r *Recorder) Execute(b *model.Batch, out *model.Output) error {
+	shape := ShapeOf(b)
+	start := r.clock.Now()
+	if err := r.inner.Execute(b, out); err != nil {
+		return err
+	}
+	r.samples = append(r.samples, Sample{Shape: shape, Time: r.clock.Now().Sub(start)})
+	return nil
+}
+
+// Samples returns the steps recorded so far (a copy).
+func (r *Recorder) Samples() []Sample {
+	return append([]Sample(nil), r.samples...)
+}
