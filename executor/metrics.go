@@ -111,3 +111,48 @@ func (m *Metrics) IdleFraction() float64 {
 	}
 	return float64(m.RunnerIdle) / float64(total)
 }
+
+// Merge adds o into h (same bucket bounds): counts and sums add, Max is the larger.
+func (h *Histogram) Merge(o *Histogram) {
+	for i := range h.Buckets {
+		h.Buckets[i] += o.Buckets[i]
+	}
+	h.Count += o.Count
+	h.Sum += o.Sum
+	h.Max = max(h.Max, o.Max)
+}
+
+// Merge adds another engine's snapshot into m, as an attention-DP
+// deployment reports its ranks together: gauges and counters add,
+// histograms merge, KVUsage is recomputed over the summed blocks.
+func (m *Metrics) Merge(o *Metrics) {
+	m.Running += o.Running
+	m.Waiting += o.Waiting
+	m.Retiring += o.Retiring
+	m.SeatsLive += o.SeatsLive
+	m.SeatsRetiring += o.SeatsRetiring
+	m.KVBlocksUsed += o.KVBlocksUsed
+	m.KVBlocksTotal += o.KVBlocksTotal
+	m.KVBlocksCached += o.KVBlocksCached
+	m.KVUsage = 0
+	if m.KVBlocksTotal > 0 {
+		m.KVUsage = float64(m.KVBlocksUsed) / float64(m.KVBlocksTotal)
+	}
+	m.Steps += o.Steps
+	m.Submitted += o.Submitted
+	m.Finished += o.Finished
+	m.Aborted += o.Aborted
+	m.Preemptions += o.Preemptions
+	m.PromptTokens += o.PromptTokens
+	m.PrefixHitTokens += o.PrefixHitTokens
+	m.GeneratedTokens += o.GeneratedTokens
+	m.Reservations += o.Reservations
+	m.RunnerBusy += o.RunnerBusy
+	m.RunnerIdle += o.RunnerIdle
+	m.Programs.Merge(&o.Programs)
+	m.PinsDropped += o.PinsDropped
+	m.StepTime.Merge(&o.StepTime)
+	m.StepIdle.Merge(&o.StepIdle)
+	m.TTFT.Merge(&o.TTFT)
+	m.ITL.Merge(&o.ITL)
+}

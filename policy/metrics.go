@@ -111,3 +111,33 @@ func (c *Controller) Pins(dst []kvpool.SeqID) []kvpool.SeqID {
 	}
 	return dst
 }
+
+// Merge adds another Controller's snapshot into m (one per attention-DP
+// rank): counts, capacities and used tokens add; the longest wait is the
+// larger; Arm is kept (every rank runs the same arm).
+func (m *Metrics) Merge(o *Metrics) {
+	if m.Arm == 0 {
+		m.Arm = o.Arm
+	}
+	m.Waiting += o.Waiting
+	m.Active += o.Active
+	m.Paused += o.Paused
+	m.Reasoning += o.Reasoning
+	m.Acting += o.Acting
+	m.Marked += o.Marked
+	m.Admitted += o.Admitted
+	m.Resumes += o.Resumes
+	m.ForcedResumes += o.ForcedResumes
+	m.Pauses += o.Pauses
+	m.Expired += o.Expired
+	m.Released += o.Released
+	m.LostSequences += o.LostSequences
+	m.Capacity += o.Capacity
+	m.Used += o.Used
+	m.UsedA += o.UsedA
+	m.UsedB += o.UsedB
+	m.DistinctBlocks += o.DistinctBlocks
+	m.AdmissionWaits += o.AdmissionWaits
+	m.AdmissionWaitTotal += o.AdmissionWaitTotal
+	m.AdmissionWaitMax = max(m.AdmissionWaitMax, o.AdmissionWaitMax)
+}

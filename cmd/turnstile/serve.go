@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/turnstile-llm/turnstile/adp"
 	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/model"
@@ -99,7 +101,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.chatTemplate, "chat-template", "", "Jinja chat template file (default: the GGUF's tokenizer.chat_template, else the plain fallback)")
 	f.StringVar(&o.host, "host", "127.0.0.1", "address to bind")
 	f.IntVar(&o.port, "port", 8080, "TCP port (0: any free port)")
-	f.IntVar(&o.dp, "dp", 1, "attention data-parallel ranks (only 1 today)")
+	f.IntVar(&o.dp, "dp", 1, "attention data-parallel ranks, each its own engine, KV cache and seats, routed at one gather point (CPU runner)")
 	f.IntVar(&o.blockSize, "block-size", 16, "KV block size, tokens (power of two, 1..256)")
 	f.IntVar(&o.maxBatchSize, "max-batch-size", 8, "most sequences one step schedules")
 	f.IntVar(&o.maxBatched, "max-num-batched-tokens", 512, "most tokens one step computes")
@@ -135,8 +137,8 @@ func (o *serveOptions) validate(kvSet bool) error {
 		return errors.New("serve: --model is empty")
 	case o.port < 0 || o.port > 65535:
 		return fmt.Errorf("serve: --port %d: must be in [0, 65535]", o.port)
-	case o.dp != 1:
-		return fmt.Errorf("serve: --dp %d: only 1 rank is supported until attention-DP lands", o.dp)
+	case o.dp < 1 || o.dp > maxDP:
+		return fmt.Errorf("serve: --dp %d: must be in [1, %d]", o.dp, maxDP)
 	case o.blockSize < 1 || o.blockSize > 256 || o.blockSize&(o.blockSize-1) != 0:
 		return fmt.Errorf("serve: --block-size %d: must be a power of two in [1, 256]", o.blockSize)
 	case o.maxBatchSize < 1:
@@ -424,29 +426,59 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(o.model), filepath.Ext(o.model))
 	}
-	runner, gpu, err := newRunner("serve", device, m, runnerSizes{seats: sz.seats, blockSize: o.blockSize,
-		maxBatchTokens: o.maxBatched, kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: o.workers})
-	if err != nil {
-		return err
+	if o.dp > 1 && device.Backend == cuda.BackendCUDA {
+		return fmt.Errorf("serve: --dp %d on %s: attention-DP ranks run on the CPU runner only so far (one GPU per rank is not wired yet)", o.dp, device)
 	}
-	defer runner.Close()
-	if gpu != nil {
-		sz.gpu = gpu
-		if sz.blocks == 0 { // sized by the runner from --gpu-memory-fraction
-			if err := sz.setKV(gpu.KVBlocks, gpu.BlockSize, o.dev.gpuFraction); err != nil {
-				return err
+	workers := o.workers
+	if o.dp > 1 && workers == 0 {
+		workers = max(1, runtime.GOMAXPROCS(0)/o.dp) // the ranks share the cores
+	}
+	// One engine per attention-DP rank, each with its own runner, KV cache
+	// and seats; executor.New validates each rank's seat pool against its
+	// runner's buffers and its own block-table rows in both directions.
+	engines := make([]*executor.Engine, 0, o.dp)
+	for range o.dp {
+		runner, gpu, err := newRunner("serve", device, m, runnerSizes{seats: sz.seats, blockSize: o.blockSize,
+			maxBatchTokens: o.maxBatched, kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: workers})
+		if err != nil {
+			return err
+		}
+		defer runner.Close()
+		if gpu != nil {
+			sz.gpu = gpu
+			if sz.blocks == 0 { // sized by the runner from --gpu-memory-fraction
+				if err := sz.setKV(gpu.KVBlocks, gpu.BlockSize, o.dev.gpuFraction); err != nil {
+					return err
+				}
 			}
 		}
+		eng, err := executor.New(executor.Config{MaxBatchSize: o.maxBatchSize, MaxNumBatchedTokens: o.maxBatched,
+			BlockSize: o.blockSize, Overlap: sz.overlap, ChargeRetiring: o.chargeRetiring, Model: name, Programs: sz.programs}, runner, tok)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		if eng.Seats() != sz.seats {
+			return fmt.Errorf("serve: the engine has %d seats, the runner was sized for %d", eng.Seats(), sz.seats)
+		}
+		engines = append(engines, eng)
 	}
-	// executor.New validates the seat pool against the runner's buffers and
-	// its own block-table rows in both directions.
-	eng, err := executor.New(executor.Config{MaxBatchSize: o.maxBatchSize, MaxNumBatchedTokens: o.maxBatched,
-		BlockSize: o.blockSize, Overlap: sz.overlap, ChargeRetiring: o.chargeRetiring, Model: name, Programs: sz.programs}, runner, tok)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	if eng.Seats() != sz.seats {
-		return fmt.Errorf("serve: the engine has %d seats, the runner was sized for %d", eng.Seats(), sz.seats)
+	var eng interface {
+		server.Engine
+		Run(context.Context) error
+		Check() error
+	} = engines[0]
+	if o.dp > 1 {
+		ranks := make([]adp.Rank, len(engines))
+		chains := &adp.Chains{}
+		for i, e := range engines {
+			ranks[i] = adp.NewEngineRank(e, nil, chains)
+		}
+		d, err := adp.New(adp.Config{Policy: adp.Policy{ChargeRetiring: o.chargeRetiring},
+			Logf: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }}, ranks)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		eng = &dpEngine{d: d, engines: engines}
 	}
 	srv, err := server.New(server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: tok, ChatTemplate: tmpl,
 		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, Logger: log}, eng)
@@ -455,6 +487,11 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	}
 	if err := sz.print(out, name, o.model); err != nil {
 		return err
+	}
+	if o.dp > 1 {
+		if _, err := fmt.Fprintf(out, "  ranks        %d attention-DP ranks (each: the seats, KV cache and step budget above; %d kernel workers)\n", o.dp, workers); err != nil {
+			return err
+		}
 	}
 	if o.chargeRetiring {
 		if _, err := fmt.Fprintln(out, "  retiring     CHARGED against admission and budgets (--charge-retiring: seed 004's BASE, for experiments)"); err != nil {

@@ -26,7 +26,8 @@ func TestServeFlagErrors(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{"dp 2", []string{"--dp", "2"}, "serve: --dp 2: only 1 rank"},
+		{"dp 0", []string{"--dp", "0"}, "serve: --dp 0: must be in [1, 64]"},
+		{"dp 65", []string{"--dp", "65"}, "serve: --dp 65: must be in [1, 64]"},
 		{"admission D", []string{"--admission", "D"}, `serve: --admission "D": must be A, B or C`},
 		{"admission buffer", []string{"--admission-buffer", "-1"}, "serve: --admission-buffer -1: must be >= 0"},
 		{"admission reserve", []string{"--admission", "B", "--admission-reserve", "-5"}, "serve: --admission-reserve -5: must be >= 0"},
@@ -226,4 +227,44 @@ func TestServeChargeRetiring(t *testing.T) {
 	_, out, stop = serveInProcess(t, defaultServeOptions())
 	require.NoError(t, stop())
 	require.NotContains(t, out.String(), "CHARGED")
+}
+
+// TestServeDP: with --dp 2 requests are routed over two ranks (each its own
+// engine, KV cache and seats); greedy completions equal `turnstile
+// generate`'s, /metrics counts both ranks, and shutdown leaves every rank's
+// accounting exact (runServe checks it).
+func TestServeDP(t *testing.T) {
+	o := defaultServeOptions()
+	o.dp = 2
+	url, out, stop := serveInProcess(t, o)
+	require.Contains(t, out.String(), "ranks        2 attention-DP ranks")
+	prompts := []string{"Once upon a time", "The dog", "Lily went to the park", "A big red ball"}
+	for _, prompt := range prompts {
+		var gen bytes.Buffer
+		require.NoError(t, runGenerate(&gen, io.Discard, generateOptions{model: defaultModelPath(), prompt: prompt, n: 24, topP: 1, workers: 1,
+			dev: deviceOptions{device: "cpu"}}))
+		body, _ := json.Marshal(map[string]any{"model": "stories260K", "prompt": prompt, "max_tokens": 24, "temperature": 0})
+		resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var c struct {
+			Choices []struct{ Text string } `json:"choices"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&c))
+		resp.Body.Close()
+		require.Equal(t, gen.String(), prompt+c.Choices[0].Text+"\n")
+	}
+	// A bad request is refused by the rank it was routed to, as by one engine.
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x","max_tokens":0}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+
+	resp, err = http.Get(url + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(metrics), "turnstile_kv_blocks_total{rank=\"0\"} 1024", "both ranks' 512 blocks")
+	require.NoError(t, stop())
 }
