@@ -13,7 +13,6 @@ type EngineRank struct {
 	e      *executor.Engine
 	dummy  func() error
 	chains *Chains
-	progs  map[string]int
 }
 
 // NewEngineRank wraps e. dummy runs a dummy step when the engine has nothing
@@ -25,7 +24,7 @@ func NewEngineRank(e *executor.Engine, dummy func() error, chains *Chains) *Engi
 	if chains == nil {
 		chains = &Chains{}
 	}
-	return &EngineRank{e: e, dummy: dummy, chains: chains, progs: make(map[string]int)}
+	return &EngineRank{e: e, dummy: dummy, chains: chains}
 }
 
 // Chains holds the prompt hash chains of the window being placed, so the
@@ -93,7 +92,7 @@ func (r *EngineRank) State(s *RankState) {
 }
 
 // Match implements Rank: hits from the engine's prefix cache (PeekPrompt
-// on the shared chains), residency from its CountPrograms.
+// on the shared chains), residency from its per-program request counts.
 func (r *EngineRank) Match(s *RankState, window []*executor.Request, need Needs) {
 	s.Hits, s.Resident = s.Hits[:0], s.Resident[:0]
 	if need.Hits {
@@ -103,10 +102,8 @@ func (r *EngineRank) Match(s *RankState, window []*executor.Request, need Needs)
 		}
 	}
 	if need.Resident {
-		clear(r.progs)
-		r.e.CountPrograms(r.progs)
 		for _, q := range window {
-			s.Resident = append(s.Resident, q.ProgramID != "" && r.progs[q.ProgramID] > 0)
+			s.Resident = append(s.Resident, r.e.HoldsProgram(q.ProgramID))
 		}
 	}
 }

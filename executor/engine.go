@@ -232,7 +232,8 @@ type Engine struct {
 	wake    chan struct{}
 	// releaseQ holds ReleaseProgram calls for the loop. progKnown mirrors
 	// the ids ctl knows (updated by the loop after each call that may
-	// change them); progReqs counts requests per program id in the engine.
+	// change them); progReqs counts requests per program id in the engine
+	// (with or without a policy: attention-DP routing reads it too).
 	// Together they answer ReleaseProgram's found without the loop.
 	releaseQ  []string
 	progKnown map[string]struct{}
@@ -326,8 +327,8 @@ func New(cfg Config, runner Runner, tok Tokenizer) (*Engine, error) {
 		}
 		e.turns = make(map[string]*seq)
 		e.progKnown = make(map[string]struct{})
-		e.progReqs = make(map[string]int)
 	}
+	e.progReqs = make(map[string]int)
 	e.m.KVBlocksTotal = kv.NumBlocks()
 	e.pub = e.m
 	return e, nil
@@ -383,7 +384,7 @@ func (e *Engine) Submit(ctx context.Context, r *Request) (*Stream, error) {
 	}
 	e.nextID++
 	s.id = e.nextID
-	if e.ctl != nil && s.programID != "" {
+	if s.programID != "" {
 		e.progReqs[s.programID]++
 	}
 	if !s.params.HasSeed {

@@ -122,12 +122,14 @@ func (e *Engine) turnEnded(s *seq) {
 // endProgramRequest is end's part: the turn ends (if not already), the
 // program ends when s asked for it, and s stops counting for its program.
 func (e *Engine) endProgramRequest(s *seq) {
-	if e.ctl == nil || s.programID == "" {
+	if s.programID == "" {
 		return
 	}
-	e.turnEnded(s)
-	if s.release {
-		e.releaseProgram(s.programID)
+	if e.ctl != nil {
+		e.turnEnded(s)
+		if s.release {
+			e.releaseProgram(s.programID)
+		}
 	}
 	e.mu.Lock()
 	if n := e.progReqs[s.programID] - 1; n > 0 {
@@ -221,7 +223,7 @@ func (e *Engine) checkPrograms() error {
 		return e.polErr
 	}
 	if e.ctl == nil {
-		return nil
+		return e.checkProgramCounts()
 	}
 	if err := e.ctl.Check(); err != nil {
 		return fmt.Errorf("executor: %w", err)
@@ -321,4 +323,28 @@ func (e *Engine) ProgramStates() (byState map[string]int, pauses, resumes uint64
 		return nil, 0, 0
 	}
 	return map[string]int{"waiting": m.Waiting, "active": m.Active, "paused": m.Paused}, m.Pauses, m.Resumes
+}
+
+// checkProgramCounts recounts requests per program id (running, waiting,
+// not yet drained) against progReqs, for an engine without a policy.
+func (e *Engine) checkProgramCounts() error {
+	reqs := make(map[string]int)
+	for _, list := range [][]*seq{e.running, e.waiting} {
+		for _, s := range list {
+			if s.programID != "" {
+				reqs[s.programID]++
+			}
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.submitQ {
+		if s.programID != "" {
+			reqs[s.programID]++
+		}
+	}
+	if !maps.Equal(reqs, e.progReqs) {
+		return fmt.Errorf("executor: requests per program %v, counted %v", reqs, e.progReqs)
+	}
+	return nil
 }

@@ -92,25 +92,15 @@ func (e *Engine) PeekPrompt(pc *PromptChain) int {
 	return e.kv.PeekChain(&pc.c)
 }
 
-// CountPrograms adds, for every program id ("" excluded), its waiting,
-// running and not yet drained requests to into.
-func (e *Engine) CountPrograms(into map[string]int) {
-	add := func(s *seq) {
-		if s.programID != "" {
-			into[s.programID]++
-		}
-	}
-	for _, s := range e.running {
-		add(s)
-	}
-	for _, s := range e.waiting {
-		add(s)
+// HoldsProgram reports whether the engine holds a request (waiting,
+// running or not yet drained) of program id: O(1), for program-aware routing.
+func (e *Engine) HoldsProgram(id string) bool {
+	if id == "" {
+		return false
 	}
 	e.mu.Lock()
-	for _, s := range e.submitQ {
-		add(s)
-	}
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	return e.progReqs[id] > 0
 }
 
 // MaxBatchSize is the most sequences one step schedules.
