@@ -2,6 +2,7 @@ package server
 
 import (
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,20 +165,23 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.accounted
 }
 
-// rankLabel is the one rank's label until attention-DP ranks exist.
-const rankLabel = "0"
+// RankSnapshotter is implemented by engines made of attention-DP ranks:
+// /metrics then reports each rank's snapshot under its own rank label
+// instead of one snapshot as rank "0".
+type RankSnapshotter interface {
+	RankSnapshots() []executor.Metrics
+}
 
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
-	snap := c.eng.Snapshot()
-	for _, m := range c.gauges {
-		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, m.value(&snap), rankLabel)
-	}
-	for _, m := range c.counters {
-		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, m.value(&snap), rankLabel)
-	}
-	for _, h := range c.hists {
-		count, sum, buckets := promHistogram(h.hist(&snap))
-		ch <- prometheus.MustNewConstHistogram(h.desc, count, sum, buckets, rankLabel)
+	var snap executor.Metrics
+	if rs, ok := c.eng.(RankSnapshotter); ok {
+		for i, s := range rs.RankSnapshots() {
+			c.collectRank(ch, &s, strconv.Itoa(i))
+			snap.Merge(&s)
+		}
+	} else {
+		snap = c.eng.Snapshot()
+		c.collectRank(ch, &snap, "0")
 	}
 	states := c.progs.states()
 	if ps, ok := c.eng.(ProgramStater); ok {
@@ -188,18 +192,32 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.resumes, prometheus.CounterValue, float64(resumes))
 		}
 	}
+	for state, n := range states {
+		ch <- prometheus.MustNewConstMetric(c.programs, prometheus.GaugeValue, float64(n), state)
+	}
+}
+
+// collectRank emits one rank's engine series under rankLabel.
+func (c *engineCollector) collectRank(ch chan<- prometheus.Metric, snap *executor.Metrics, rankLabel string) {
+	for _, m := range c.gauges {
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, m.value(snap), rankLabel)
+	}
+	for _, m := range c.counters {
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, m.value(snap), rankLabel)
+	}
+	for _, h := range c.hists {
+		count, sum, buckets := promHistogram(h.hist(snap))
+		ch <- prometheus.MustNewConstHistogram(h.desc, count, sum, buckets, rankLabel)
+	}
 	if snap.Programs.Arm != 0 {
 		for _, m := range c.policyGauges {
-			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, m.value(&snap), rankLabel)
+			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, m.value(snap), rankLabel)
 		}
 		for _, m := range c.policyCounters {
-			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, m.value(&snap), rankLabel)
+			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, m.value(snap), rankLabel)
 		}
 		ch <- prometheus.MustNewConstMetric(c.accounted, prometheus.GaugeValue, snap.Programs.UsedA, rankLabel, "A")
 		ch <- prometheus.MustNewConstMetric(c.accounted, prometheus.GaugeValue, float64(snap.Programs.UsedB), rankLabel, "B")
-	}
-	for state, n := range states {
-		ch <- prometheus.MustNewConstMetric(c.programs, prometheus.GaugeValue, float64(n), state)
 	}
 }
 

@@ -45,6 +45,15 @@ func (x *dpEngine) Snapshot() executor.Metrics {
 	return m
 }
 
+// RankSnapshots is every rank's own snapshot, for per-rank /metrics series.
+func (x *dpEngine) RankSnapshots() []executor.Metrics {
+	out := make([]executor.Metrics, len(x.engines))
+	for i, e := range x.engines {
+		out[i] = e.Snapshot()
+	}
+	return out
+}
+
 // ReleaseProgram ends program id on whichever rank holds it.
 func (x *dpEngine) ReleaseProgram(id string) (found bool, err error) {
 	for _, e := range x.engines {

@@ -265,6 +265,9 @@ func TestServeDP(t *testing.T) {
 	metrics, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.NoError(t, err)
-	require.Contains(t, string(metrics), "turnstile_kv_blocks_total{rank=\"0\"} 1024", "both ranks' 512 blocks")
+	for _, rank := range []string{"0", "1"} {
+		require.Contains(t, string(metrics), "turnstile_kv_blocks_total{rank=\""+rank+"\"} 512", "each rank its own 512 blocks")
+	}
+	require.NotContains(t, string(metrics), "rank=\"2\"")
 	require.NoError(t, stop())
 }
