@@ -21,11 +21,10 @@ package agentic
 import (
 	"container/heap"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/bench/drive"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
@@ -34,12 +33,7 @@ import (
 
 // Engine is what the driver needs of the engine (executor.Engine
 // satisfies it).
-type Engine interface {
-	Submit(ctx context.Context, r *executor.Request) (*executor.Stream, error)
-	Step() (bool, error)
-	Check() error
-	Snapshot() executor.Metrics
-}
+type Engine = drive.Engine
 
 // Batch is one batch to drive.
 type Batch struct {
@@ -217,7 +211,7 @@ func Run(ctx context.Context, b Batch) (Result, error) {
 		}
 		kept := active[:0]
 		for _, f := range active {
-			done, err := drain(f)
+			done, err := drive.Drain(f.stream, func(d *executor.Delta) { f.got = append(f.got, d.TokenIDs...) })
 			if err != nil {
 				return res, fmt.Errorf("agentic: program %d turn %d: %w", f.prog, f.turn, err)
 			}
@@ -270,7 +264,7 @@ func Run(ctx context.Context, b Batch) (Result, error) {
 		}
 	}
 	end := now()
-	if err := settle(b.Engine); err != nil {
+	if err := drive.Settle(b.Engine); err != nil {
 		return res, fmt.Errorf("agentic: %w", err)
 	}
 	if err := b.Engine.Check(); err != nil {
@@ -299,40 +293,3 @@ func Run(ctx context.Context, b Batch) (Result, error) {
 }
 
 func programID(p *workload.Program) string { return fmt.Sprintf("p%d", p.ID) }
-
-// drain takes what the stream has produced; it returns the final delta
-// when the request finished, else nil.
-func drain(f *inFlight) (*executor.Delta, error) {
-	for {
-		d, ok, err := f.stream.TryRecv()
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("stream ended without a final delta")
-		}
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, nil
-		}
-		f.got = append(f.got, d.TokenIDs...)
-		if d.FinishReason != executor.FinishNone {
-			return &d, nil
-		}
-	}
-}
-
-// settle steps the engine until it is idle, so requests still retiring
-// (their finish learnt when their last step was processed) are torn down
-// before the audit; their time is not part of the measurement.
-func settle(e Engine) error {
-	for range 1000 {
-		progressed, err := e.Step()
-		if err != nil {
-			return fmt.Errorf("engine step while settling: %w", err)
-		}
-		if !progressed {
-			return nil
-		}
-	}
-	return fmt.Errorf("engine still busy 1000 steps after the last request finished")
-}

@@ -14,12 +14,11 @@ package traffic
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/bench/drive"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
@@ -28,12 +27,7 @@ import (
 
 // Engine is what the driver needs of the engine (executor.Engine
 // satisfies it).
-type Engine interface {
-	Submit(ctx context.Context, r *executor.Request) (*executor.Stream, error)
-	Step() (bool, error)
-	Check() error
-	Snapshot() executor.Metrics
-}
+type Engine = drive.Engine
 
 // Run is one traffic run.
 type Run struct {
@@ -178,7 +172,13 @@ func Drive(ctx context.Context, r Run) (Result, error) {
 		}
 		kept := active[:0]
 		for _, f := range active {
-			done, err := drain(f, &res, now())
+			at := now()
+			done, err := drive.Drain(f.stream, func(d *executor.Delta) {
+				if f.got == 0 && len(d.TokenIDs) > 0 {
+					res.FirstToken[f.id] = at
+				}
+				f.got += len(d.TokenIDs)
+			})
 			if err != nil {
 				return res, fmt.Errorf("traffic: request %d: %w", f.id, err)
 			}
@@ -214,7 +214,7 @@ func Drive(ctx context.Context, r Run) (Result, error) {
 		}
 	}
 	res.Elapsed = now()
-	if err := settle(r.Engine); err != nil {
+	if err := drive.Settle(r.Engine); err != nil {
 		return res, fmt.Errorf("traffic: %w", err)
 	}
 	counters()
@@ -233,44 +233,4 @@ func Drive(ctx context.Context, r Run) (Result, error) {
 		return fail("leaked KV blocks: %d still referenced", after.KVBlocksUsed)
 	}
 	return res, nil
-}
-
-// drain takes what f's stream has produced, recording the first token's
-// time; it returns the final delta when the request finished.
-func drain(f *inFlight, res *Result, at time.Duration) (*executor.Delta, error) {
-	for {
-		d, ok, err := f.stream.TryRecv()
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("stream ended without a final delta")
-		}
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, nil
-		}
-		if f.got == 0 && len(d.TokenIDs) > 0 {
-			res.FirstToken[f.id] = at
-		}
-		f.got += len(d.TokenIDs)
-		if d.FinishReason != executor.FinishNone {
-			return &d, nil
-		}
-	}
-}
-
-// settle steps the engine until it is idle, so requests still retiring
-// (their finish learnt when their last step was processed) are torn down
-// before the audit; their time is not part of the measurement.
-func settle(e Engine) error {
-	for range 1000 {
-		progressed, err := e.Step()
-		if err != nil {
-			return fmt.Errorf("engine step while settling: %w", err)
-		}
-		if !progressed {
-			return nil
-		}
-	}
-	return fmt.Errorf("engine still busy 1000 steps after the last request finished")
 }

@@ -1,0 +1,64 @@
+// Package drive holds what every workload driver in bench does to an
+// engine on a virtual clock: the engine interface the drivers consume,
+// draining a stream without blocking, and settling the engine after the
+// last request so retiring work is torn down before the audit.
+package drive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/turnstile-llm/turnstile/executor"
+)
+
+// Engine is what a driver needs of the engine (executor.Engine satisfies it).
+type Engine interface {
+	Submit(ctx context.Context, r *executor.Request) (*executor.Stream, error)
+	Step() (bool, error)
+	Check() error
+	Snapshot() executor.Metrics
+}
+
+// Drain takes what st has produced so far without blocking, passing each
+// delta to seen; it returns the final delta when the request finished, else
+// nil.
+func Drain(st *executor.Stream, seen func(d *executor.Delta)) (*executor.Delta, error) {
+	for {
+		d, ok, err := st.TryRecv()
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("stream ended without a final delta")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, nil
+		}
+		seen(&d)
+		if d.FinishReason != executor.FinishNone {
+			return &d, nil
+		}
+	}
+}
+
+// maxSettleSteps bounds Settle: a finished workload leaves at most one
+// step of teardown per request in flight, far below this.
+const maxSettleSteps = 1000
+
+// Settle steps e until it is idle, so requests still retiring (their
+// finish learnt when their last step was processed) are torn down before
+// the audit; their time is not part of the measurement.
+func Settle(e Engine) error {
+	for range maxSettleSteps {
+		progressed, err := e.Step()
+		if err != nil {
+			return fmt.Errorf("engine step while settling: %w", err)
+		}
+		if !progressed {
+			return nil
+		}
+	}
+	return fmt.Errorf("engine still busy %d steps after the last request finished", maxSettleSteps)
+}
