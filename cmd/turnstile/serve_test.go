@@ -141,22 +141,28 @@ func TestServeGreedyMatchesGenerate(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	for _, prompt := range []string{"Once upon a time", "The dog"} {
-		var gen bytes.Buffer
-		require.NoError(t, runGenerate(&gen, io.Discard, generateOptions{model: defaultModelPath(), prompt: prompt, n: 48, topP: 1, workers: 1,
-			dev: deviceOptions{device: "cpu"}}))
-
-		body, _ := json.Marshal(map[string]any{"model": "stories260K", "prompt": prompt, "max_tokens": 48, "temperature": 0})
-		resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		var c struct {
-			Choices []struct{ Text string } `json:"choices"`
-		}
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&c))
-		resp.Body.Close()
-		require.Equal(t, gen.String(), prompt+c.Choices[0].Text+"\n")
+		requireCompletionMatchesGenerate(t, url, prompt, 48)
 	}
 	require.NoError(t, stop())
+}
+
+// requireCompletionMatchesGenerate: a greedy completion of n tokens over
+// HTTP is exactly what `turnstile generate` prints for the same prompt.
+func requireCompletionMatchesGenerate(t *testing.T, url, prompt string, n int) {
+	t.Helper()
+	var gen bytes.Buffer
+	require.NoError(t, runGenerate(&gen, io.Discard, generateOptions{model: defaultModelPath(), prompt: prompt, n: n, topP: 1, workers: 1,
+		dev: deviceOptions{device: "cpu"}}))
+	body, _ := json.Marshal(map[string]any{"model": "stories260K", "prompt": prompt, "max_tokens": n, "temperature": 0})
+	resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var c struct {
+		Choices []struct{ Text string } `json:"choices"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&c))
+	resp.Body.Close()
+	require.Equal(t, gen.String(), prompt+c.Choices[0].Text+"\n")
 }
 
 // TestServeSIGTERM runs the CLI in a child process (this test binary), sends
@@ -240,19 +246,7 @@ func TestServeDP(t *testing.T) {
 	require.Contains(t, out.String(), "ranks        2 attention-DP ranks")
 	prompts := []string{"Once upon a time", "The dog", "Lily went to the park", "A big red ball"}
 	for _, prompt := range prompts {
-		var gen bytes.Buffer
-		require.NoError(t, runGenerate(&gen, io.Discard, generateOptions{model: defaultModelPath(), prompt: prompt, n: 24, topP: 1, workers: 1,
-			dev: deviceOptions{device: "cpu"}}))
-		body, _ := json.Marshal(map[string]any{"model": "stories260K", "prompt": prompt, "max_tokens": 24, "temperature": 0})
-		resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		var c struct {
-			Choices []struct{ Text string } `json:"choices"`
-		}
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&c))
-		resp.Body.Close()
-		require.Equal(t, gen.String(), prompt+c.Choices[0].Text+"\n")
+		requireCompletionMatchesGenerate(t, url, prompt, 24)
 	}
 	// A bad request is refused by the rank it was routed to, as by one engine.
 	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x","max_tokens":0}`))
