@@ -76,26 +76,12 @@ func TestChainRefusesForeignKeysAndSizes(t *testing.T) {
 // BenchmarkPeekChain32K is the longest-prefix lookup over 32,768 tokens with
 // the chain hashed once up front (as a queued request or a router holds it).
 func BenchmarkPeekChain32K(b *testing.B) {
-	p, err := New(Config{NumBlocks: 4096, BlockSize: 16})
-	if err != nil {
-		b.Fatal(err)
-	}
-	toks := seqTokens(0, 32768)
-	k := Keys{Model: "m"}
-	s := p.NewSeq(k)
-	if err := p.Append(s, toks); err != nil {
-		b.Fatal(err)
-	}
-	p.Release(s)
-	var c Chain
-	if err := c.Reset(k, 16, toks); err != nil {
-		b.Fatal(err)
-	}
+	p, _, _, c := cachedChain(b, 32768)
 	const want = 32768 - 16
 	b.ReportAllocs()
 	reportCPU(b)
 	for b.Loop() {
-		if hit := p.PeekChain(&c); hit != want {
+		if hit := p.PeekChain(c); hit != want {
 			b.Fatalf("hit %d", hit)
 		}
 	}
@@ -106,26 +92,12 @@ func BenchmarkPeekChain32K(b *testing.B) {
 // NewSeq + MatchChain + Append of the last block + Release, with no hashing
 // of the hit blocks.
 func BenchmarkSeq2048FullHitChain(b *testing.B) {
-	p, err := New(Config{NumBlocks: 4096, BlockSize: 16})
-	if err != nil {
-		b.Fatal(err)
-	}
-	toks := seqTokens(0, 2048)
-	k := Keys{Model: "m"}
-	s := p.NewSeq(k)
-	if err := p.Append(s, toks); err != nil {
-		b.Fatal(err)
-	}
-	p.Release(s)
-	var c Chain
-	if err := c.Reset(k, 16, toks); err != nil {
-		b.Fatal(err)
-	}
+	p, k, toks, c := cachedChain(b, 2048)
 	b.ReportAllocs()
 	reportCPU(b)
 	for b.Loop() {
 		s := p.NewSeq(k)
-		hit, err := p.MatchChain(s, &c)
+		hit, err := p.MatchChain(s, c)
 		if err != nil || hit != 2048-16 {
 			b.Fatalf("hit %d, err %v", hit, err)
 		}
@@ -138,4 +110,27 @@ func BenchmarkSeq2048FullHitChain(b *testing.B) {
 	if err := p.Check(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// cachedChain is a 4,096-block pool (block size 16) whose cache holds the
+// first n tokens of seqTokens(0, ...) under keys k, and the Chain of those
+// tokens hashed once, for the chain benchmarks.
+func cachedChain(b *testing.B, n int) (*Pool, Keys, []int32, *Chain) {
+	b.Helper()
+	p, err := New(Config{NumBlocks: 4096, BlockSize: 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	toks := seqTokens(0, n)
+	k := Keys{Model: "m"}
+	s := p.NewSeq(k)
+	if err := p.Append(s, toks); err != nil {
+		b.Fatal(err)
+	}
+	p.Release(s)
+	var c Chain
+	if err := c.Reset(k, 16, toks); err != nil {
+		b.Fatal(err)
+	}
+	return p, k, toks, &c
 }
