@@ -24,6 +24,18 @@ type Runner interface {
 	Capacity() model.Capacity
 }
 
+// Collector is implemented by runners that spend simulated time (sim.Runner
+// with ChargeOnCollect, sim.Recorder spending on a virtual clock): the
+// engine calls Collected once per successful step, in step order, on its
+// own goroutine when it takes the step's results and before it reads the
+// clock to time-stamp them. Charging virtual time there, not from the
+// device stream's goroutine inside Execute, makes time under overlap
+// deterministic: a step's results carry the time its step ended whatever
+// the goroutines' interleaving.
+type Collector interface {
+	Collected() error
+}
+
 // Candidate is what the Admission hook sees of a request about to be
 // admitted. The engine has already checked that a seat, the step budgets
 // and (approximately, before the prefix lookup) blocks allow it.
@@ -182,6 +194,7 @@ func (st *step) reset(n uint64) {
 type Engine struct {
 	cfg       Config
 	runner    Runner
+	collector Collector // runner's, when it spends simulated time; else nil
 	tok       Tokenizer
 	capacity  model.Capacity
 	clock     clock.Clock
@@ -294,6 +307,7 @@ func New(cfg Config, runner Runner, tok Tokenizer) (*Engine, error) {
 		kv: kv, seats: seats, rows: make([][]int32, n), tokBudget: cfg.MaxNumBatchedTokens,
 		wake: make(chan struct{}, 1),
 	}
+	e.collector, _ = runner.(Collector)
 	if err := seats.Validate(
 		seatpool.Consumer{Owner: "runner buffers", Holds: capy.Seats},
 		seatpool.Consumer{Owner: "executor block-table rows", Holds: len(e.rows)},

@@ -417,6 +417,11 @@ func (e *Engine) process(d overlap.Done[*step]) error {
 	if d.Err != nil {
 		return fmt.Errorf("executor: step %d: runner: %w", st.n, d.Err)
 	}
+	if e.collector != nil {
+		if err := e.collector.Collected(); err != nil {
+			return fmt.Errorf("executor: step %d: collecting: %w", st.n, err)
+		}
+	}
 	e.processed = st.n
 	for _, r := range st.teardown {
 		if err := e.seats.Release(r.seat); err != nil {

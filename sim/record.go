@@ -1,7 +1,10 @@
 package sim
 
 import (
+	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/model"
@@ -42,6 +45,10 @@ type Recorder struct {
 	inner   Device
 	clock   clock.Clock
 	samples []Sample
+
+	virt    clock.Clock // SpendOn's clock; nil: none
+	mu      sync.Mutex
+	pending []time.Duration // recorded steps not yet collected, in step order
 }
 
 // NewRecorder wraps inner, timing each step on clk.
@@ -50,6 +57,27 @@ func NewRecorder(inner Device, clk clock.Clock) (*Recorder, error) {
 		return nil, fmt.Errorf("sim: recorder needs a device and a clock")
 	}
 	return &Recorder{inner: inner, clock: clk}, nil
+}
+
+// SpendOn makes the recorder a real device on virtual time: each recorded
+// step's measured duration is also spent on virt when the engine collects
+// the step (executor.Collector). Drivers that run on a virtual clock
+// (arrivals, tool waits) can then drive the CPU or GPU runner at full speed:
+// waits cost nothing, steps cost what they measured. Call it before the
+// first step. The inner device must not spend time on virt itself.
+func (r *Recorder) SpendOn(virt clock.Clock) { r.virt = virt }
+
+// Collected implements executor.Collector: with SpendOn it spends the
+// oldest recorded step's duration on the virtual clock.
+func (r *Recorder) Collected() error {
+	if r.virt == nil {
+		return nil
+	}
+	d, err := popPending(&r.mu, &r.pending)
+	if err != nil {
+		return fmt.Errorf("sim: recorder: %w", err)
+	}
+	return r.virt.Sleep(context.Background(), d)
 }
 
 // Capacity is the inner device's.
@@ -63,7 +91,13 @@ func (r *Recorder) Execute(b *model.Batch, out *model.Output) error {
 	if err := r.inner.Execute(b, out); err != nil {
 		return err
 	}
-	r.samples = append(r.samples, Sample{Shape: shape, Time: r.clock.Now().Sub(start)})
+	d := r.clock.Now().Sub(start)
+	r.samples = append(r.samples, Sample{Shape: shape, Time: d})
+	if r.virt != nil {
+		r.mu.Lock()
+		r.pending = append(r.pending, d)
+		r.mu.Unlock()
+	}
 	return nil
 }
 

@@ -35,3 +35,39 @@ func TestRecorderErrors(t *testing.T) {
 	require.ErrorIs(t, rec.Execute(&model.Batch{}, &model.Output{}), context.DeadlineExceeded)
 	require.Empty(t, rec.Samples(), "failed steps are not recorded")
 }
+
+// TestChargeOnCollect: the runner's cost and a recorder's measured time
+// reach the clock only when the engine collects the step, in step order,
+// and collecting a step never executed is an error.
+func TestChargeOnCollect(t *testing.T) {
+	vc := clock.NewVirtual(time.Unix(0, 0))
+	r, err := New(Config{Capacity: model.Capacity{Seats: 1, KVBlocks: 4, BlockSize: 4, MaxContext: 16, MaxBatchTokens: 16, Vocab: 8},
+		Cost: Fixed(5 * time.Millisecond), Clock: vc, ChargeOnCollect: true})
+	require.NoError(t, err)
+	b := &model.Batch{Tokens: []int32{1, 2}, Positions: []int32{0, 1},
+		Seqs: []model.SeqBatch{{Seat: 0, Start: true, NumTokens: 2, ContextLen: 2, BlockTable: []int32{0}, Sample: true}}}
+	out := &model.Output{}
+	out.Resize(1)
+	require.NoError(t, r.Execute(b, out))
+	require.Zero(t, vc.Elapsed(), "Execute spends nothing under ChargeOnCollect")
+	require.NoError(t, r.Collected())
+	require.Equal(t, 5*time.Millisecond, vc.Elapsed())
+	require.ErrorContains(t, r.Collected(), "never executed")
+
+	// A recorder spending a (virtual here, real in use) device's measured
+	// time on a second virtual clock.
+	dev := clock.NewVirtual(time.Unix(0, 0))
+	inner, err := New(Config{Capacity: model.Capacity{Seats: 1, KVBlocks: 4, BlockSize: 4, MaxContext: 16, MaxBatchTokens: 16, Vocab: 8},
+		Cost: Fixed(3 * time.Millisecond), Clock: dev})
+	require.NoError(t, err)
+	rec, err := NewRecorder(inner, dev)
+	require.NoError(t, err)
+	virt := clock.NewVirtual(time.Unix(0, 0))
+	rec.SpendOn(virt)
+	require.NoError(t, rec.Execute(b, out))
+	require.Zero(t, virt.Elapsed())
+	require.NoError(t, rec.Collected())
+	require.Equal(t, 3*time.Millisecond, virt.Elapsed())
+	require.Len(t, rec.Samples(), 1)
+	require.ErrorContains(t, rec.Collected(), "never executed")
+}

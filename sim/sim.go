@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
@@ -77,6 +78,13 @@ type Config struct {
 	// preemption by recompute the count restarts.
 	EOS      int32
 	EOSAfter int
+	// ChargeOnCollect defers each step's cost from Execute to Collected
+	// (executor.Collector), which the engine calls on its own goroutine
+	// when it takes the step's results: under overlap the clock then moves
+	// at a deterministic point and the same seeds reproduce times bit for
+	// bit. Without it Execute spends the cost itself (for callers that use
+	// the runner without an engine).
+	ChargeOnCollect bool
 }
 
 // seatState is one seat's row.
@@ -97,6 +105,9 @@ type Runner struct {
 	kv    []int32 // token stored in each KV slot: [block*blockSize + offset]
 	steps int
 	spent time.Duration
+
+	mu      sync.Mutex
+	pending []time.Duration // costs of executed steps not yet collected, in step order
 }
 
 // New validates cfg and returns a runner.
@@ -233,12 +244,41 @@ func (r *Runner) Execute(b *model.Batch, out *model.Output) error {
 		out.Logprobs[i] = -float32(uint32(tok)%7+1) / 8
 	}
 	d := r.cost.StepTime(shape)
-	if err := r.cfg.Clock.Sleep(context.Background(), d); err != nil {
+	if r.cfg.ChargeOnCollect {
+		r.mu.Lock()
+		r.pending = append(r.pending, d)
+		r.mu.Unlock()
+	} else if err := r.cfg.Clock.Sleep(context.Background(), d); err != nil {
 		return fmt.Errorf("sim: step %d: %w", r.steps, err)
 	}
 	r.spent += d
 	r.steps++
 	return nil
+}
+
+// Collected implements executor.Collector: with ChargeOnCollect it spends
+// the oldest executed step's cost on the clock; otherwise it does nothing.
+func (r *Runner) Collected() error {
+	if !r.cfg.ChargeOnCollect {
+		return nil
+	}
+	d, err := popPending(&r.mu, &r.pending)
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	return r.cfg.Clock.Sleep(context.Background(), d)
+}
+
+// popPending takes the oldest pending step cost.
+func popPending(mu *sync.Mutex, q *[]time.Duration) (time.Duration, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if len(*q) == 0 {
+		return 0, errors.New("collected a step that was never executed")
+	}
+	d := (*q)[0]
+	*q = append((*q)[:0], (*q)[1:]...)
+	return d, nil
 }
 
 // check verifies b against the model.Batch contract and the seats' state.

@@ -10,12 +10,11 @@
 //
 // Everything is single-goroutine and discrete-event: the driver steps the
 // engine (Engine.Step) and, when the engine is idle, moves the clock to the
-// next arrival or tool completion. Without overlap the same engine
-// configuration, workload and seeds reproduce a batch bit for bit. With
-// overlap, the step in flight spends its time on the clock from the
-// pipeline's goroutine, so a time read after Step may or may not include
-// it: token ids, counters and sharing reproduce, times to within a step's
-// cost per turn, until the simulated runner charges the clock at launch.
+// next arrival or tool completion. The same engine configuration, workload
+// and seeds reproduce a batch bit for bit, overlap on or off, as long as the
+// runner spends step time when the engine collects each step
+// (executor.Collector: sim.Runner with ChargeOnCollect, sim.Recorder with
+// SpendOn for a real runner) rather than from the device stream's goroutine.
 package agentic
 
 import (

@@ -63,7 +63,7 @@ func New(c Config, clk clock.Clock) (*executor.Engine, int, error) {
 		Capacity: model.Capacity{Seats: seats, KVBlocks: c.KVBlocks, BlockSize: c.BlockSize, MaxContext: c.MaxContext,
 			MaxBatchTokens: c.MaxBatchTokens, Vocab: c.Vocab},
 		Cost: c.Cost, Clock: clk, Seed: c.Seed, EOS: EOS, EOSAfter: c.EOSAfter,
-		TokenMin: TokenMin, TokenMax: int32(c.Vocab),
+		TokenMin: TokenMin, TokenMax: int32(c.Vocab), ChargeOnCollect: true,
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("simrig: %w", err)
