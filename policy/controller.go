@@ -521,6 +521,7 @@ func (c *Controller) resume(p *program, now time.Time, forced bool) {
 	}
 	p.state = StateActive
 	c.nActive++
+	c.m.peakActive = max(c.m.peakActive, c.nActive)
 	if p.pending {
 		wait := now.Sub(p.waitStart)
 		c.m.waits++

@@ -11,6 +11,7 @@ type counters struct {
 	admitted, resumes, forced, pauses, expired, released, lost uint64
 	waits                                                      uint64
 	waitTotal, waitMax                                         time.Duration
+	peakActive                                                 int // most programs ACTIVE at once
 }
 
 // Metrics is a snapshot of the Controller (cumulative counts since New).
@@ -19,6 +20,9 @@ type Metrics struct {
 	// Programs by state; Reasoning + Acting = Active. Marked REASONING
 	// programs pause when their turn ends.
 	Waiting, Active, Paused, Reasoning, Acting, Marked int
+	// PeakActive is the most programs ACTIVE at once since New (seed 000's
+	// peak_sampled_active_programs, exact here rather than sampled).
+	PeakActive int
 	// Admitted counts new programs made ACTIVE; Resumes paused ones made
 	// ACTIVE again; ForcedResumes those of both that waited ForcedResume.
 	Admitted, Resumes, ForcedResumes, Pauses uint64
@@ -48,6 +52,7 @@ func (c *Controller) Metrics() Metrics {
 		Arm:                c.cfg.Arm,
 		Waiting:            c.queues[classNew].n,
 		Active:             c.nActive,
+		PeakActive:         c.m.peakActive,
 		Paused:             c.queues[classPending].n + c.queues[classActing].n,
 		Reasoning:          len(c.reasoning),
 		Acting:             len(c.acting),
@@ -121,6 +126,7 @@ func (m *Metrics) Merge(o *Metrics) {
 	}
 	m.Waiting += o.Waiting
 	m.Active += o.Active
+	m.PeakActive += o.PeakActive // ranks' peaks need not coincide: an upper bound
 	m.Paused += o.Paused
 	m.Reasoning += o.Reasoning
 	m.Acting += o.Acting

@@ -176,6 +176,7 @@ func TestWorkload(t *testing.T) {
 					require.Zero(t, m.Pauses, "B at 90%% sharing admits everyone and never pauses")
 					require.Equal(t, 32, st.peakActive)
 				}
+				require.Equal(t, st.peakActive, m.PeakActive, "the controller's own peak agrees with the per-step samples")
 			})
 		}
 	}

@@ -261,6 +261,9 @@ func TestPolicyArms(t *testing.T) {
 			require.Equal(t, 8, row.Completed)
 			require.GreaterOrEqual(t, row.M.SchedulerPauses, 0, "measured")
 			require.GreaterOrEqual(t, row.M.SchedulerResumes, 0, "measured")
+			require.Zero(t, row.M.ForcedResumes)
+			require.Positive(t, row.M.PeakActivePrograms)
+			require.LessOrEqual(t, row.M.PeakActivePrograms, 4, "never more ACTIVE programs than the batch")
 			t.Logf("arm %s: batch %.3f s, pauses %d, resumes %d", arm, row.M.BatchSeconds, row.M.SchedulerPauses, row.M.SchedulerResumes)
 		})
 	}

@@ -48,8 +48,9 @@ type Setup struct {
 
 // EngineSetup is the Setup of an executor engine: with a program policy
 // (executor.Config.Programs) finished programs are released through
-// Engine.ReleaseProgram and the row records the policy's pauses and
-// resumes; without one both stay unmeasured.
+// Engine.ReleaseProgram and the row records the policy's pauses, resumes,
+// forced resumes and peak ACTIVE programs; without one they stay
+// unmeasured.
 func EngineSetup(eng *executor.Engine, capacityTokens int) Setup {
 	s := Setup{Engine: eng, CapacityTokens: capacityTokens}
 	if states, _, _ := eng.ProgramStates(); states == nil {
@@ -63,9 +64,11 @@ func EngineSetup(eng *executor.Engine, capacityTokens int) Setup {
 		return err
 	}
 	s.Measure = func(m *report.Metrics) {
-		if _, pauses, resumes := eng.ProgramStates(); pauses <= math.MaxInt32 && resumes <= math.MaxInt32 {
-			m.SchedulerPauses, m.SchedulerResumes = int(pauses), int(resumes)
+		pm := eng.Snapshot().Programs
+		if pm.Pauses <= math.MaxInt32 && pm.Resumes <= math.MaxInt32 && pm.ForcedResumes <= math.MaxInt32 {
+			m.SchedulerPauses, m.SchedulerResumes, m.ForcedResumes = int(pm.Pauses), int(pm.Resumes), int(pm.ForcedResumes)
 		}
+		m.PeakActivePrograms = pm.PeakActive
 	}
 	return s
 }
