@@ -75,11 +75,19 @@
 // are the rungs, the role's capacity is dp − k/2 per step, and BASE runs at
 // 1 − k/(2dp) of FIX: +33% at dp = 2 and +14% at dp = 4 for k = 1 (the seed
 // measured +27.3% and +11.5%, the same model over-predicting by 2–4 pp
-// there), +100% for k = dp. Which ranks are late is timing: in this
+// there), +100% for k = dp. That assumes a step costs the same whatever
+// its batch (so a healthy rank's full batch sets every iteration's time):
+// with k = dp and step time that scales with the batch (a half batch
+// about half, an empty iteration nothing, as on the simulated lockstep of
+// bench/adprun) BASE loses only per-step fixed costs. Which ranks are
+// late is timing: in this
 // in-process lockstep loop every overlapping engine is late (k = dp); the
-// seed's k = 1 runs have one. The ladder tests set k per rank (a simulated
-// rank processing its step before the gather) and assert rank 0's logged
-// share is its rung and the throughput ratio is 1 − k/(2dp). FIX and OVLOFF
+// seed's k = 1 runs have one. EngineRank.SetEarly chooses it on real
+// engines: an early rank collects its step (executor.Engine.Collect) before
+// the gather, so only the other ranks are late and k is their number. The
+// ladder tests set k per rank (a simulated rank processing its step before
+// the gather, or early engine ranks) and assert rank 0's logged share is
+// its rung and the throughput ratio is 1 − k/(2dp). FIX and OVLOFF
 // admit two per rank per step whatever the timing: share 1/dp, with
 // identical per-rank counts.
 //

@@ -13,6 +13,9 @@ type EngineRank struct {
 	e      *executor.Engine
 	dummy  func() error
 	chains *Chains
+	// early: collect the step left in flight before the next gather (see
+	// SetEarly).
+	early bool
 }
 
 // NewEngineRank wraps e. dummy runs a dummy step when the engine has nothing
@@ -64,22 +67,40 @@ func (c *Chains) get(e *executor.Engine, j int) *executor.PromptChain {
 // Engine is the wrapped engine.
 func (r *EngineRank) Engine() *executor.Engine { return r.e }
 
+// SetEarly makes the rank "early" (true) or "late" (false, the default).
+// An early rank processes its step's results inside its lockstep iteration
+// (executor.Engine.Collect after the step), so requests that finished in it
+// are torn down before the next gather and are never reported retiring
+// there. A late rank leaves the step in flight under overlap, as the
+// in-process loop naturally does, so its finishing requests are retiring
+// at the next gather: seed 004's penalised ranks under BASE. Which ranks
+// are late on a real deployment is timing; this sets it, so seed 004's k
+// (the number of late ranks) can be chosen. Without overlap the two are the
+// same. Call it between Steps (loop-owned).
+func (r *EngineRank) SetEarly(early bool) { r.early = early }
+
+// Early reports whether the rank collects its step before the gather.
+func (r *EngineRank) Early() bool { return r.early }
+
 // Step implements Rank: one engine step, or a dummy step when the engine
-// launched nothing.
+// launched nothing; an early rank then collects the step it launched.
 func (r *EngineRank) Step() (bool, error) {
 	before := r.e.Launched()
 	if _, err := r.e.Step(); err != nil {
 		return false, err
 	}
-	if r.e.Launched() != before {
-		return true, nil
-	}
-	if r.dummy != nil {
+	busy := r.e.Launched() != before
+	if !busy && r.dummy != nil {
 		if err := r.dummy(); err != nil {
 			return false, err
 		}
 	}
-	return false, nil
+	if r.early {
+		if _, err := r.e.Collect(); err != nil {
+			return false, err
+		}
+	}
+	return busy, nil
 }
 
 // State implements Rank from the engine's RankLoad.
