@@ -109,6 +109,10 @@ type Metrics struct {
 	// TurnShares is the shared-prefix ratio of every turn, reconstructed
 	// from the token ids sent (workload.Sharing.Ratio); nil if not measured.
 	TurnShares []float64 `json:"turn_shares"`
+	// RankRouted is the requests routed to each attention-DP rank over the
+	// run (index i is rank i; seed 004's per-rank counts, whose equality
+	// between arms is exact); nil without attention DP.
+	RankRouted []int `json:"rank_routed"`
 }
 
 // BatchMetrics fills the batch-time metrics from per-program arrival and
@@ -215,6 +219,30 @@ func parseFloats(s string) ([]float64, error) {
 	return out, nil
 }
 
+// fmtInts writes a list of counts in one cell, separated by ";" ("" for
+// none).
+func fmtInts(vs []int) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = strconv.Itoa(v)
+	}
+	return strings.Join(parts, ";")
+}
+
+func parseInts(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ";")
+	out := make([]int, len(parts))
+	for i, p := range parts {
+		if err := parseInt(p, &out[i]); err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
 // fmtBool writes Python-style booleans, as seed 000's CSV does.
 func fmtBool(b bool) string {
 	if b {
@@ -269,7 +297,8 @@ func mFloat(name string, f func(*Metrics) *float64) column {
 // under its names (backend_* are the engine's own counters here; the
 // seed's backend_failures, backend_oom and sampling_off have no
 // counterpart in turnstile and are left out), then turnstile's additions
-// (block, dp, rank0_share, steps, turn_shares, audit_detail, workload).
+// (block, dp, rank0_share, steps, turn_shares, rank_routed, audit_detail,
+// workload).
 func columns() []column {
 	return []column{
 		rowStr("stage", func(r *Row) *string { return &r.Stage }),
@@ -311,6 +340,9 @@ func columns() []column {
 		{name: "turn_shares",
 			get: func(r *Row) string { return fmtFloats(r.M.TurnShares) },
 			set: func(r *Row, s string) (err error) { r.M.TurnShares, err = parseFloats(s); return err }},
+		{name: "rank_routed",
+			get: func(r *Row) string { return fmtInts(r.M.RankRouted) },
+			set: func(r *Row, s string) (err error) { r.M.RankRouted, err = parseInts(s); return err }},
 		rowStr("audit_detail", func(r *Row) *string { return &r.AuditDetail }),
 		rowStr("workload", func(r *Row) *string { return &r.Workload }),
 	}

@@ -51,6 +51,7 @@ func TestCSVRoundTrip(t *testing.T) {
 	rows[2].M.BatchSeconds = 1.0 / 3 // needs all 17 digits
 	rows[3].Candidate = `quoted, "odd"`
 	rows[4].M.TurnShares = []float64{0.9, 0.8421052631578947, 0.7}
+	rows[4].M.RankRouted = []int{2928, 5853, 5850, 5850}
 	rows[5].M.SchedulerPauses, rows[5].M.RecomputedTokens = -1, -1 // unmeasured
 	var buf bytes.Buffer
 	require.NoError(t, WriteCSV(&buf, rows))
@@ -80,6 +81,8 @@ func TestCSVRoundTrip(t *testing.T) {
 		require.Equal(t, want, got, "row %d", i)
 	}
 	require.Equal(t, 0.2857142857142857, back[1].M.Rank0Share)
+	require.Equal(t, []int{2928, 5853, 5850, 5850}, back[4].M.RankRouted)
+	require.Contains(t, lines[5], ",2928;5853;5850;5850,", "per-rank counts in one cell")
 	require.Equal(t, 1.0/3, back[2].M.BatchSeconds)
 
 	var again bytes.Buffer
