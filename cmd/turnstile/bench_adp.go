@@ -1,13 +1,262 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/turnstile-llm/turnstile/bench/adprun"
+	"github.com/turnstile-llm/turnstile/bench/progress"
+	"github.com/turnstile-llm/turnstile/bench/report"
+	"github.com/turnstile-llm/turnstile/internal/stats"
 )
 
-// newBenchADPCmd is a placeholder replaced by the adp campaign command.
+// benchADPOptions are the flags of `turnstile bench adp`.
+type benchADPOptions struct {
+	dps             []int
+	arms            []string
+	blocks          int
+	requestsPerRank int
+	isl             int
+	maxBatchSize    int
+	late            string // "K" or "all"
+	rank0Late       bool
+	seed            uint64
+	out             string // "" = no files
+}
+
+// maxADPRanks bounds --dp: each rank is an engine and a goroutine.
+const maxADPRanks = 64
+
 func newBenchADPCmd() *cobra.Command {
-	return &cobra.Command{Use: "adp", Short: "seed 004 attention-DP campaign (in progress)", Hidden: true,
-		RunE: func(*cobra.Command, []string) error { return errors.New("bench adp: not built yet") }}
+	o := benchADPOptions{}
+	cmd := &cobra.Command{
+		Use:   "adp [--dp 2,4] [--arms BASE,FIX,OVLOFF] [--blocks N] [--requests-per-rank N] [--isl N] [--max-batch-size N] [--late K|all] [--seed N] [--out DIR]",
+		Short: "Seed 004's attention-DP campaign on the simulated device (BASE, FIX, OVLOFF)",
+		Long: "bench adp runs seed 004's arms on simulated attention-DP context ranks (H200 Llama-3-8B cost\n" +
+			"model, max batch 2, context-heavy requests of --isl ± 10% tokens and one output token, all\n" +
+			"offered at once): BASE charges retiring requests against admission, FIX does not, OVLOFF\n" +
+			"runs without overlap. One campaign per --dp: --blocks paired blocks, each every arm on\n" +
+			"workload seed --seed + block. --late K makes K ranks late (their step's results are\n" +
+			"processed after the next gather, so under BASE their finishing requests are charged there):\n" +
+			"the last K, or the first K with --rank0-late; 'all' is every rank (this loop's natural\n" +
+			"state). It prints, per dp, the campaign table, FIX/BASE and FIX/OVLOFF throughput ratios with\n" +
+			"95% bootstrap intervals beside seed 004's and the ladder's predicted gain, rank 0's routing\n" +
+			"share against its rung, and whether FIX and OVLOFF route identically per rank. --out writes\n" +
+			"rows.csv (as rows complete), summary.json, table.md and rank0_share.png.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runBenchADP(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.IntSliceVar(&o.dps, "dp", []int{2, 4}, "attention-DP widths, one campaign each")
+	f.StringSliceVar(&o.arms, "arms", []string{adprun.BASE, adprun.FIX, adprun.OVLOFF}, "arms to run (FIX, the reference, must be among them)")
+	f.IntVar(&o.blocks, "blocks", 3, "paired blocks per dp")
+	f.IntVar(&o.requestsPerRank, "requests-per-rank", adprun.DefaultRequestsPerRank, "requests offered per rank in every row")
+	f.IntVar(&o.isl, "isl", adprun.DefaultInputTokens, "nominal input length in tokens (each request ± 10%)")
+	f.IntVar(&o.maxBatchSize, "max-batch-size", adprun.DefaultMaxBatchSize, "every rank's max batch size")
+	f.StringVar(&o.late, "late", strconv.Itoa(adprun.DefaultLate), "late ranks: a count K (the last K ranks) or 'all'")
+	f.BoolVar(&o.rank0Late, "rank0-late", false, "make the first K ranks late (rank 0 among them) instead of the last K")
+	f.Uint64Var(&o.seed, "seed", 1, "workload seed of block 0 (block b uses seed+b); also seeds the bootstrap")
+	f.StringVar(&o.out, "out", "", "directory for rows.csv, summary.json, table.md, rank0_share.png (created if missing)")
+	return cmd
+}
+
+// lateK parses --late: K ≥ 0, or adprun.AllLate for "all".
+func (o *benchADPOptions) lateK() (int, error) {
+	if o.late == "all" {
+		return adprun.AllLate, nil
+	}
+	k, err := strconv.Atoi(o.late)
+	if err != nil || k < 0 {
+		return 0, fmt.Errorf("bench adp: --late %q: want a count >= 0 or 'all'", o.late)
+	}
+	return k, nil
+}
+
+// validate checks every flag, naming the offending value, and creates
+// --out.
+func (o *benchADPOptions) validate() error {
+	switch {
+	case len(o.dps) == 0:
+		return errors.New("bench adp: --dp is empty")
+	case o.blocks < 1:
+		return fmt.Errorf("bench adp: --blocks %d: must be >= 1", o.blocks)
+	case o.requestsPerRank < 1:
+		return fmt.Errorf("bench adp: --requests-per-rank %d: must be >= 1", o.requestsPerRank)
+	case o.isl < 1:
+		return fmt.Errorf("bench adp: --isl %d: must be >= 1", o.isl)
+	case o.maxBatchSize < 1:
+		return fmt.Errorf("bench adp: --max-batch-size %d: must be >= 1", o.maxBatchSize)
+	}
+	k, err := o.lateK()
+	if err != nil {
+		return err
+	}
+	for i, dp := range o.dps {
+		switch {
+		case dp < 1 || dp > maxADPRanks:
+			return fmt.Errorf("bench adp: --dp %d: must be in [1, %d]", dp, maxADPRanks)
+		case slices.Contains(o.dps[:i], dp):
+			return fmt.Errorf("bench adp: --dp %d is repeated", dp)
+		case k > dp:
+			return fmt.Errorf("bench adp: --late %d exceeds --dp %d", k, dp)
+		}
+	}
+	for i, a := range o.arms {
+		switch {
+		case !slices.Contains(adprun.Arms[:], a):
+			return fmt.Errorf("bench adp: --arms %q: want BASE, FIX or OVLOFF", a)
+		case slices.Contains(o.arms[:i], a):
+			return fmt.Errorf("bench adp: --arms %q is repeated", a)
+		}
+	}
+	if !slices.Contains(o.arms, adprun.FIX) {
+		return fmt.Errorf("bench adp: --arms %s: FIX, the reference arm, must be among them", strings.Join(o.arms, ","))
+	}
+	if o.out != "" {
+		if err := os.MkdirAll(o.out, 0o755); err != nil {
+			return fmt.Errorf("bench adp: --out %q: %w", o.out, err)
+		}
+	}
+	return nil
+}
+
+// config is one dp's row configuration.
+func (o *benchADPOptions) config(dp int) (adprun.Config, error) {
+	c := adprun.DefaultConfig(dp)
+	c.RequestsPerRank, c.InputTokens, c.MaxBatchSize, c.RankZeroLate = o.requestsPerRank, o.isl, o.maxBatchSize, o.rank0Late
+	k, err := o.lateK()
+	if err != nil {
+		return c, err
+	}
+	c.Late = k
+	return c, c.Validate()
+}
+
+// runBenchADP runs one campaign per dp, writing rows as they complete, then
+// the analysis.
+func runBenchADP(ctx context.Context, o benchADPOptions, stdout, stderr io.Writer) (err error) {
+	plan := adprun.Plan(o.arms, o.blocks, o.seed)
+	bar, err := progress.New(stderr, plan.Rows()*len(o.dps), time.Now)
+	if err != nil {
+		return fmt.Errorf("bench adp: %w", err)
+	}
+	var csvw *report.CSVWriter
+	if o.out != "" {
+		f, err := os.Create(filepath.Join(o.out, "rows.csv"))
+		if err != nil {
+			return fmt.Errorf("bench adp: %w", err)
+		}
+		defer func() {
+			if cerr := f.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("bench adp: %w", cerr)
+			}
+		}()
+		if csvw, err = report.NewCSVWriter(f); err != nil {
+			return fmt.Errorf("bench adp: rows.csv: %w", err)
+		}
+	}
+	var rows []report.Row
+	var analyses []adprun.Analysis
+	boot := stats.Bootstrap{Seed: o.seed}
+	offset := 0
+	for _, dp := range o.dps {
+		c, err := o.config(dp)
+		if err != nil {
+			return fmt.Errorf("bench adp: %w", err)
+		}
+		if err := bar.Update(offset, fmt.Sprintf("dp=%d", dp)); err != nil {
+			return err
+		}
+		res, cerr := adprun.Campaign(ctx, c, plan, func(r report.Row, done, _ int) error {
+			if csvw != nil {
+				if err := csvw.Write(&r); err != nil {
+					return err
+				}
+			}
+			return bar.Update(offset+done, fmt.Sprintf("dp=%d %s", dp, r.RowID))
+		})
+		rows = append(rows, res.Rows...)
+		offset += plan.Rows()
+		if cerr != nil {
+			_ = bar.Done()
+			return fmt.Errorf("bench adp: dp %d: %w", dp, cerr)
+		}
+		a, err := adprun.Analyse(res.Rows, c, boot)
+		if err != nil {
+			return fmt.Errorf("bench adp: %w", err)
+		}
+		analyses = append(analyses, a)
+	}
+	if err := bar.Done(); err != nil {
+		return err
+	}
+	title := fmt.Sprintf("bench adp: dp %v, arms %s, %d blocks, %d requests/rank, ISL %d ± 10%%, max batch %d, late %s (rank 0 late: %v), seed %d",
+		o.dps, strings.Join(o.arms, ","), o.blocks, o.requestsPerRank, o.isl, o.maxBatchSize, o.late, o.rank0Late, o.seed)
+	var md strings.Builder
+	if err := adprun.WriteMarkdown(&md, title, rows, analyses); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(stdout, md.String()); err != nil {
+		return fmt.Errorf("bench adp: %w", err)
+	}
+	for i := range analyses {
+		fmt.Fprintln(stdout, adprun.GoalLine(&analyses[i]))
+	}
+	if o.out == "" {
+		return nil
+	}
+	return writeADPFiles(o.out, title, md.String(), rows, analyses)
+}
+
+// writeADPFiles writes summary.json, table.md and rank0_share.png.
+func writeADPFiles(dir, title, md string, rows []report.Row, as []adprun.Analysis) error {
+	s := adprun.Summary{Summary: report.Summarise(title, rows, nil), DP: as}
+	if err := writeFileWith(filepath.Join(dir, "summary.json"), func(w io.Writer) error { return adprun.WriteJSON(w, s) }); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "table.md"), []byte(md), 0o644); err != nil {
+		return fmt.Errorf("bench adp: %w", err)
+	}
+	if !slices.ContainsFunc(as, func(a adprun.Analysis) bool { return a.DP >= 2 }) {
+		return nil // no attention DP, no routing share to plot
+	}
+	return writeFileWith(filepath.Join(dir, "rank0_share.png"), func(w io.Writer) error {
+		return report.Rank0SharePlot(w, rows, report.PlotWidth, report.PlotHeight)
+	})
+}
+
+// writeFileWith creates path and fills it with write.
+func writeFileWith(path string, write func(io.Writer) error) (err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench adp: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("bench adp: %s: %w", path, cerr)
+		}
+	}()
+	if err := write(f); err != nil {
+		return fmt.Errorf("bench adp: %s: %w", path, err)
+	}
+	return nil
 }
