@@ -12,7 +12,7 @@ import (
 // Linear is the simulated device's cost model: the time of one step is
 //
 //	device = Fixed + PerPrefillToken·PrefillTokens + PerDecodeSeq·DecodeSeqs
-//	         + PerContextToken·ContextTokens
+//	         + PerContextToken·ContextTokens + PerPrefillPair·PrefillPairs
 //	host   = HostFixed + HostPerSeq·Seqs            (planning the next step)
 //	step   = device + host        without overlap
 //	       = max(device, host)    with Overlap: the host plans step n+1
@@ -26,6 +26,7 @@ type Linear struct {
 	PerPrefillToken float64 `json:"per_prefill_token_s"`
 	PerDecodeSeq    float64 `json:"per_decode_seq_s"`
 	PerContextToken float64 `json:"per_context_token_s"`
+	PerPrefillPair  float64 `json:"per_prefill_pair_s"`
 	HostFixed       float64 `json:"host_fixed_s"`
 	HostPerSeq      float64 `json:"host_per_seq_s"`
 	// Overlap hides host planning behind device time (see above).
@@ -35,7 +36,7 @@ type Linear struct {
 // Device is the device time of a step, in seconds.
 func (l Linear) Device(s StepShape) float64 {
 	return l.Fixed + l.PerPrefillToken*float64(s.PrefillTokens) + l.PerDecodeSeq*float64(s.DecodeSeqs) +
-		l.PerContextToken*float64(s.ContextTokens)
+		l.PerContextToken*float64(s.ContextTokens) + l.PerPrefillPair*float64(s.PrefillPairs)
 }
 
 // Host is the host planning time of a step, in seconds.
@@ -62,7 +63,7 @@ func (l Linear) Validate() error {
 		name string
 		v    float64
 	}{{"fixed", l.Fixed}, {"per prefill token", l.PerPrefillToken}, {"per decode sequence", l.PerDecodeSeq},
-		{"per context token", l.PerContextToken}, {"host fixed", l.HostFixed}, {"host per sequence", l.HostPerSeq}} {
+		{"per context token", l.PerContextToken}, {"per prefill pair", l.PerPrefillPair}, {"host fixed", l.HostFixed}, {"host per sequence", l.HostPerSeq}} {
 		if !(f.v >= 0) || math.IsInf(f.v, 0) {
 			return fmt.Errorf("sim: cost coefficient %s is %v; want finite and ≥ 0", f.name, f.v)
 		}
@@ -78,6 +79,7 @@ const (
 	h200BF16      = 989e12 // FLOP/s, dense (no sparsity)
 	llama3Params  = 8.03e9 // parameters
 	llama3Layers  = 32     // transformer layers
+	llama3Heads   = 32     // query heads
 	llama3KVHeads = 8      // grouped-query KV heads
 	llama3HeadDim = 128    // head dimension
 	bytesBF16     = 2      // bytes per BF16 value
@@ -103,17 +105,18 @@ const (
 //     stream, so the sum over-estimates there; a fitted profile corrects it.)
 //   - PerContextToken: attention reads each attended token's K and V in
 //     every layer: 2 (K, V) × 32 layers × 8 KV heads × 128 dims × 2 B =
-//     128 KiB per token; at 3.84 TB/s that is 34.1 ns. Prefill attention's
-//     FLOPs (quadratic in the chunk) are not modelled separately: 4 × 32 ×
-//     4096 FLOP ≈ 0.52 MFLOP per (query, key) pair, i.e. ~27% extra per
-//     prefill token at 8K context; fitting absorbs the mean.
+//     128 KiB per token; at 3.84 TB/s that is 34.1 ns.
+//   - PerPrefillPair: prefill attention computes QKᵀ and PV for every
+//     (query, key) pair, 2 × 2 × 32 layers × 4,096 (32 heads × 128) =
+//     0.52 MFLOP per pair; at 593 TFLOP/s that is 0.884 ns, i.e. ~27% on
+//     top of PerPrefillToken for a token attending 8K keys.
 //   - Host: assumed, not derived: 150 µs to plan a step plus 2 µs per
 //     sequence (a Go scheduler; measure with `turnstile bench calibrate`).
 //     With overlap it hides behind device time.
 //
 // So a 32-sequence decode step at 2K context each costs 4.48 ms + 32 ×
 // 27.1 µs + 65,536 × 34.1 ns ≈ 7.59 ms device, and an 8,192-token prefill
-// chunk ≈ 4.48 + 221.7 + 0.28 ms ≈ 226 ms.
+// chunk from empty ≈ 4.48 + 221.7 + 0.28 + 29.7 ms (33.6M pairs) ≈ 256 ms.
 func H200Llama3_8B(overlap bool) Linear {
 	bw := bwEfficiency * h200Bandwidth
 	perToken := 2 * llama3Params / (mmEfficiency * h200BF16)
@@ -123,6 +126,7 @@ func H200Llama3_8B(overlap bool) Linear {
 		PerPrefillToken: perToken,
 		PerDecodeSeq:    perToken,
 		PerContextToken: kvPerToken / bw,
+		PerPrefillPair:  2 * 2 * llama3Layers * llama3Heads * llama3HeadDim / (mmEfficiency * h200BF16),
 		HostFixed:       150e-6,
 		HostPerSeq:      2e-6,
 		Overlap:         overlap,
@@ -137,45 +141,57 @@ type Sample struct {
 }
 
 // Calibrate fits the device coefficients of a Linear model to measured
-// steps by least squares (time ≈ Fixed + PerPrefillToken·prefill +
-// PerDecodeSeq·decode + PerContextToken·context). A coefficient that comes
-// out negative (noise on a small effect) is fixed at 0 and the rest
-// refitted, one term at a time starting with the one whose negative price
-// removes the most time over the samples, so the model never prices work
-// below free. The
-// returned fit (residuals in seconds) is over the final model: its RMS and
-// MaxRel are the fit error `turnstile bench calibrate` prints. Host
-// coefficients and Overlap are left zero for the caller to set.
+// steps (time ≈ Fixed + PerPrefillToken·prefill + PerDecodeSeq·decode +
+// PerContextToken·context + PerPrefillPair·prefill pairs) by least squares
+// on relative error: each step's equation is divided by its measured time,
+// so the fit minimises Σ((predicted − measured)/measured)². Plain least
+// squares on seconds lets the few long prefill steps set every coefficient
+// and misprices the many short decode steps, and a simulation needs each
+// step's time right in proportion. A coefficient that comes out negative
+// (noise on a small effect) is fixed at 0 and the rest refitted, one term
+// at a time starting with the one whose negative price removes the most
+// time over the samples, so the model never prices work below free. The
+// returned fit is over the final model with residuals in seconds (RMS,
+// MaxAbs, MaxRel, R² of the unweighted times). Host coefficients and
+// Overlap are left zero for the caller to set.
 //
-// The samples must vary every term (e.g. steps with and without prefill,
-// with different decode counts and contexts); a term that never varies
+// Every sample must have taken a positive time. The samples must vary
+// every term (e.g. steps with and without prefill, with different decode
+// counts, contexts and chunk lengths); a term that never varies
 // independently is an error naming it.
 func Calibrate(samples []Sample) (Linear, stats.Fit, error) {
 	if len(samples) == 0 {
 		return Linear{}, stats.Fit{}, fmt.Errorf("sim: calibrate: no samples")
 	}
-	names := []string{"fixed", "per prefill token", "per decode sequence", "per context token"}
+	names := []string{"fixed", "per prefill token", "per decode sequence", "per context token", "per prefill pair"}
 	row := func(s StepShape) []float64 {
-		return []float64{1, float64(s.PrefillTokens), float64(s.DecodeSeqs), float64(s.ContextTokens)}
+		return []float64{1, float64(s.PrefillTokens), float64(s.DecodeSeqs), float64(s.ContextTokens), float64(s.PrefillPairs)}
 	}
 	y := make([]float64, len(samples))
 	for i, s := range samples {
-		if s.Time < 0 {
-			return Linear{}, stats.Fit{}, fmt.Errorf("sim: calibrate: sample %d took %v", i, s.Time)
+		if s.Time <= 0 {
+			return Linear{}, stats.Fit{}, fmt.Errorf("sim: calibrate: sample %d took %v; want > 0", i, s.Time)
 		}
 		y[i] = s.Time.Seconds()
 	}
-	active := []int{0, 1, 2, 3}
+	ones := make([]float64, len(samples))
+	for i := range ones {
+		ones[i] = 1
+	}
+	active := []int{0, 1, 2, 3, 4}
 	for {
-		x := make([][]float64, len(samples))
+		x := make([][]float64, len(samples))  // unweighted, for contributions and the reported fit
+		xw := make([][]float64, len(samples)) // each row divided by its time
 		for i, s := range samples {
 			full := row(s.Shape)
 			x[i] = make([]float64, len(active))
+			xw[i] = make([]float64, len(active))
 			for j, c := range active {
 				x[i][j] = full[c]
+				xw[i][j] = full[c] / y[i]
 			}
 		}
-		fit, err := stats.LeastSquares(x, y)
+		fit, err := stats.LeastSquares(xw, ones)
 		if err != nil {
 			return Linear{}, stats.Fit{}, fmt.Errorf("sim: calibrate over terms %v: %w", pick(names, active), err)
 		}
@@ -192,18 +208,49 @@ func Calibrate(samples []Sample) (Linear, stats.Fit, error) {
 			}
 		}
 		if worst < 0 {
-			coef := make([]float64, 4)
+			coef := make([]float64, len(names))
 			for j, c := range active {
 				coef[c] = fit.Coef[j]
 			}
-			full := stats.Fit{Coef: coef, Residuals: fit.Residuals, RMS: fit.RMS, MaxAbs: fit.MaxAbs, MaxRel: fit.MaxRel, R2: fit.R2}
-			return Linear{Fixed: coef[0], PerPrefillToken: coef[1], PerDecodeSeq: coef[2], PerContextToken: coef[3]}, full, nil
+			return Linear{Fixed: coef[0], PerPrefillToken: coef[1], PerDecodeSeq: coef[2], PerContextToken: coef[3],
+				PerPrefillPair: coef[4]}, secondsFit(x, y, fit.Coef, coef), nil
 		}
 		active = slices.Delete(active, worst, worst+1)
 		if len(active) == 0 {
 			return Linear{}, stats.Fit{}, fmt.Errorf("sim: calibrate: every coefficient fitted negative")
 		}
 	}
+}
+
+// secondsFit reports the fit of coefficients c (over x's columns) to y in
+// seconds; full is every term's coefficient, zeros included.
+func secondsFit(x [][]float64, y, c, full []float64) stats.Fit {
+	f := stats.Fit{Coef: full, Residuals: make([]float64, len(y))}
+	mean := 0.0
+	for _, v := range y {
+		mean += v / float64(len(y))
+	}
+	var ss, tot float64
+	for i, row := range x {
+		pred := 0.0
+		for j, v := range row {
+			pred += c[j] * v
+		}
+		r := y[i] - pred
+		f.Residuals[i] = r
+		ss += r * r
+		tot += (y[i] - mean) * (y[i] - mean)
+		f.MaxAbs = math.Max(f.MaxAbs, math.Abs(r))
+		f.MaxRel = math.Max(f.MaxRel, math.Abs(r)/y[i])
+	}
+	f.RMS = math.Sqrt(ss / float64(len(y)))
+	switch {
+	case tot > 0:
+		f.R2 = 1 - ss/tot
+	case ss <= 1e-30:
+		f.R2 = 1
+	}
+	return f
 }
 
 func pick(names []string, idx []int) []string {

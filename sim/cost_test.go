@@ -76,7 +76,10 @@ func shapes() []StepShape {
 				if prefill > 0 {
 					seqs++
 				}
-				out = append(out, StepShape{Seqs: seqs, PrefillTokens: prefill, DecodeSeqs: decode, ContextTokens: seqs * ctxPer})
+				// The prefilling sequence's chunk ends at ctxPer + prefill.
+				l := ctxPer + prefill
+				out = append(out, StepShape{Seqs: seqs, PrefillTokens: prefill, DecodeSeqs: decode, ContextTokens: decode*ctxPer + min(prefill, 1)*l,
+					PrefillPairs: prefill*l - prefill*(prefill-1)/2})
 			}
 		}
 	}
@@ -100,13 +103,14 @@ func TestCalibrate(t *testing.T) {
 	require.InEpsilon(t, truth.PerPrefillToken, got.PerPrefillToken, 1e-5)
 	require.InEpsilon(t, truth.PerDecodeSeq, got.PerDecodeSeq, 1e-5)
 	require.InEpsilon(t, truth.PerContextToken, got.PerContextToken, 1e-4)
+	require.InEpsilon(t, truth.PerPrefillPair, got.PerPrefillPair, 1e-4)
 	require.Less(t, fit.RMS, 1e-9, "exact samples are fitted to ns rounding")
-	require.Len(t, fit.Coef, 4)
+	require.Len(t, fit.Coef, 5)
 
 	got, fit, err = Calibrate(noisy)
 	require.NoError(t, err)
 	require.InEpsilon(t, truth.PerPrefillToken, got.PerPrefillToken, 0.02)
-	require.LessOrEqual(t, fit.MaxRel, 0.05)
+	require.LessOrEqual(t, fit.MaxRel, 0.02, "±1% noise leaves ≤ 2% relative residuals when relative error is what is fitted")
 	require.Greater(t, fit.R2, 0.99)
 	require.NoError(t, got.Validate())
 }
@@ -117,7 +121,8 @@ func TestCalibrateClampsNegative(t *testing.T) {
 	// them below zero. Calibrate fixes them at 0 and refits.
 	var samples []Sample
 	for i := range 40 {
-		s := StepShape{Seqs: 1 + i%5, PrefillTokens: 100 * (1 + i%7), DecodeSeqs: i % 5, ContextTokens: 1000 * (i % 3)}
+		s := StepShape{Seqs: 1 + i%5, PrefillTokens: 100 * (1 + i%7), DecodeSeqs: i % 5, ContextTokens: 1000 * (i % 3),
+			PrefillPairs: 5000 * (1 + i%11)}
 		d := 1e-3 + 1e-5*float64(s.PrefillTokens) - 1e-6*float64(s.DecodeSeqs) - 1e-9*float64(s.ContextTokens)
 		samples = append(samples, Sample{Shape: s, Time: time.Duration(math.Round(d * 1e9))})
 	}
@@ -136,10 +141,13 @@ func TestCalibrateErrors(t *testing.T) {
 	require.ErrorContains(t, err, "no samples")
 	_, _, err = Calibrate([]Sample{{Shape: StepShape{PrefillTokens: 1}, Time: -1}})
 	require.ErrorContains(t, err, "sample 0 took -1ns")
+	_, _, err = Calibrate([]Sample{{Shape: StepShape{PrefillTokens: 1}, Time: 0}})
+	require.ErrorContains(t, err, "sample 0 took 0s; want > 0")
 	// Decode never varies: its column is all zero.
 	var flat []Sample
 	for i := range 10 {
-		flat = append(flat, Sample{Shape: StepShape{Seqs: 1, PrefillTokens: 10 * (i + 1), ContextTokens: 7 * (i + 1) * (i + 2)}, Time: time.Duration(1000 + i*i)})
+		flat = append(flat, Sample{Shape: StepShape{Seqs: 1, PrefillTokens: 10 * (i + 1), ContextTokens: 7 * (i + 1) * (i + 2),
+			PrefillPairs: 3 * (i + 1) * (i + 1) * (i + 1)}, Time: time.Duration(1000 + i*i)})
 	}
 	_, _, err = Calibrate(flat)
 	require.ErrorContains(t, err, "column 2 is linearly dependent")

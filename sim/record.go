@@ -20,17 +20,12 @@ type Device interface {
 
 // ShapeOf is what a cost model sees of b: a sequence taking exactly one new
 // token is a decode, any other contributes its new tokens as prefill, and
-// every sequence contributes its context length (as Runner.Execute counts).
+// every sequence contributes its context length; a prefill also its attended
+// (query, key) pairs (as Runner.Execute counts).
 func ShapeOf(b *model.Batch) StepShape {
 	s := StepShape{Seqs: len(b.Seqs)}
 	for i := range b.Seqs {
-		sb := &b.Seqs[i]
-		if sb.NumTokens == 1 {
-			s.DecodeSeqs++
-		} else {
-			s.PrefillTokens += int(sb.NumTokens)
-		}
-		s.ContextTokens += int(sb.ContextLen)
+		s.add(&b.Seqs[i])
 	}
 	return s
 }

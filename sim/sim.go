@@ -45,6 +45,23 @@ type StepShape struct {
 	PrefillTokens int // new tokens of sequences that take more than one token
 	DecodeSeqs    int // sequences that take exactly one new token
 	ContextTokens int // Σ context length over the batch (attention work)
+	// PrefillPairs is Σ over prefill sequences of the (query, key) pairs
+	// their new tokens attend: n new tokens ending at context L attend
+	// n·L − n(n−1)/2 keys. Prefill attention grows with it, quadratically in
+	// the chunk, which PrefillTokens and ContextTokens cannot express.
+	PrefillPairs int
+}
+
+// add counts sequence sb into s (see ShapeOf).
+func (s *StepShape) add(sb *model.SeqBatch) {
+	n, l := int(sb.NumTokens), int(sb.ContextLen)
+	if n == 1 {
+		s.DecodeSeqs++
+	} else {
+		s.PrefillTokens += n
+		s.PrefillPairs += n*l - n*(n-1)/2
+	}
+	s.ContextTokens += l
 }
 
 // CostModel prices one step. It is the seam where the sim+bench issue plugs
@@ -220,12 +237,7 @@ func (r *Runner) Execute(b *model.Batch, out *model.Output) error {
 			r.kv[sb.BlockTable[pos/bs]*bs+pos%bs] = tok
 		}
 		st.kvLen = sb.ContextLen
-		if sb.NumTokens == 1 {
-			shape.DecodeSeqs++
-		} else {
-			shape.PrefillTokens += int(sb.NumTokens)
-		}
-		shape.ContextTokens += int(sb.ContextLen)
+		shape.add(sb)
 		if !sb.Sample {
 			out.Tokens[i] = -1
 			out.Logprobs[i] = 0
