@@ -1,0 +1,74 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-llm/turnstile/bench/calibrate"
+)
+
+func TestBenchCalibrateFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"runner", []string{"--runner", "tpu"}, `bench calibrate: --runner "tpu": want cpu or sim`},
+		{"model with sim", []string{"--runner", "sim", "--model", "x.gguf"}, `bench calibrate: --model "x.gguf": applies to --runner cpu`},
+		{"workers with sim", []string{"--runner", "sim", "--workers", "2"}, "bench calibrate: --workers 2: applies to --runner cpu"},
+		{"workers", []string{"--workers", "-1"}, "bench calibrate: --workers -1: must be >= 0"},
+		{"batch", []string{"--max-batch-size", "0"}, "bench calibrate: --max-batch-size 0: must be in [1, 256]"},
+		{"batch huge", []string{"--max-batch-size", "1000"}, "bench calibrate: --max-batch-size 1000"},
+		{"requests", []string{"--requests", "7"}, "bench calibrate: --requests 7: must be >= 8"},
+		{"seed", []string{"--seed", "-1"}, `invalid argument "-1" for "--seed"`},
+		{"model empty", []string{"--model", ""}, "bench calibrate: --model is empty"},
+		{"missing model", []string{"--model", "/no/such.gguf"}, `bench calibrate: --model "/no/such.gguf"`},
+		{"out dir", []string{"--runner", "sim", "--out", "/no/such/dir/p.json"}, `bench calibrate: --out "/no/such/dir/p.json": directory "/no/such/dir" does not exist`},
+		{"args", []string{"extra"}, `unknown command "extra"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runCLI(t, append([]string{"bench", "calibrate"}, tc.args...)...)
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+// TestBenchCalibrateSim: the self-check recovers the built-in profile, and
+// the table and the profile say so.
+func TestBenchCalibrateSim(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sim.json")
+	out, err := runCLI(t, "bench", "calibrate", "--runner", "sim", "--max-batch-size", "4", "--requests", "16", "--out", path)
+	require.NoError(t, err)
+	for _, want := range []string{"fitted µs", "true µs", "per context token", "decode-only", "with prefill",
+		"median step-time error 0.00% (goal ≤ 10%)", "profile written to " + path} {
+		require.Contains(t, out, want)
+	}
+	p, err := calibrate.ReadProfile(path)
+	require.NoError(t, err)
+	want := simTruth()
+	require.Equal(t, "sim", p.Runner)
+	require.Equal(t, 4, p.MaxBatchSize)
+	require.InEpsilon(t, want.Fixed, p.Linear.Fixed, 1e-6)
+	require.InEpsilon(t, want.PerPrefillToken, p.Linear.PerPrefillToken, 1e-6)
+	require.Less(t, p.P90RelErr, 1e-6)
+}
+
+// TestBenchCalibrateCPU: a tiny calibration of the CPU runner on
+// stories260K prints the table and writes a valid profile (its error is
+// wall-clock timing, so only its presence is checked).
+func TestBenchCalibrateCPU(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.json")
+	out, err := runCLI(t, "bench", "calibrate", "--workers", "1", "--max-batch-size", "2", "--requests", "8", "--out", path)
+	require.NoError(t, err)
+	require.Contains(t, out, "calibrating the cpu runner (stories260K.gguf, workers 1)")
+	require.Contains(t, out, "median step-time error")
+	require.NotContains(t, out, "true µs")
+	p, err := calibrate.ReadProfile(path)
+	require.NoError(t, err)
+	require.Equal(t, "stories260K.gguf", p.Model)
+	require.Equal(t, "cpu", p.Runner)
+	require.Equal(t, 1, p.Workers)
+	require.Greater(t, p.TrainSamples, 50)
+}
