@@ -45,9 +45,18 @@ test: deps
 	$(GO) vet ./...
 	$(GO) test -race -timeout 15m ./...
 
-## bench: the microbenchmarks with allocation counts.
-bench: deps
+## bench: the microbenchmarks with allocation counts, then short campaigns:
+## the CPU runner's cost-model fit, seed 000's A/B/C on the simulated H200 and,
+## scaled down, on the CPU runner beside the fitted simulator's prediction, and
+## seed 004's attention-DP ladder. Everything lands in out/.
+bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	mkdir -p out/bench-calibrate
+	./$(BIN) bench calibrate --max-batch-size 32 --out out/bench-calibrate/cpu.json
+	./$(BIN) bench agentic --blocks 4 --secondary-blocks 2 --out out/bench-agentic/seed000
+	./$(BIN) bench agentic --runner sim,cpu --profile out/bench-calibrate/cpu.json --blocks 4 --secondary-blocks 2 \
+	  --out out/bench-agentic/small
+	./$(BIN) bench adp --out out/bench-adp
 
 lint: fmt
 	$(GO) vet ./...
