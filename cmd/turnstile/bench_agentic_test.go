@@ -27,6 +27,7 @@ func TestBenchAgenticFlagErrors(t *testing.T) {
 		{[]string{"--blocks", "0"}, "--blocks 0"},
 		{[]string{"--tool-wait", "-1s"}, "--tool-wait -1s"},
 		{[]string{"--deadline", "0s"}, "--deadline 0s"},
+		{[]string{"--step-fixed", "-1ms"}, "--step-fixed -1ms"},
 		{[]string{"--context-tokens", "40000"}, "past the engine's 32768-token context"},
 		{[]string{"--profile", "/nonexistent/profile.json"}, "--profile"},
 		{[]string{"--runner", "cpu", "--context-tokens", "600"}, "past the model's"},
@@ -47,6 +48,7 @@ func TestBenchAgenticSim(t *testing.T) {
 		"--blocks", "2", "--secondary-blocks", "1", "--kv-blocks", "400", "--out", dir)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "seed 000's goals at share 0.90 (B/A)")
+	require.NotContains(t, out, "instead of", "no --step-fixed, the profile's own fixed time")
 	require.Contains(t, out, "frozen: A=a B=b")
 	for _, f := range []string{"rows.csv", "summary.json", "table.md", "throughput.png"} {
 		st, err := os.Stat(filepath.Join(dir, "sim", f))
