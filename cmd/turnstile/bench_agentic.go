@@ -612,6 +612,13 @@ func printPrediction(out io.Writer, simRun, cpuRun agenticRun) error {
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "\n== simulator prediction vs CPU measurement (same workloads, paired ratios vs A)\n")
+	// Each runner calibrates on its own: a different frozen candidate is a
+	// different arm, and its ratios are not a prediction of the other's.
+	for _, a := range sortedKeys(cpuRun.res.Frozen) {
+		if sc, cc := simRun.res.Frozen[a], cpuRun.res.Frozen[a]; sc != cc {
+			fmt.Fprintf(w, "note: calibration froze %s=%s on sim and %s=%s on cpu\n", a, sc, a, cc)
+		}
+	}
 	fmt.Fprintf(w, "share\tratio\tmetric\tsim\tcpu [95%%]\tcpu/sim\n")
 	for _, c := range cpuRun.comps {
 		s, ok := simBy[key{c.Share, c.Num, c.Metric}]
