@@ -54,9 +54,9 @@ bench: deps build
 	mkdir -p out/bench-calibrate
 	./$(BIN) bench calibrate --max-batch-size 32 --out out/bench-calibrate/cpu.json
 	./$(BIN) bench agentic --blocks 4 --secondary-blocks 2 --out out/bench-agentic/seed000
+	./$(BIN) bench adp --out out/bench-adp
 	./$(BIN) bench agentic --runner sim,cpu --profile out/bench-calibrate/cpu.json --blocks 4 --secondary-blocks 2 \
 	  --out out/bench-agentic/small
-	./$(BIN) bench adp --out out/bench-adp
 
 lint: fmt
 	$(GO) vet ./...
