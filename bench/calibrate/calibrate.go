@@ -74,6 +74,21 @@ func CPU(m *model.Llama, workers int) Factory {
 	}
 }
 
+// CUDA is the factory of the CUDA runner for m on device ordinal dev (wall
+// time; Execute returns once the step's tokens are on the host). Each pass
+// builds a runner whose KV cache holds exactly the pass's blocks; its first
+// steps compile kernels and capture graphs, which Config.Warmup skips.
+func CUDA(m *model.Llama, dev int) Factory {
+	return func(s Sizes, _ *clock.Virtual) (Device, error) {
+		r, err := model.NewCUDARunner(m, model.CUDARunnerConfig{Device: dev, Seats: s.Seats, KVBlocks: s.KVBlocks,
+			BlockSize: s.BlockSize, MaxBatchTokens: s.MaxBatchTokens})
+		if err != nil {
+			return Device{}, err
+		}
+		return Device{Runner: r, Tokenizer: m.Tokenizer(), RealTime: true, Close: r.Close}, nil
+	}
+}
+
 // Sim is the factory of the simulated device priced by cost (device time
 // only: a Linear's host terms are not what a recorder sees), holding
 // maxContext positions per sequence.

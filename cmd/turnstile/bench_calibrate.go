@@ -22,7 +22,8 @@ import (
 // benchCalibrateOptions are the flags of bench calibrate.
 type benchCalibrateOptions struct {
 	model        string
-	runner       string // cpu or sim
+	runner       string // cpu, cuda or sim
+	gpu          int    // CUDA device ordinal (--runner cuda)
 	workers      int
 	maxBatchSize int
 	seed         uint64
@@ -47,10 +48,14 @@ const (
 // error on the CPU runner.
 const calibrateGoal = 0.10
 
+// calibrateCUDAWarmup is how many steps of each CUDA pass go unrecorded:
+// the first steps load modules and capture graphs.
+const calibrateCUDAWarmup = 4
+
 func newBenchCalibrateCmd() *cobra.Command {
 	o := benchCalibrateOptions{}
 	cmd := &cobra.Command{
-		Use:   "calibrate [--model FILE] [--runner cpu|sim] [--workers N] [--max-batch-size N] [--seed N] [--requests N] [--out profile.json]",
+		Use:   "calibrate [--model FILE] [--runner cpu|cuda|sim] [--gpu N] [--workers N] [--max-batch-size N] [--seed N] [--requests N] [--out profile.json]",
 		Short: "Fit the simulated device's cost model to a runner and print its held-out error",
 		Long: "bench calibrate drives seeded traffic through an engine on a runner, recording every step's shape\n" +
 			"and time: chat at every decode batch size 1, 2, 4, … --max-batch-size, long outputs (growing\n" +
@@ -59,7 +64,9 @@ func newBenchCalibrateCmd() *cobra.Command {
 			"         + per prefill pair·(query, key) pairs of prefill attention\n" +
 			"by least squares on relative error over the training traffic (--seed) and prints the error |predicted − measured| / measured\n" +
 			"on held-out traffic of another seed, overall and for steps with prefill and decode-only steps.\n" +
-			"--runner cpu measures the CPU runner on --model (wall time); --runner sim calibrates the built-in\n" +
+			"--runner cpu measures the CPU runner on --model (wall time), --runner cuda the CUDA runner on GPU --gpu\n" +
+			"(its first 4 steps of every pass, kernel compilation and graph capture, are not recorded);\n" +
+			"--runner sim calibrates the built-in\n" +
 			"H200 Llama-3-8B profile on the simulated device, a self-check that the fit recovers it.\n" +
 			"--out writes the profile as JSON.",
 		Args: cobra.NoArgs,
@@ -76,7 +83,8 @@ func newBenchCalibrateCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.model, "model", defaultModelPath(), "GGUF model file (llama architecture; --runner cpu)")
-	f.StringVar(&o.runner, "runner", "cpu", "runner to calibrate: cpu (real, wall time) or sim (the built-in H200 profile, a self-check)")
+	f.StringVar(&o.runner, "runner", "cpu", "runner to calibrate: cpu or cuda (real, wall time) or sim (the built-in H200 profile, a self-check)")
+	f.IntVar(&o.gpu, "gpu", 0, "CUDA device ordinal (--runner cuda)")
 	f.IntVar(&o.workers, "workers", 0, "cores the CPU kernels use (0: GOMAXPROCS; --runner cpu)")
 	f.IntVar(&o.maxBatchSize, "max-batch-size", 8, "largest engine batch; decode passes run 1, 2, 4, … up to it")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the training traffic (held-out traffic: seed + 1000003)")
@@ -88,13 +96,17 @@ func newBenchCalibrateCmd() *cobra.Command {
 // validate checks the flags that do not need the model.
 func (o *benchCalibrateOptions) validate() error {
 	switch {
-	case o.runner != "cpu" && o.runner != "sim":
-		return fmt.Errorf("bench calibrate: --runner %q: want cpu or sim", o.runner)
+	case o.runner != "cpu" && o.runner != "cuda" && o.runner != "sim":
+		return fmt.Errorf("bench calibrate: --runner %q: want cpu, cuda or sim", o.runner)
+	case o.gpu < 0:
+		return fmt.Errorf("bench calibrate: --gpu %d: must be >= 0", o.gpu)
+	case o.runner == "cuda" && o.workersSet:
+		return fmt.Errorf("bench calibrate: --workers %d: applies to --runner cpu", o.workers)
 	case o.runner == "sim" && o.modelSet:
 		return fmt.Errorf("bench calibrate: --model %q: applies to --runner cpu (sim calibrates its built-in profile)", o.model)
 	case o.runner == "sim" && o.workersSet:
 		return fmt.Errorf("bench calibrate: --workers %d: applies to --runner cpu", o.workers)
-	case o.runner == "cpu" && o.model == "":
+	case o.runner != "sim" && o.model == "":
 		return errors.New("bench calibrate: --model is empty")
 	case o.workers < 0:
 		return fmt.Errorf("bench calibrate: --workers %d: must be >= 0", o.workers)
@@ -145,10 +157,17 @@ func runBenchCalibrate(ctx context.Context, o benchCalibrateOptions, out io.Writ
 		}
 		name = filepath.Base(o.model)
 		cfg.Device, cfg.MaxContext = calibrate.CPU(m, workers), m.MaxContext()
+		if o.runner == "cuda" {
+			workers = 0
+			cfg.Device, cfg.Warmup = calibrate.CUDA(m, o.gpu), calibrateCUDAWarmup
+		}
 	}
 	what := name
-	if o.runner == "cpu" {
+	switch o.runner {
+	case "cpu":
 		what = fmt.Sprintf("%s, workers %d", name, workers)
+	case "cuda":
+		what = fmt.Sprintf("%s, GPU %d", name, o.gpu)
 	}
 	if _, err := fmt.Fprintf(out, "calibrating the %s runner (%s): max batch %d, %d requests per set, seed %d\n",
 		o.runner, what, o.maxBatchSize, o.requests, o.seed); err != nil {

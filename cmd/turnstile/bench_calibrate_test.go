@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -15,7 +16,9 @@ func TestBenchCalibrateFlagErrors(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{"runner", []string{"--runner", "tpu"}, `bench calibrate: --runner "tpu": want cpu or sim`},
+		{"runner", []string{"--runner", "tpu"}, `bench calibrate: --runner "tpu": want cpu, cuda or sim`},
+		{"gpu", []string{"--runner", "cuda", "--gpu", "-1"}, "bench calibrate: --gpu -1: must be >= 0"},
+		{"workers with cuda", []string{"--runner", "cuda", "--workers", "2"}, "bench calibrate: --workers 2: applies to --runner cpu"},
 		{"model with sim", []string{"--runner", "sim", "--model", "x.gguf"}, `bench calibrate: --model "x.gguf": applies to --runner cpu`},
 		{"workers with sim", []string{"--runner", "sim", "--workers", "2"}, "bench calibrate: --workers 2: applies to --runner cpu"},
 		{"workers", []string{"--workers", "-1"}, "bench calibrate: --workers -1: must be >= 0"},
@@ -71,4 +74,18 @@ func TestBenchCalibrateCPU(t *testing.T) {
 	require.Equal(t, "cpu", p.Runner)
 	require.Equal(t, 1, p.Workers)
 	require.Greater(t, p.TrainSamples, 50)
+}
+
+// TestBenchCalibrateCUDAWithoutDriver: on a machine without the CUDA
+// driver --runner cuda fails with an error naming the runner and the
+// missing library, before any step is recorded. (On a GPU machine it
+// calibrates; that path has not run here.)
+func TestBenchCalibrateCUDAWithoutDriver(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
+		t.Skip("a GPU is present")
+	}
+	out, err := runCLI(t, "bench", "calibrate", "--runner", "cuda", "--requests", "8", "--max-batch-size", "1")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "CUDA runner")
+	require.Contains(t, out, "calibrating the cuda runner (stories260K.gguf, GPU 0)")
 }
