@@ -54,8 +54,9 @@ const (
 	OVLOFF = "OVLOFF"
 )
 
-// Arms lists the arms in their default run order.
-var Arms = [...]string{BASE, FIX, OVLOFF}
+// Arms lists the arms in their default run order (a fresh slice: no
+// package-level state to mutate).
+func Arms() []string { return []string{BASE, FIX, OVLOFF} }
 
 // AllLate as Config.Late makes every rank late (k = dp).
 const AllLate = -1

@@ -35,7 +35,7 @@ func TestCampaignLadder(t *testing.T) {
 		t.Run(fmt.Sprintf("dp=%d/late=%d/rank0=%v", tc.dp, tc.late, tc.rank0Late), func(t *testing.T) {
 			c := small(tc.dp, tc.late, tc.rank0Late)
 			var seen []string
-			res, err := Campaign(context.Background(), c, Plan(Arms[:], 2, 11), func(r report.Row, done, total int) error {
+			res, err := Campaign(context.Background(), c, Plan(Arms(), 2, 11), func(r report.Row, done, total int) error {
 				seen = append(seen, r.RowID)
 				require.Equal(t, 6, total)
 				return nil
@@ -83,7 +83,7 @@ func TestCampaignLadder(t *testing.T) {
 // TestRowsReproduce: the same spec gives the same row, bit for bit.
 func TestRowsReproduce(t *testing.T) {
 	c := small(2, 1, false)
-	for _, arm := range Arms {
+	for _, arm := range Arms() {
 		s := campaign.Spec{Stage: campaign.Validation, Arm: arm, Seed: 5}
 		a, err := Runner{Config: c}.Run(context.Background(), s)
 		require.NoError(t, err)

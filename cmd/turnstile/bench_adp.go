@@ -122,7 +122,7 @@ func (o *benchADPOptions) validate() error {
 	}
 	for i, a := range o.arms {
 		switch {
-		case !slices.Contains(adprun.Arms[:], a):
+		case !slices.Contains(adprun.Arms(), a):
 			return fmt.Errorf("bench adp: --arms %q: want BASE, FIX or OVLOFF", a)
 		case slices.Contains(o.arms[:i], a):
 			return fmt.Errorf("bench adp: --arms %q is repeated", a)

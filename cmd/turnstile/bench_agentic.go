@@ -49,7 +49,7 @@ type agenticPreset struct {
 	calibrationSeed, validation uint64
 }
 
-// agenticPresets: seed000 is the study's batch — 32 programs whose turn-0
+// presetNamed returns a preset: seed000 is the study's batch — 32 programs whose turn-0
 // context (16,384 tokens) makes arm A admit 28 of 32 at 468,736 KV tokens
 // (28 × 16,484 ≤ 468,736 < 29 × 16,484), 256 output tokens per turn, 1 s
 // tool waits with 5 ms jitter, a 240 s deadline, seeds 520 (calibration)
@@ -63,13 +63,16 @@ type agenticPreset struct {
 // (A admits 28: 28 × 258 ≤ 7,312 < 29 × 258) within stories260K's 512-token
 // context, and divides times by 30, about the ratio of a stories260K step
 // on two CPU cores to an 8B step on an H200.
-var agenticPresets = map[string]agenticPreset{
-	presetSeed000: {context: 16384, output: 256, tool: 384, toolWait: time.Second, jitter: 5 * time.Millisecond,
-		phase: 0, deadline: 240 * time.Second, blockSize: 16, kvBlocks: 29296,
-		maxBatchTokens: 8192, maxContext: 32768, scale: 1, calibrationSeed: 520, validation: 700},
-	presetSmall: {context: 256, output: 4, tool: 6, toolWait: time.Second / 30, jitter: 5 * time.Millisecond / 30,
-		phase: 0, deadline: 240 * time.Second / 30, blockSize: 16, kvBlocks: 457,
-		maxBatchTokens: 512, maxContext: 512, scale: 1.0 / 64, calibrationSeed: 520, validation: 700},
+func presetNamed(name string) (agenticPreset, bool) {
+	p, ok := map[string]agenticPreset{
+		presetSeed000: {context: 16384, output: 256, tool: 384, toolWait: time.Second, jitter: 5 * time.Millisecond,
+			phase: 0, deadline: 240 * time.Second, blockSize: 16, kvBlocks: 29296,
+			maxBatchTokens: 8192, maxContext: 32768, scale: 1, calibrationSeed: 520, validation: 700},
+		presetSmall: {context: 256, output: 4, tool: 6, toolWait: time.Second / 30, jitter: 5 * time.Millisecond / 30,
+			phase: 0, deadline: 240 * time.Second / 30, blockSize: 16, kvBlocks: 457,
+			maxBatchTokens: 512, maxContext: 512, scale: 1.0 / 64, calibrationSeed: 520, validation: 700},
+	}[name]
+	return p, ok
 }
 
 // benchAgenticOptions are the flags of `turnstile bench agentic`.
@@ -193,7 +196,7 @@ func (o *benchAgenticOptions) resolvePreset(cmd *cobra.Command, flags agenticPre
 			o.preset = presetSmall
 		}
 	}
-	p, ok := agenticPresets[o.preset]
+	p, ok := presetNamed(o.preset)
 	if !ok {
 		return fmt.Errorf("--preset %q: want %s or %s", o.preset, presetSeed000, presetSmall)
 	}
