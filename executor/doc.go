@@ -95,4 +95,14 @@
 // are double-buffered, per-seat block-table rows and per-request buffers are
 // reused, and stream output is appended to per-request buffers the consumer
 // drains (Recv), so a slow consumer never blocks the loop.
+//
+// # Simulated time
+//
+// A runner that spends simulated time implements Collector: the engine calls
+// Collected on its own goroutine as it takes each step's results, in step
+// order, so a virtual clock moves at a deterministic point even with overlap
+// (sim.Runner with ChargeOnCollect, sim.Recorder with SpendOn). Collect
+// processes the steps in flight without launching one, for an
+// attention-DP rank that must see its step's results before the next gather
+// (adp's "early" ranks).
 package executor
