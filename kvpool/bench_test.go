@@ -114,6 +114,23 @@ func benchPrefix32K(b *testing.B, match bool) {
 func BenchmarkPeekPrefix32K(b *testing.B)  { benchPrefix32K(b, false) }
 func BenchmarkMatchPrefix32K(b *testing.B) { benchPrefix32K(b, true) }
 
+// BenchmarkChainReset2048 is the cost of hashing a 2,048-token prompt into
+// a Chain (128 blocks), as the executor does once per request at Submit.
+func BenchmarkChainReset2048(b *testing.B) {
+	toks := seqTokens(0, 2048)
+	var c Chain
+	b.ReportAllocs()
+	reportCPU(b)
+	for b.Loop() {
+		if err := c.Reset(Keys{Model: "m"}, 16, toks); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if c.Blocks() != 128 {
+		b.Fatalf("%d blocks, want 128", c.Blocks())
+	}
+}
+
 // BenchmarkBlockHash is the cost of hashing one 16-token block (SHA-256).
 func BenchmarkBlockHash(b *testing.B) {
 	p, err := New(Config{NumBlocks: 1})

@@ -20,6 +20,11 @@ type Chain struct {
 	// continue the chain as a sequence grows (turn after turn).
 	partial []int32
 	buf     [16 + 4*256]byte
+	// root is rootHash(keys), kept while the keys stay the same: a Chain
+	// reused for request after request hashes its root once.
+	root     Hash
+	rootKeys Keys
+	hasRoot  bool
 }
 
 // Reset makes c the chain of tokens under keys at the given block size,
@@ -29,6 +34,9 @@ func (c *Chain) Reset(keys Keys, blockSize int, tokens []int32) error {
 		return fmt.Errorf("kvpool: chain block size %d is not a power of two in 1..256", blockSize)
 	}
 	c.keys, c.bs, c.tokens = keys, blockSize, 0
+	if !c.hasRoot || c.rootKeys != keys {
+		c.root, c.rootKeys, c.hasRoot = rootHash(keys), keys, true
+	}
 	c.hashes = c.hashes[:0]
 	c.partial = c.partial[:0]
 	c.Extend(tokens)
@@ -58,7 +66,9 @@ func (c *Chain) Extend(tokens []int32) {
 }
 
 func (c *Chain) push(block []int32) {
-	parent := rootHash(c.keys)
+	// Only the first block's parent is the root, computed once in Reset
+	// (hashing the root for every block doubled the chain's cost).
+	parent := c.root
 	if n := len(c.hashes); n > 0 {
 		parent = c.hashes[n-1]
 	}

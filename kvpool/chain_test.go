@@ -134,3 +134,18 @@ func cachedChain(b *testing.B, n int) (*Pool, Keys, []int32, *Chain) {
 	}
 	return p, k, toks, &c
 }
+
+// TestChainResetAcrossKeys: a Chain reused under other keys (another model or
+// cache salt) hashes from those keys' root, never the previous one's, and
+// agrees with ChainHashes every time.
+func TestChainResetAcrossKeys(t *testing.T) {
+	toks := seqTokens(3, 100)
+	var c Chain
+	for _, k := range []Keys{{Model: "m"}, {Model: "m", Salt: "tenant-a"}, {Model: "m2"}, {Model: "m"}} {
+		require.NoError(t, c.Reset(k, 16, toks))
+		want, err := ChainHashes(k, 16, toks, nil)
+		require.NoError(t, err)
+		require.Equal(t, want, c.Hashes(), "keys %+v", k)
+		require.Equal(t, k, c.Keys())
+	}
+}
