@@ -11,17 +11,21 @@ import (
 	"github.com/turnstile-llm/turnstile/sim"
 )
 
-// BenchmarkSeed000Batch drives one seed-000-shaped batch (32 programs × 3
-// turns, 8,192-token contexts at 90% sharing, 256 output and 512 tool
-// tokens per turn, 1 s tool waits, 0.25 s arrival phase) through the
-// engine on the simulated H200 (built-in Llama-3-8B-like profile, max batch
-// 32, 468,736 KV tokens as in seed 000). It reports the virtual seconds the
-// batch spans and its steps: the harness needs minutes of virtual traffic
-// to run in well under a second of wall time.
+// BenchmarkSeed000Batch drives one batch of `turnstile bench agentic`'s
+// seed000 preset (32 programs × 3 turns, 16,384-token contexts at 90%
+// sharing, 256 output and 384 tool tokens per turn, 1 s tool waits, all at
+// the origin) under arm B (reserve 256) through the engine on the simulated
+// H200 (built-in Llama-3-8B-like profile, overlap, max batch 32, 468,736 KV
+// tokens as in seed 000). It reports the virtual seconds the batch spans and
+// its steps: the harness needs minutes of virtual traffic to run in well
+// under a second of wall time.
 func BenchmarkSeed000Batch(b *testing.B) {
 	progs, err := workload.Agentic(workload.AgenticConfig{Seed: 700, Programs: 32, Turns: 3, Share: 0.9,
-		ContextTokens: 8192, OutputTokens: 256, ToolTokens: 512, ToolWait: time.Second,
-		Jitter: 5 * time.Millisecond, ArrivalGap: 250 * time.Millisecond})
+		ContextTokens: 16384, OutputTokens: 256, ToolTokens: 384, ToolWait: time.Second, Jitter: 5 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pc, err := Seed000Arms(32).Policy("B", "b1")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -29,12 +33,15 @@ func BenchmarkSeed000Batch(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		vc := clock.NewVirtual(time.Unix(0, 0))
-		eng, _, err := simrig.New(simrig.Config{Cost: sim.H200Llama3_8B(false), MaxBatchSize: 32, KVBlocks: 29296,
-			BlockSize: 16, MaxContext: 16384, MaxBatchTokens: 8192, Vocab: workload.DefaultTokenMax, Seed: 3}, vc)
+		eng, capTokens, err := simrig.New(simrig.Config{Cost: sim.H200Llama3_8B(true), MaxBatchSize: 32, KVBlocks: 29296,
+			BlockSize: 16, MaxContext: 32768, MaxBatchTokens: 8192, Vocab: workload.DefaultTokenMax, Overlap: true, Seed: 3,
+			Programs: pc}, vc)
 		if err != nil {
 			b.Fatal(err)
 		}
-		res, err = Run(context.Background(), Batch{Engine: eng, Clock: vc, Programs: progs, SamplingSeed: 1, Deadline: 240 * time.Second})
+		setup := EngineSetup(eng, capTokens)
+		res, err = Run(context.Background(), Batch{Engine: eng, Clock: vc, Programs: progs, SamplingSeed: 1, Deadline: 240 * time.Second,
+			ProgramDone: setup.ProgramDone})
 		if err != nil {
 			b.Fatal(err)
 		}
