@@ -106,7 +106,11 @@ func TestRunnerRejectsContractViolations(t *testing.T) {
 		want  string
 	}{
 		{"seat out of range", false, oneSeq(4, true, 0, []int32{1}, []int32{0}, true, &p), "seat 4 outside [0, 4)"},
-		{"block out of range", false, oneSeq(0, true, 0, []int32{1}, []int32{16}, true, &p), "block 16 outside [0, 16)"},
+		{"block out of range", false, oneSeq(0, true, 0, []int32{1}, []int32{16}, true, &p), "block 16 (table entry 0) outside [0, 16)"},
+		// A continuing sequence: the block its new tokens go to is checked
+		// again (copy-on-write may have replaced it), and a new one too.
+		{"written block rewritten", true, oneSeq(0, false, 2, []int32{1, 2, 3}, []int32{16, 1}, true, &p), "block 16 (table entry 0) outside"},
+		{"new block out of range", true, oneSeq(0, false, 2, []int32{1, 2, 3}, []int32{0, 16}, true, &p), "block 16 (table entry 1) outside"},
 		{"short block table", false, oneSeq(0, true, 0, []int32{1, 2, 3, 4, 5}, []int32{0}, true, &p), "context 5 needs 2"},
 		{"token outside vocab", false, oneSeq(0, true, 0, []int32{50}, []int32{0}, true, &p), "token 50 outside vocab 50"},
 		{"future without sample", false, oneSeq(0, true, 0, []int32{model.FutureToken}, []int32{0}, true, &p), "future token"},
@@ -125,6 +129,15 @@ func TestRunnerRejectsContractViolations(t *testing.T) {
 			require.ErrorContains(t, r.Execute(tc.batch, &out), tc.want)
 		})
 	}
+
+	// The middle block a decode reads is checked although it was validated
+	// when it was written: here the table handed in later holds a bad id.
+	r, _ := newRunner(t, nil)
+	var out model.Output
+	out.Resize(1)
+	require.NoError(t, r.Execute(oneSeq(0, true, 0, make([]int32, 12), []int32{0, 1, 2}, true, &p), &out))
+	require.ErrorContains(t, r.Execute(oneSeq(0, false, 12, []int32{1}, []int32{0, 16, 2, 3}, true, &p), &out),
+		"block 16 (table entry 1) outside")
 }
 
 func TestNewValidates(t *testing.T) {
