@@ -12,12 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/turnstile-llm/turnstile/bench/adprun"
-	"github.com/turnstile-llm/turnstile/bench/progress"
 	"github.com/turnstile-llm/turnstile/bench/report"
 	"github.com/turnstile-llm/turnstile/internal/stats"
 )
@@ -155,25 +153,15 @@ func (o *benchADPOptions) config(dp int) (adprun.Config, error) {
 // the analysis.
 func runBenchADP(ctx context.Context, o benchADPOptions, stdout, stderr io.Writer) (err error) {
 	plan := adprun.Plan(o.arms, o.blocks, o.seed)
-	bar, err := progress.New(stderr, plan.Rows()*len(o.dps), time.Now)
+	log, err := openRowLog(o.out, plan.Rows()*len(o.dps), stderr)
 	if err != nil {
 		return fmt.Errorf("bench adp: %w", err)
 	}
-	var csvw *report.CSVWriter
-	if o.out != "" {
-		f, err := os.Create(filepath.Join(o.out, "rows.csv"))
-		if err != nil {
-			return fmt.Errorf("bench adp: %w", err)
+	defer func() {
+		if cerr := log.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("bench adp: %w", cerr)
 		}
-		defer func() {
-			if cerr := f.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("bench adp: %w", cerr)
-			}
-		}()
-		if csvw, err = report.NewCSVWriter(f); err != nil {
-			return fmt.Errorf("bench adp: rows.csv: %w", err)
-		}
-	}
+	}()
 	var rows []report.Row
 	var analyses []adprun.Analysis
 	boot := stats.Bootstrap{Seed: o.seed}
@@ -183,21 +171,15 @@ func runBenchADP(ctx context.Context, o benchADPOptions, stdout, stderr io.Write
 		if err != nil {
 			return fmt.Errorf("bench adp: %w", err)
 		}
-		if err := bar.Update(offset, fmt.Sprintf("dp=%d", dp)); err != nil {
+		if err := log.progress(offset, fmt.Sprintf("dp=%d", dp)); err != nil {
 			return err
 		}
 		res, cerr := adprun.Campaign(ctx, c, plan, func(r report.Row, done, _ int) error {
-			if csvw != nil {
-				if err := csvw.Write(&r); err != nil {
-					return err
-				}
-			}
-			return bar.Update(offset+done, fmt.Sprintf("dp=%d %s", dp, r.RowID))
+			return log.row(&r, offset+done, fmt.Sprintf("dp=%d %s", dp, r.RowID))
 		})
 		rows = append(rows, res.Rows...)
 		offset += plan.Rows()
 		if cerr != nil {
-			_ = bar.Done()
 			return fmt.Errorf("bench adp: dp %d: %w", dp, cerr)
 		}
 		a, err := adprun.Analyse(res.Rows, c, boot)
@@ -205,9 +187,6 @@ func runBenchADP(ctx context.Context, o benchADPOptions, stdout, stderr io.Write
 			return fmt.Errorf("bench adp: %w", err)
 		}
 		analyses = append(analyses, a)
-	}
-	if err := bar.Done(); err != nil {
-		return err
 	}
 	title := fmt.Sprintf("bench adp: dp %v, arms %s, %d blocks, %d requests/rank, ISL %d ± 10%%, max batch %d, late %s (rank 0 late: %v), seed %d",
 		o.dps, strings.Join(o.arms, ","), o.blocks, o.requestsPerRank, o.isl, o.maxBatchSize, o.late, o.rank0Late, o.seed)
@@ -230,33 +209,22 @@ func runBenchADP(ctx context.Context, o benchADPOptions, stdout, stderr io.Write
 // writeADPFiles writes summary.json, table.md and rank0_share.png.
 func writeADPFiles(dir, title, md string, rows []report.Row, as []adprun.Analysis) error {
 	s := adprun.Summary{Summary: report.Summarise(title, rows, nil), DP: as}
-	if err := writeFileWith(filepath.Join(dir, "summary.json"), func(w io.Writer) error { return adprun.WriteJSON(w, s) }); err != nil {
-		return err
+	if err := writeFile(filepath.Join(dir, "summary.json"), func(w io.Writer) error { return adprun.WriteJSON(w, s) }); err != nil {
+		return fmt.Errorf("bench adp: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "table.md"), []byte(md), 0o644); err != nil {
+	if err := writeFile(filepath.Join(dir, "table.md"), func(w io.Writer) error {
+		_, err := io.WriteString(w, md)
+		return err
+	}); err != nil {
 		return fmt.Errorf("bench adp: %w", err)
 	}
 	if !slices.ContainsFunc(as, func(a adprun.Analysis) bool { return a.DP >= 2 }) {
 		return nil // no attention DP, no routing share to plot
 	}
-	return writeFileWith(filepath.Join(dir, "rank0_share.png"), func(w io.Writer) error {
+	if err := writeFile(filepath.Join(dir, "rank0_share.png"), func(w io.Writer) error {
 		return report.Rank0SharePlot(w, rows, report.PlotWidth, report.PlotHeight)
-	})
-}
-
-// writeFileWith creates path and fills it with write.
-func writeFileWith(path string, write func(io.Writer) error) (err error) {
-	f, err := os.Create(path)
-	if err != nil {
+	}); err != nil {
 		return fmt.Errorf("bench adp: %w", err)
-	}
-	defer func() {
-		if cerr := f.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("bench adp: %s: %w", path, cerr)
-		}
-	}()
-	if err := write(f); err != nil {
-		return fmt.Errorf("bench adp: %s: %w", path, err)
 	}
 	return nil
 }

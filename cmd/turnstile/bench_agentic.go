@@ -21,7 +21,6 @@ import (
 	"github.com/turnstile-llm/turnstile/bench/calibrate"
 	"github.com/turnstile-llm/turnstile/bench/campaign"
 	"github.com/turnstile-llm/turnstile/bench/cpurig"
-	"github.com/turnstile-llm/turnstile/bench/progress"
 	"github.com/turnstile-llm/turnstile/bench/report"
 	"github.com/turnstile-llm/turnstile/bench/simrig"
 	"github.com/turnstile-llm/turnstile/bench/workload"
@@ -405,38 +404,19 @@ func (o *benchAgenticOptions) setup(r string, arms agentic.Arms, cost sim.Linear
 // DIR/<runner>/rows.csv as it completes and drawing progress on errOut.
 func (o *benchAgenticOptions) runCampaign(ctx context.Context, runner string, plan campaign.Plan, run agentic.Runner, errOut io.Writer) agenticRun {
 	ar := agenticRun{runner: runner}
-	var csvw *report.CSVWriter
+	dir := ""
 	if o.out != "" {
-		dir := filepath.Join(o.out, runner)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			ar.err = fmt.Errorf("--out: %w", err)
-			return ar
-		}
-		f, err := os.Create(filepath.Join(dir, "rows.csv"))
-		if err != nil {
-			ar.err = fmt.Errorf("--out: %w", err)
-			return ar
-		}
-		defer f.Close()
-		if csvw, err = report.NewCSVWriter(f); err != nil {
-			ar.err = err
-			return ar
-		}
+		dir = filepath.Join(o.out, runner)
 	}
-	bar, err := progress.New(errOut, plan.Rows(), time.Now)
+	log, err := openRowLog(dir, plan.Rows(), errOut)
 	if err != nil {
 		ar.err = err
 		return ar
 	}
 	ar.res, ar.err = campaign.Run(ctx, plan, run, func(row report.Row, done, _ int) error {
-		if csvw != nil {
-			if err := csvw.Write(&row); err != nil {
-				return err
-			}
-		}
-		return bar.Update(done, runner+" "+row.RowID)
+		return log.row(&row, done, runner+" "+row.RowID)
 	})
-	if err := bar.Done(); err != nil && ar.err == nil {
+	if err := log.Close(); err != nil && ar.err == nil {
 		ar.err = err
 	}
 	boot := stats.Bootstrap{Seed: o.bootSeed}
@@ -508,24 +488,12 @@ func (o *benchAgenticOptions) writeOutputs(ar agenticRun, arms agentic.Arms, out
 			files["throughput.png"] = func(w io.Writer) error { return report.ThroughputPlot(w, tp, report.PlotWidth, report.PlotHeight) }
 		}
 		for fn, write := range files {
-			if err := writeOutput(filepath.Join(dir, fn), write); err != nil {
+			if err := writeFile(filepath.Join(dir, fn), write); err != nil {
 				return err
 			}
 		}
 	}
 	return printAgentic(out, ar, sum, o.shares[len(o.shares)-1], o.programs)
-}
-
-func writeOutput(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return f.Close()
 }
 
 // printAgentic prints a runner's frozen candidates, gates, comparisons,

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -157,7 +156,10 @@ func newModelSynthCmd() *cobra.Command {
 					w.SetValue(kv.Key, kv.Value)
 				}
 			}
-			return writeFile(out, w)
+			return writeFile(out, func(f io.Writer) error {
+				_, err := w.WriteTo(f)
+				return err
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -173,24 +175,4 @@ func newModelSynthCmd() *cobra.Command {
 	fl.Uint64Var(&seed, "seed", 1, "random seed for the weights")
 	fl.StringVarP(&out, "output", "o", "", "output GGUF file")
 	return cmd
-}
-
-// writeFile writes w to path through a temporary file, so that a failed
-// write never leaves a partial model under the final name.
-func writeFile(path string, w *gguf.Writer) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := w.WriteTo(f); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
 }
