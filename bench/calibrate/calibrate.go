@@ -325,14 +325,20 @@ func NoiseFloor(samples []sim.Sample) (Errors, error) {
 			dev = append(dev, math.Abs(t-m[0])/m[0])
 		}
 	}
-	if len(dev) == 0 {
+	return summarise(dev)
+}
+
+// summarise is the count, median and P90 of relative errors rel (zero
+// Errors when there are none).
+func summarise(rel []float64) (Errors, error) {
+	if len(rel) == 0 {
 		return Errors{}, nil
 	}
-	ps, err := stats.Percentiles(dev, 50, 90)
+	ps, err := stats.Percentiles(rel, 50, 90)
 	if err != nil {
 		return Errors{}, fmt.Errorf("calibrate: %w", err)
 	}
-	return Errors{Samples: len(dev), Median: ps[0], P90: ps[1]}, nil
+	return Errors{Samples: len(rel), Median: ps[0], P90: ps[1]}, nil
 }
 
 // IsPrefill says whether a step carries prefill tokens (the rest are
@@ -354,14 +360,7 @@ func RelErrors(l sim.Linear, samples []sim.Sample, keep func(sim.StepShape) bool
 		}
 		rel = append(rel, math.Abs(l.Device(s.Shape)-t)/t)
 	}
-	if len(rel) == 0 {
-		return Errors{}, nil
-	}
-	ps, err := stats.Percentiles(rel, 50, 90)
-	if err != nil {
-		return Errors{}, fmt.Errorf("calibrate: %w", err)
-	}
-	return Errors{Samples: len(rel), Median: ps[0], P90: ps[1]}, nil
+	return summarise(rel)
 }
 
 // runPass runs n requests of p's traffic on a fresh engine and returns the
