@@ -11,9 +11,9 @@ import (
 
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
-	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/sampling"
 	"github.com/turnstile-llm/turnstile/sim"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // byteTok is a byte-level tokenizer for tests: ids 0..255 are bytes, 256 is
@@ -57,7 +57,7 @@ func engineRanks(t testing.TB, dp int, cfg executor.Config, eosAfter int) ([]Ran
 			seats *= 2
 		}
 		r, err := sim.New(sim.Config{
-			Capacity: model.Capacity{Seats: seats, KVBlocks: 256, BlockSize: 4, MaxContext: 128, MaxBatchTokens: 512, Vocab: 258},
+			Capacity: step.Capacity{Seats: seats, KVBlocks: 256, BlockSize: 4, MaxContext: 128, MaxBatchTokens: 512, Vocab: 258},
 			Clock:    vc, Cost: sim.Fixed(stepTime), Seed: 7, EOS: 257, EOSAfter: eosAfter, TokenMin: 32, TokenMax: 127,
 		})
 		require.NoError(t, err)
@@ -317,7 +317,7 @@ func BenchmarkGatherRouteEngine(b *testing.B) {
 	for i := range engines {
 		vc := clock.NewVirtual(time.Unix(0, 0))
 		r, err := sim.New(sim.Config{
-			Capacity: model.Capacity{Seats: 640, KVBlocks: 4096, BlockSize: 16, MaxContext: 1024, MaxBatchTokens: 32768, Vocab: 258},
+			Capacity: step.Capacity{Seats: 640, KVBlocks: 4096, BlockSize: 16, MaxContext: 1024, MaxBatchTokens: 32768, Vocab: 258},
 			Clock:    vc, Seed: 7, EOS: 257, TokenMin: 32, TokenMax: 127,
 		})
 		if err != nil {

@@ -10,18 +10,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
-	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // noopRunner does no work: it answers every sampled sequence with a fixed
 // printable token, so a benchmark measures the engine's host time alone.
-type noopRunner struct{ capy model.Capacity }
+type noopRunner struct{ capy step.Capacity }
 
-func (r *noopRunner) Capacity() model.Capacity { return r.capy }
-func (r *noopRunner) Execute(b *model.Batch, out *model.Output) error {
+func (r *noopRunner) Capacity() step.Capacity { return r.capy }
+func (r *noopRunner) Execute(b *step.Batch, out *step.Output) error {
 	for i := range b.Seqs {
 		if b.Seqs[i].Sample {
 			out.Tokens[i] = 'a' + int32(i%7)
@@ -64,7 +64,7 @@ func BenchmarkStepHost(b *testing.B) {
 			ovl, total := bc.ovl, running+bc.waiting
 			seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: total, Overlap: ovl, DeferredTeardown: ovl})
 			require.NoError(b, err)
-			r := &noopRunner{capy: model.Capacity{Seats: seats, KVBlocks: 2 * total * (life + 2048 + 64) / 16,
+			r := &noopRunner{capy: step.Capacity{Seats: seats, KVBlocks: 2 * total * (life + 2048 + 64) / 16,
 				BlockSize: 16, MaxContext: 4096, MaxBatchTokens: 4096, Vocab: testVocab}}
 			eng, err := New(Config{MaxBatchSize: total, Overlap: ovl, Clock: clock.Real{},
 				Admission: runningCap(running), Programs: pc}, r, newByteTokenizer())
@@ -146,7 +146,7 @@ func BenchmarkRunnerIdle(b *testing.B) {
 			seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: running, Overlap: ovl, DeferredTeardown: ovl})
 			require.NoError(b, err)
 			r, err := sim.New(sim.Config{
-				Capacity: model.Capacity{Seats: seats, KVBlocks: running * 2048 / 16, BlockSize: 16,
+				Capacity: step.Capacity{Seats: seats, KVBlocks: running * 2048 / 16, BlockSize: 16,
 					MaxContext: 2048, MaxBatchTokens: 8192, Vocab: testVocab},
 				Cost: sim.Fixed(2 * time.Millisecond), Clock: clock.Real{}, EOS: testEOS, TokenMin: 'a', TokenMax: 'z',
 			})

@@ -9,20 +9,12 @@ import (
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/kvpool"
-	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/overlap"
 	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/sampling"
 	"github.com/turnstile-llm/turnstile/seatpool"
+	"github.com/turnstile-llm/turnstile/step"
 )
-
-// Runner executes one step. Execute is synchronous and is called by one
-// goroutine at a time, in step order (the device stream); b and out are
-// owned by the engine and valid until Execute returns.
-type Runner interface {
-	Execute(b *model.Batch, out *model.Output) error
-	Capacity() model.Capacity
-}
 
 // Collector is implemented by runners that spend simulated time (sim.Runner
 // with ChargeOnCollect, sim.Recorder spending on a virtual clock): the
@@ -175,16 +167,16 @@ type entry struct {
 	epoch uint32
 }
 
-// step is one double-buffered step record.
-type step struct {
+// stepRecord is one double-buffered step record.
+type stepRecord struct {
 	n        uint64
-	batch    model.Batch
-	out      model.Output
+	batch    step.Batch
+	out      step.Output
 	entries  []entry   // aligned with batch.Seqs
 	teardown []retired // released when this step is processed
 }
 
-func (st *step) reset(n uint64) {
+func (st *stepRecord) reset(n uint64) {
 	st.n = n
 	st.batch.Reset()
 	st.entries = st.entries[:0]
@@ -193,17 +185,17 @@ func (st *step) reset(n uint64) {
 // Engine runs requests on a Runner.
 type Engine struct {
 	cfg       Config
-	runner    Runner
+	runner    step.Runner
 	collector Collector // runner's, when it spends simulated time; else nil
 	tok       Tokenizer
-	capacity  model.Capacity
+	capacity  step.Capacity
 	clock     clock.Clock
 	adm       Admission
 	kv        *kvpool.Pool
 	seats     *seatpool.Pool
 	rows      [][]int32 // block-table row per seat
-	pipe      *overlap.Pipeline[*step]
-	steps     [overlap.MaxInFlight]step
+	pipe      *overlap.Pipeline[*stepRecord]
+	steps     [overlap.MaxInFlight]stepRecord
 	tokBudget int
 	// spacePrefix: the tokenizer prepends a space to the text it encodes
 	// (SentencePiece's add_space_prefix), so a first word's token carries a
@@ -257,7 +249,7 @@ type Engine struct {
 // the runner's KV capacity, seatpool sized by seatpool.Seats, and the
 // start-up check of every slot-indexed consumer (the runner's buffers, the
 // engine's block-table rows) against the seat pool in both directions.
-func New(cfg Config, runner Runner, tok Tokenizer) (*Engine, error) {
+func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 	if runner == nil || tok == nil {
 		return nil, errors.New("executor: runner and tokenizer are required")
 	}
@@ -348,7 +340,7 @@ func New(cfg Config, runner Runner, tok Tokenizer) (*Engine, error) {
 	return e, nil
 }
 
-func (e *Engine) execute(st *step) error { return e.runner.Execute(&st.batch, &st.out) }
+func (e *Engine) execute(st *stepRecord) error { return e.runner.Execute(&st.batch, &st.out) }
 
 // Seats is the seat pool's size (MaxBatchSize plus the overlap headroom).
 func (e *Engine) Seats() int { return e.seats.Seats() }

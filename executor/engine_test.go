@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
-	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/sampling"
 	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // byteTokenizer is a tiny byte-level tokenizer for tests: ids 0..255 are
@@ -109,7 +109,7 @@ func newSetup(t testing.TB, o opts) *setup {
 	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: o.mbs, Overlap: o.overlap, DeferredTeardown: o.overlap})
 	require.NoError(t, err)
 	r, err := sim.New(sim.Config{
-		Capacity: model.Capacity{Seats: seats + o.seatsDelta, KVBlocks: o.blocks, BlockSize: o.bs,
+		Capacity: step.Capacity{Seats: seats + o.seatsDelta, KVBlocks: o.blocks, BlockSize: o.bs,
 			MaxContext: o.ctx, MaxBatchTokens: o.tokens, Vocab: testVocab},
 		Cost: cost, Clock: clk, Seed: 7, EOS: testEOS, EOSAfter: o.eosAfter,
 		TokenMin: o.tokMin, TokenMax: o.tokMax,
@@ -284,7 +284,7 @@ func TestStartupValidation(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := sim.New(sim.Config{
-				Capacity: model.Capacity{Seats: 8 + tc.delta, KVBlocks: 16, BlockSize: 4, MaxContext: 64,
+				Capacity: step.Capacity{Seats: 8 + tc.delta, KVBlocks: 16, BlockSize: 4, MaxContext: 64,
 					MaxBatchTokens: 32, Vocab: testVocab},
 				Clock: clock.NewVirtual(time.Unix(0, 0)),
 			})
@@ -295,7 +295,7 @@ func TestStartupValidation(t *testing.T) {
 			}
 		})
 	}
-	r, err := sim.New(sim.Config{Capacity: model.Capacity{Seats: 4, KVBlocks: 16, BlockSize: 4, MaxContext: 64,
+	r, err := sim.New(sim.Config{Capacity: step.Capacity{Seats: 4, KVBlocks: 16, BlockSize: 4, MaxContext: 64,
 		MaxBatchTokens: 32, Vocab: testVocab}, Clock: clock.Real{}})
 	require.NoError(t, err)
 	cfgErrs := []struct {
@@ -686,16 +686,15 @@ func TestBlockSizeOneLongRow(t *testing.T) {
 	}
 }
 
-// copyCounter is a sim runner that records every block copy it is asked for.
+// copyCounter is a sim runner that counts the future tokens it is given.
 type copyCounter struct {
 	*sim.Runner
-	copies, futures int
+	futures int
 }
 
-func (c *copyCounter) Execute(b *model.Batch, out *model.Output) error {
-	c.copies += len(b.Copies)
+func (c *copyCounter) Execute(b *step.Batch, out *step.Output) error {
 	for _, t := range b.Tokens {
-		if t == model.FutureToken {
+		if t == step.FutureToken {
 			c.futures++
 		}
 	}
@@ -704,7 +703,7 @@ func (c *copyCounter) Execute(b *model.Batch, out *model.Output) error {
 
 // TestFutureOpensBlockWithoutCopy: under overlap, future tokens that open a
 // block have their slot reserved in kvpool, so the runner writes their KV
-// in place: no step carries a block copy, no extra step runs, and the
+// in place: no extra step runs, and the
 // output (which the sim derives from the KV it reads back) is exact.
 func TestFutureOpensBlockWithoutCopy(t *testing.T) {
 	for _, bs := range []int{1, 2, 4} {
@@ -728,7 +727,6 @@ func TestFutureOpensBlockWithoutCopy(t *testing.T) {
 			}
 			m := eng.Snapshot()
 			require.Equal(t, expected(s.runner, 5, prompt, 9), collect(t, st).TokenIDs)
-			require.Zero(t, cc.copies)
 			require.Equal(t, 8, cc.futures, "every decode after the first used its future token")
 			require.Equal(t, uint64(9), m.Steps, "the prefill and 8 decodes, nothing else")
 			// Positions 2..9 hold the 8 future inputs; those opening a block:
@@ -798,10 +796,10 @@ func TestSubmitCancelledContext(t *testing.T) {
 // startRecorder is a sim runner that records what each Start carries.
 type startRecorder struct {
 	*sim.Runner
-	starts []model.SeqBatch // History copied
+	starts []step.SeqBatch // History copied
 }
 
-func (r *startRecorder) Execute(b *model.Batch, out *model.Output) error {
+func (r *startRecorder) Execute(b *step.Batch, out *step.Output) error {
 	for _, sb := range b.Seqs {
 		if sb.Start {
 			sb.History = append([]int32(nil), sb.History...)

@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
-	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // idTokenizer has a large vocabulary of ids without text: the agentic
@@ -69,7 +69,7 @@ func newAgenticRig(t testing.TB, pc *policy.Config, mbs, blocks int, overlap boo
 	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: mbs, Overlap: overlap, DeferredTeardown: overlap})
 	require.NoError(t, err)
 	r, err := sim.New(sim.Config{
-		Capacity: model.Capacity{Seats: seats, KVBlocks: blocks, BlockSize: 16, MaxContext: 8192,
+		Capacity: step.Capacity{Seats: seats, KVBlocks: blocks, BlockSize: 16, MaxContext: 8192,
 			MaxBatchTokens: 512, Vocab: idVocab},
 		Cost:  linearCost{base: 15 * time.Millisecond, prefill: 40 * time.Microsecond, decode: 300 * time.Microsecond, context: 20},
 		Clock: vc, Seed: 11, EOS: idEOS, TokenMin: 3, TokenMax: idVocab,
@@ -508,7 +508,7 @@ func TestProgramConfigErrors(t *testing.T) {
 		{"target above threshold", bad(func(c *policy.Config) { c.PauseThreshold, c.PauseTarget = 0.5, 0.9 }), "pause target 0.9 exceeds pause threshold 0.5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := sim.New(sim.Config{Capacity: model.Capacity{Seats: 4, KVBlocks: 16, BlockSize: 4, MaxContext: 64,
+			r, err := sim.New(sim.Config{Capacity: step.Capacity{Seats: 4, KVBlocks: 16, BlockSize: 4, MaxContext: 64,
 				MaxBatchTokens: 64, Vocab: testVocab}, Clock: clock.NewVirtual(time.Unix(0, 0))})
 			require.NoError(t, err)
 			_, err = New(Config{MaxBatchSize: 4, Programs: tc.pc}, r, newByteTokenizer())

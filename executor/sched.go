@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/turnstile-llm/turnstile/kvpool"
-	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/overlap"
 	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // plan fills st (step st.n) under the step budgets: decodes first, then the
 // next chunk of partially prefilled requests, then admissions.
-func (e *Engine) plan(st *step) error {
+func (e *Engine) plan(st *stepRecord) error {
 	n := st.n
 	bs := e.kv.BlockSize()
 	tokBudget, seqBudget := e.tokBudget, e.cfg.MaxBatchSize
@@ -151,7 +151,7 @@ const (
 
 // admit tries to start waiting[i] with a first chunk of at most budget new
 // tokens and returns the chunk's size when admitted.
-func (e *Engine) admit(st *step, i int, budget int) (int, admitOutcome, error) {
+func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, error) {
 	s := e.waiting[i]
 	bs := e.kv.BlockSize()
 	if s.chain.Tokens() != len(s.tokens) {
@@ -281,13 +281,13 @@ func (e *Engine) syncRow(s *seq) {
 
 // add appends s's new tokens (nil: one future token) at positions
 // [first, first+len) to st, with s's block-table row.
-func (e *Engine) add(st *step, s *seq, toks []int32, first int) {
+func (e *Engine) add(st *stepRecord, s *seq, toks []int32, first int) {
 	b := &st.batch
 	start := int32(len(b.Tokens))
 	num := len(toks)
 	if toks == nil {
 		num = 1
-		b.Tokens = append(b.Tokens, model.FutureToken)
+		b.Tokens = append(b.Tokens, step.FutureToken)
 		b.Positions = append(b.Positions, int32(first))
 	} else {
 		for j, t := range toks {
@@ -298,7 +298,7 @@ func (e *Engine) add(st *step, s *seq, toks []int32, first int) {
 	ctxLen := first + num
 	bs := e.kv.BlockSize()
 	table := e.rows[s.seat][:(ctxLen+bs-1)/bs]
-	sb := model.SeqBatch{
+	sb := step.SeqBatch{
 		Seat:       int32(s.seat),
 		TokenStart: start,
 		NumTokens:  int32(num),
@@ -412,7 +412,7 @@ func (e *Engine) end(s *seq, reason FinishReason) {
 
 // process handles a finished step: teardown of what retired in it, then
 // each sampled token of a request still in the state it was planned in.
-func (e *Engine) process(d overlap.Done[*step]) error {
+func (e *Engine) process(d overlap.Done[*stepRecord]) error {
 	st := d.Job
 	if d.Err != nil {
 		return fmt.Errorf("executor: step %d: runner: %w", st.n, d.Err)

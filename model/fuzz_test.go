@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // byteReader hands out fuzz bytes, zeros once they run out.
@@ -24,9 +25,9 @@ func (r *byteReader) next() byte {
 // its seat (or starts it), positions follow the context, tokens are in the
 // vocabulary and the block table covers the context, so fuzzing reaches the
 // forward pass as well as every refusal.
-func fuzzBatch(data []byte, r *CPURunner, p *sampling.Params) *Batch {
+func fuzzBatch(data []byte, r *CPURunner, p *sampling.Params) *step.Batch {
 	in := &byteReader{data}
-	b := &Batch{}
+	b := &step.Batch{}
 	nseq := 1 + int(in.next()%4)
 	for i := 0; i < nseq; i++ {
 		flags := in.next()
@@ -36,11 +37,11 @@ func fuzzBatch(data []byte, r *CPURunner, p *sampling.Params) *Batch {
 		if bad(0) {
 			seat = int32(int8(in.next()))
 		}
-		sb := SeqBatch{Seat: seat, TokenStart: int32(len(b.Tokens)), NumTokens: 1 + int32(in.next()%5),
+		sb := step.SeqBatch{Seat: seat, TokenStart: int32(len(b.Tokens)), NumTokens: 1 + int32(in.next()%5),
 			Sample: flags&2 != 0, Start: flags&4 != 0, Params: p}
 		first := int32(in.next() % 24)
-		if seat >= 0 && int(seat) < len(r.seats) && r.seats[seat].started && !sb.Start {
-			first = r.seats[seat].kvLen
+		if seat >= 0 && int(seat) < r.capacity.Seats && r.host.checker.Seat(seat).Started && !sb.Start {
+			first = r.host.checker.Seat(seat).KVLen
 		}
 		if bad(1) {
 			sb.NumTokens = int32(int8(in.next())) % 3
@@ -65,7 +66,7 @@ func fuzzBatch(data []byte, r *CPURunner, p *sampling.Params) *Batch {
 		for j := int32(0); j < max(sb.NumTokens, 0); j++ {
 			tok := int32(in.next()) * 2
 			if flags&8 != 0 && j == 0 {
-				tok = FutureToken
+				tok = step.FutureToken
 			}
 			if bad(6) {
 				tok = int32(int16(uint16(in.next())<<8 | uint16(in.next())))
@@ -84,9 +85,6 @@ func fuzzBatch(data []byte, r *CPURunner, p *sampling.Params) *Batch {
 			sb.Params = nil
 		}
 		b.Seqs = append(b.Seqs, sb)
-	}
-	for n := int(in.next() % 3); n > 0; n-- {
-		b.Copies = append(b.Copies, BlockCopy{Src: int32(int8(in.next())) % 18, Dst: int32(int8(in.next())) % 18})
 	}
 	return b
 }
@@ -108,7 +106,7 @@ func FuzzExecute(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 1, 0, 0, 0x7f, 0xff, 0, 0})                         // context 32767
 	f.Add([]byte{0, 1, 9, 1, 0, 0, 0, 0})                                     // start without params
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var out Output
+		var out step.Output
 		err := r.Execute(fuzzBatch(data, r, &p), &out)
 		require.NoError(t, r.Check(), "after Execute returned %v", err)
 	})

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // tseq is one test sequence driven through a runner by a harness.
@@ -30,8 +31,8 @@ type part struct {
 type harness struct {
 	tb  testing.TB
 	r   *CPURunner
-	b   Batch
-	out Output
+	b   step.Batch
+	out step.Output
 }
 
 func newHarness(tb testing.TB, r *CPURunner) *harness { return &harness{tb: tb, r: r} }
@@ -52,7 +53,7 @@ func (h *harness) build(parts ...part) {
 			h.b.Positions = append(h.b.Positions, p.s.ctx+int32(j))
 		}
 		ctx := p.s.ctx + int32(len(p.toks))
-		sb := SeqBatch{
+		sb := step.SeqBatch{
 			Seat: p.s.seat, TokenStart: start, NumTokens: int32(len(p.toks)), ContextLen: ctx,
 			BlockTable: p.s.table[:min(len(p.s.table), int((ctx+bs-1)/bs))], Sample: p.sample,
 			Start: !p.s.started, Params: &p.s.params,

@@ -7,7 +7,7 @@ import (
 	"runtime"
 
 	"github.com/turnstile-llm/turnstile/kernels"
-	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // CPURunnerConfig sizes a CPURunner. Every buffer is allocated from it at
@@ -37,7 +37,7 @@ type CPURunnerConfig struct {
 type CPURunner struct {
 	m        *Llama
 	cfg      CPURunnerConfig
-	capacity Capacity
+	capacity step.Capacity
 
 	// pool splits large kernel calls over cores; serial runs small ones on
 	// the calling goroutine, where waking helpers would cost more than the
@@ -45,33 +45,22 @@ type CPURunner struct {
 	pool, serial *kernels.Workers
 	kv           []kernels.KVLayer // one per layer, views of kvMem
 	kvMem        []float32
-	blockFloats  int // floats of one block of one layer's K (or V)
 
-	sampler *sampling.Sampler
-	seats   []seatState
-	checker batchChecker
-	closed  bool
+	host   *seatHost
+	closed bool
 
 	// Scratch, sized for MaxBatchTokens tokens (T) or Seats rows (S).
-	tokens    []int32           // [T] tokens with FutureToken resolved
-	x         []float32         // [T][Dim] residual stream
-	xn        []float32         // [T][Dim] normalised input of a sublayer
-	tmp       []float32         // [T][Dim] sublayer output before the residual add
-	q, att    []float32         // [T][Heads*HeadDim]
-	k, v      []float32         // [T][KVHeads*HeadDim]
-	gate, up  []float32         // [T][FFN]
-	attnSeqs  []kernels.AttnSeq // [S] every sequence's queries
-	lastSeqs  []kernels.AttnSeq // [S] the last layer's: one query per sampled sequence
-	logits    []float32         // [S][Vocab]
-	sampled   []int32           // [S] index in Batch.Seqs of each logits row
-	kept      []float32         // [S][Vocab] logits copies when KeepLogits
-	keptOf    []int32           // [S] Batch.Seqs index → kept row, or -1
-	keptCount int               // number of Seqs of the last Execute
-}
-
-// seatState is what the runner remembers of one seat between steps.
-type seatState struct {
-	seatCursor
+	tokens   []int32           // [T] tokens with FutureToken resolved
+	x        []float32         // [T][Dim] residual stream
+	xn       []float32         // [T][Dim] normalised input of a sublayer
+	tmp      []float32         // [T][Dim] sublayer output before the residual add
+	q, att   []float32         // [T][Heads*HeadDim]
+	k, v     []float32         // [T][KVHeads*HeadDim]
+	gate, up []float32         // [T][FFN]
+	attnSeqs []kernels.AttnSeq // [S] every sequence's queries
+	lastSeqs []kernels.AttnSeq // [S] the last layer's: one query per sampled sequence
+	logits   []float32         // [S][Vocab]
+	sampled  []int32           // [S] index in Batch.Seqs of each logits row
 }
 
 // serialMACs is the work (multiply-adds) below which a kernel call runs on
@@ -112,42 +101,36 @@ func NewCPURunner(m *Llama, cfg CPURunnerConfig) (*CPURunner, error) {
 	if kvFloats/2/c.Layers/cfg.KVBlocks != blockFloats || kvFloats > 1<<40 {
 		return nil, fmt.Errorf("model: KV cache of %d blocks × %d positions × %d layers is too large", cfg.KVBlocks, cfg.BlockSize, c.Layers)
 	}
-	sampler, err := sampling.New(cfg.Seats, c.Vocab)
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
 	T, S := cfg.MaxBatchTokens, min(cfg.Seats, cfg.MaxBatchTokens)
+	capacity := step.Capacity{
+		Seats: cfg.Seats, KVBlocks: cfg.KVBlocks, BlockSize: cfg.BlockSize,
+		MaxContext: m.maxContext, MaxBatchTokens: cfg.MaxBatchTokens, Vocab: c.Vocab,
+	}
+	host, err := newSeatHost(capacity, S, cfg.KeepLogits)
+	if err != nil {
+		return nil, err
+	}
 	qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	r := &CPURunner{
-		m:   m,
-		cfg: cfg,
-		capacity: Capacity{
-			Seats: cfg.Seats, KVBlocks: cfg.KVBlocks, BlockSize: cfg.BlockSize,
-			MaxContext: m.maxContext, MaxBatchTokens: cfg.MaxBatchTokens, Vocab: c.Vocab,
-		},
-		kvMem:       make([]float32, kvFloats),
-		blockFloats: blockFloats,
-		sampler:     sampler,
-		seats:       make([]seatState, cfg.Seats),
-		tokens:      make([]int32, T),
-		x:           make([]float32, T*c.Dim),
-		xn:          make([]float32, T*c.Dim),
-		tmp:         make([]float32, T*c.Dim),
-		q:           make([]float32, T*qd),
-		att:         make([]float32, T*qd),
-		k:           make([]float32, T*kvd),
-		v:           make([]float32, T*kvd),
-		gate:        make([]float32, T*c.FFN),
-		up:          make([]float32, T*c.FFN),
-		attnSeqs:    make([]kernels.AttnSeq, 0, S),
-		lastSeqs:    make([]kernels.AttnSeq, 0, S),
-		logits:      make([]float32, S*c.Vocab),
-		sampled:     make([]int32, 0, S),
-		keptOf:      make([]int32, S),
-	}
-	r.checker = newBatchChecker(cfg.Seats)
-	if cfg.KeepLogits {
-		r.kept = make([]float32, S*c.Vocab)
+		m:        m,
+		cfg:      cfg,
+		capacity: capacity,
+		kvMem:    make([]float32, kvFloats),
+		host:     host,
+		tokens:   make([]int32, T),
+		x:        make([]float32, T*c.Dim),
+		xn:       make([]float32, T*c.Dim),
+		tmp:      make([]float32, T*c.Dim),
+		q:        make([]float32, T*qd),
+		att:      make([]float32, T*qd),
+		k:        make([]float32, T*kvd),
+		v:        make([]float32, T*kvd),
+		gate:     make([]float32, T*c.FFN),
+		up:       make([]float32, T*c.FFN),
+		attnSeqs: make([]kernels.AttnSeq, 0, S),
+		lastSeqs: make([]kernels.AttnSeq, 0, S),
+		logits:   make([]float32, S*c.Vocab),
+		sampled:  make([]int32, 0, S),
 	}
 	layerFloats := cfg.KVBlocks * blockFloats
 	r.kv = make([]kernels.KVLayer, c.Layers)
@@ -165,28 +148,17 @@ func NewCPURunner(m *Llama, cfg CPURunnerConfig) (*CPURunner, error) {
 }
 
 // Capacity reports what the runner holds.
-func (r *CPURunner) Capacity() Capacity { return r.capacity }
+func (r *CPURunner) Capacity() step.Capacity { return r.capacity }
 
 // Model returns the model the runner executes.
 func (r *CPURunner) Model() *Llama { return r.m }
-
-// SetSeedBase sets the base from which the seeds of requests without one
-// are derived (see sampling.Sampler.SetSeedBase).
-func (r *CPURunner) SetSeedBase(base uint64) { r.sampler.SetSeedBase(base) }
 
 // Logits returns the logits row computed for Batch.Seqs[i] in the latest
 // Execute, before sampling touched it, when the runner keeps logits
 // (CPURunnerConfig.KeepLogits) and that sequence was sampled; nil
 // otherwise. The slice is owned by the runner and overwritten by the next
 // Execute.
-func (r *CPURunner) Logits(i int) []float32 {
-	if r.kept == nil || i < 0 || i >= r.keptCount || r.keptOf[i] < 0 {
-		return nil
-	}
-	v := r.capacity.Vocab
-	row := int(r.keptOf[i])
-	return r.kept[row*v : (row+1)*v]
-}
+func (r *CPURunner) Logits(i int) []float32 { return r.host.logits(i) }
 
 // Close stops the worker goroutines and drops the KV cache. Execute fails
 // afterwards; Close is idempotent.
@@ -202,36 +174,19 @@ func (r *CPURunner) Close() error {
 }
 
 // Check verifies the runner's per-seat bookkeeping and the sampler's.
-func (r *CPURunner) Check() error {
-	for i, s := range r.seats {
-		if !s.started && (s.kvLen != 0 || s.hasLast) {
-			return fmt.Errorf("model: seat %d is not started but holds %d positions (has last token %v)", i, s.kvLen, s.hasLast)
-		}
-		if s.kvLen < 0 || int(s.kvLen) > r.capacity.MaxContext {
-			return fmt.Errorf("model: seat %d holds %d positions, outside [0, %d]", i, s.kvLen, r.capacity.MaxContext)
-		}
-		if s.hasLast && (s.last < 0 || int(s.last) >= r.capacity.Vocab) {
-			return fmt.Errorf("model: seat %d last token %d outside vocab %d", i, s.last, r.capacity.Vocab)
-		}
-	}
-	return r.sampler.Check()
-}
+func (r *CPURunner) Check() error { return r.host.check() }
 
-// Execute runs one step: block copies, sampler resets for starting
+// Execute runs one step: sampler resets for starting
 // sequences, the forward pass over every new token (writing their K/V into
 // the paged cache) and one sampled token per sequence with Sample set.
 // out is resized to len(b.Seqs). The batch is checked first; a bad batch
 // returns an error naming the value and changes nothing.
-func (r *CPURunner) Execute(b *Batch, out *Output) error {
+func (r *CPURunner) Execute(b *step.Batch, out *step.Output) error {
 	if r.closed {
 		return ErrRunnerClosed
 	}
-	if err := r.check(b); err != nil {
+	if err := r.host.begin(b); err != nil {
 		return err
-	}
-	out.Resize(len(b.Seqs))
-	for _, c := range b.Copies {
-		r.copyBlock(int(c.Src), int(c.Dst))
 	}
 	T := len(b.Tokens)
 	copy(r.tokens, b.Tokens)
@@ -239,15 +194,8 @@ func (r *CPURunner) Execute(b *Batch, out *Output) error {
 	r.sampled = r.sampled[:0]
 	for i := range b.Seqs {
 		sb := &b.Seqs[i]
-		st := &r.seats[sb.Seat]
-		if sb.Start {
-			if err := r.sampler.StartWithOutput(sb.Seat, sb.Params, sb.History, int(sb.NumOutput)); err != nil {
-				return fmt.Errorf("model: seq %d (seat %d): %w", i, sb.Seat, err)
-			}
-			*st = seatState{seatCursor{started: true}}
-		}
-		if r.tokens[sb.TokenStart] == FutureToken {
-			r.tokens[sb.TokenStart] = st.last
+		if r.tokens[sb.TokenStart] == step.FutureToken {
+			r.tokens[sb.TokenStart] = r.host.last(sb.Seat)
 		}
 		r.attnSeqs = append(r.attnSeqs, kernels.AttnSeq{
 			QStart: sb.TokenStart, NumQ: sb.NumTokens, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable,
@@ -260,25 +208,6 @@ func (r *CPURunner) Execute(b *Batch, out *Output) error {
 		return err
 	}
 	return r.sample(b, out)
-}
-
-// check validates b against the runner's capacity and seat state without
-// changing anything.
-func (r *CPURunner) check(b *Batch) error { return r.checker.check(b, r.capacity, r) }
-
-func (r *CPURunner) cursor(seat int32) *seatCursor { return &r.seats[seat].seatCursor }
-
-// copyBlock copies block src's K and V to block dst in every layer.
-func (r *CPURunner) copyBlock(src, dst int) {
-	if src == dst {
-		return
-	}
-	n := r.blockFloats
-	for i := range r.kv {
-		l := &r.kv[i]
-		copy(l.K[dst*n:(dst+1)*n], l.K[src*n:(src+1)*n])
-		copy(l.V[dst*n:(dst+1)*n], l.V[src*n:(src+1)*n])
-	}
 }
 
 // workersFor picks the pool for a call of macs multiply-adds.
@@ -301,7 +230,7 @@ func (r *CPURunner) matmul(y, x []float32, m int, w *kernels.Matrix) error {
 // sampled sequence feeds the logits, so the last layer runs attention, the
 // output projection and the MLP on those rows alone (none for a prefill
 // chunk that does not sample).
-func (r *CPURunner) forward(b *Batch, T int) error {
+func (r *CPURunner) forward(b *step.Batch, T int) error {
 	c := &r.m.cfg
 	dim, qd, kvd := c.Dim, c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	x, xn := r.x[:T*dim], r.xn[:T*dim]
@@ -415,39 +344,17 @@ func (r *CPURunner) layerTail(li, rows int, seqs []kernels.AttnSeq) error {
 	return nil
 }
 
-// sample draws one token per sampled sequence and records it as the
-// seat's last token; sequences without Sample get -1.
-func (r *CPURunner) sample(b *Batch, out *Output) error {
+// sample draws one token per sampled sequence from its logits row and
+// records the step in the seats' cursors; sequences without Sample get -1.
+func (r *CPURunner) sample(b *step.Batch, out *step.Output) error {
 	vocab := r.capacity.Vocab
-	r.keptCount = len(b.Seqs)
-	for i := range b.Seqs {
-		sb := &b.Seqs[i]
-		st := &r.seats[sb.Seat]
-		st.kvLen = sb.ContextLen
-		r.keptOf[i] = -1
-		if !sb.Sample {
-			out.Tokens[i], out.Logprobs[i] = -1, 0
-			st.hasLast = false
-		}
-	}
+	r.host.resetOutput(b, out)
 	for j, si := range r.sampled {
-		sb := &b.Seqs[si]
-		row := r.logits[j*vocab : (j+1)*vocab]
-		if r.kept != nil {
-			copy(r.kept[j*vocab:(j+1)*vocab], row)
-			r.keptOf[si] = int32(j)
+		if _, err := r.host.sample(b, out, int(si), r.logits[j*vocab:(j+1)*vocab]); err != nil {
+			return err
 		}
-		ch := sampling.Choice{
-			TopTokens:   out.TopTokens[int(si)*sampling.MaxTopLogprobs : int(si+1)*sampling.MaxTopLogprobs],
-			TopLogprobs: out.TopLogprobs[int(si)*sampling.MaxTopLogprobs : int(si+1)*sampling.MaxTopLogprobs],
-		}
-		if err := r.sampler.Sample(sb.Seat, row, &ch); err != nil {
-			return fmt.Errorf("model: seq %d (seat %d): %w", si, sb.Seat, err)
-		}
-		out.Tokens[si], out.Logprobs[si] = ch.Token, ch.Logprob
-		st := &r.seats[sb.Seat]
-		st.last, st.hasLast = ch.Token, true
 	}
+	r.host.end(b, out)
 	return nil
 }
 

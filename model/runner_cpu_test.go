@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // invarianceTol is the batch-invariance bound: a sequence's logits may
@@ -42,7 +43,7 @@ func TestStoriesGreedyFromBOS(t *testing.T) {
 	next, _ := h.step(part{s, []int32{tok.BOS()}, true})
 	gen := []int32{next[0]}
 	for len(gen) < 40 {
-		next, _ = h.step(part{s, []int32{FutureToken}, true})
+		next, _ = h.step(part{s, []int32{step.FutureToken}, true})
 		gen = append(gen, next[0])
 	}
 	text := tok.Decode(gen)
@@ -74,7 +75,7 @@ func TestBatchInvariance(t *testing.T) {
 	fed := [][]int32{toks}
 	for d := 0; d < decode; d++ {
 		for i := range parts {
-			parts[i].toks = []int32{FutureToken}
+			parts[i].toks = []int32{step.FutureToken}
 		}
 		toks, logits = h.step(parts...)
 		together = append(together, logits)
@@ -109,7 +110,7 @@ func TestChunkedPrefill(t *testing.T) {
 	h1 := newHarness(t, r1)
 	s1 := newSeq(0, iota32(0, 32)...)
 	tok1, one := h1.step(part{s1, prompt, true})
-	_, oneNext := h1.step(part{s1, []int32{FutureToken}, true})
+	_, oneNext := h1.step(part{s1, []int32{step.FutureToken}, true})
 
 	r2 := newTestRunner(t, m, cfg)
 	h2 := newHarness(t, r2)
@@ -121,7 +122,7 @@ func TestChunkedPrefill(t *testing.T) {
 		end := min(at+7, len(prompt))
 		tok2, chunked = h2.step(part{s2, prompt[at:end], end == len(prompt)})
 	}
-	_, chunkedNext := h2.step(part{s2, []int32{FutureToken}, true})
+	_, chunkedNext := h2.step(part{s2, []int32{step.FutureToken}, true})
 	require.Equal(t, tok1, tok2)
 	require.Less(t, relErr(chunked[0], one[0]), invarianceTol)
 	require.Less(t, relErr(chunkedNext[0], oneNext[0]), invarianceTol)
@@ -169,7 +170,7 @@ func TestShuffledBlockTable(t *testing.T) {
 		_, l := h.step(part{s, prompt, true})
 		results[i] = append(results[i], l[0])
 		for d := 0; d < 8; d++ {
-			_, l = h.step(part{s, []int32{FutureToken}, true})
+			_, l = h.step(part{s, []int32{step.FutureToken}, true})
 			results[i] = append(results[i], l[0])
 		}
 	}
@@ -201,39 +202,13 @@ func TestFutureToken(t *testing.T) {
 		sampled, _ := h.step(part{s, prompt, true})
 		feed := sampled[0]
 		if i == 0 {
-			feed = FutureToken
+			feed = step.FutureToken
 		}
 		tok, l := h.step(part{s, []int32{feed}, true})
 		logits[i], next[i] = l[0], tok[0]
 	}
 	require.Equal(t, logits[1], logits[0])
 	require.Equal(t, next[1], next[0])
-}
-
-// TestBlockCopy: a fork whose partial last block was copied (BlockCopy)
-// continues exactly like the original.
-func TestBlockCopy(t *testing.T) {
-	m := loadStories(t)
-	prompt := encodeAll(m, storyPrompts[2:3])[0]
-	const bs = 4
-	require.NotZero(t, len(prompt)%bs, "the last block must be partial")
-	nb := (len(prompt) + bs) / bs
-	cfg := CPURunnerConfig{Seats: 2, KVBlocks: 64, BlockSize: bs, MaxBatchTokens: 64, KeepLogits: true}
-	r := newTestRunner(t, m, cfg)
-	h := newHarness(t, r)
-	parent := newSeq(0, iota32(0, nb)...)
-	tok, _ := h.step(part{parent, prompt, true})
-
-	last := int32(nb - 1)
-	child := newSeq(1, append(iota32(0, nb-1), 40)...)
-	child.ctx, child.history = int32(len(prompt)), prompt
-	h.build(part{child, []int32{tok[0]}, true})
-	h.b.Copies = append(h.b.Copies, BlockCopy{Src: last, Dst: 40})
-	require.NoError(t, r.Execute(&h.b, &h.out))
-	forked := append([]float32(nil), r.Logits(0)...)
-
-	_, orig := h.step(part{parent, []int32{tok[0]}, true})
-	require.Equal(t, orig[0], forked)
 }
 
 // TestZeroAllocs: steady-state decode and prefill steps allocate nothing.
@@ -254,7 +229,7 @@ func TestZeroAllocs(t *testing.T) {
 	}
 	h.step(parts...)
 	for i := range parts {
-		parts[i].toks = []int32{FutureToken}
+		parts[i].toks = []int32{step.FutureToken}
 	}
 	h.step(parts...) // warm the sampler's penalty tables and kernel scratch
 	h.build(parts...)
@@ -291,11 +266,11 @@ func TestZeroAllocs(t *testing.T) {
 func TestCapacity(t *testing.T) {
 	m := loadStories(t)
 	r := newTestRunner(t, m, CPURunnerConfig{Seats: 3, KVBlocks: 20, BlockSize: 16, MaxBatchTokens: 100})
-	require.Equal(t, Capacity{Seats: 3, KVBlocks: 20, BlockSize: 16, MaxContext: 2048, MaxBatchTokens: 100, Vocab: 512}, r.Capacity())
+	require.Equal(t, step.Capacity{Seats: 3, KVBlocks: 20, BlockSize: 16, MaxContext: 2048, MaxBatchTokens: 100, Vocab: 512}, r.Capacity())
 	require.NoError(t, r.Close())
 	require.NoError(t, r.Close())
-	var out Output
-	require.ErrorIs(t, r.Execute(&Batch{}, &out), ErrRunnerClosed)
+	var out step.Output
+	require.ErrorIs(t, r.Execute(&step.Batch{}, &out), ErrRunnerClosed)
 }
 
 func TestNewCPURunnerErrors(t *testing.T) {
@@ -350,11 +325,11 @@ func TestBadBatches(t *testing.T) {
 	h.step(part{b, []int32{1, 70}, true}) // seat 1 holds 2 positions and a sample
 
 	// valid: a continues with 2 tokens, b decodes its future token.
-	valid := func() *Batch {
-		return &Batch{
-			Tokens:    []int32{5, 6, FutureToken},
+	valid := func() *step.Batch {
+		return &step.Batch{
+			Tokens:    []int32{5, 6, step.FutureToken},
 			Positions: []int32{3, 4, 2},
-			Seqs: []SeqBatch{
+			Seqs: []step.SeqBatch{
 				{Seat: 0, TokenStart: 0, NumTokens: 2, ContextLen: 5, BlockTable: []int32{0, 1}, Sample: true},
 				{Seat: 1, TokenStart: 2, NumTokens: 1, ContextLen: 3, BlockTable: []int32{3}, Sample: true},
 			},
@@ -365,53 +340,52 @@ func TestBadBatches(t *testing.T) {
 	bad.TopP = 2
 	for _, tc := range []struct {
 		name string
-		mut  func(*Batch)
+		mut  func(*step.Batch)
 		want string
 	}{
-		{"no tokens", func(b *Batch) { b.Tokens, b.Positions, b.Seqs = nil, nil, nil }, "0 tokens"},
-		{"zero NumTokens", func(b *Batch) { b.Seqs[1].NumTokens = 0 }, "NumTokens = 0"},
-		{"token above vocab", func(b *Batch) { b.Tokens[1] = 512 }, "token 512"},
-		{"negative token", func(b *Batch) { b.Tokens[0] = -7 }, "token -7"},
-		{"future token without sample", func(b *Batch) { b.Tokens[0] = FutureToken }, "FutureToken"},
-		{"seat out of range", func(b *Batch) { b.Seqs[1].Seat = 4 }, "seat 4"},
-		{"negative seat", func(b *Batch) { b.Seqs[0].Seat = -1 }, "seat -1"},
-		{"seat twice", func(b *Batch) { b.Seqs[1].Seat = 0 }, "seat 0 appears twice"},
-		{"block out of range", func(b *Batch) { b.Seqs[0].BlockTable = []int32{0, 8} }, "block 8"},
-		{"negative block", func(b *Batch) { b.Seqs[1].BlockTable = []int32{-2} }, "block -2"},
-		{"short block table", func(b *Batch) { b.Seqs[0].BlockTable = []int32{0} }, "needs 2"},
-		{"position at context", func(b *Batch) {
+		{"no tokens", func(b *step.Batch) { b.Tokens, b.Positions, b.Seqs = nil, nil, nil }, "0 tokens"},
+		{"zero NumTokens", func(b *step.Batch) { b.Seqs[1].NumTokens = 0 }, "NumTokens = 0"},
+		{"token above vocab", func(b *step.Batch) { b.Tokens[1] = 512 }, "token 512"},
+		{"negative token", func(b *step.Batch) { b.Tokens[0] = -7 }, "token -7"},
+		{"future token without sample", func(b *step.Batch) { b.Tokens[0] = step.FutureToken }, "FutureToken"},
+		{"seat out of range", func(b *step.Batch) { b.Seqs[1].Seat = 4 }, "seat 4"},
+		{"negative seat", func(b *step.Batch) { b.Seqs[0].Seat = -1 }, "seat -1"},
+		{"seat twice", func(b *step.Batch) { b.Seqs[1].Seat = 0 }, "seat 0 appears twice"},
+		{"block out of range", func(b *step.Batch) { b.Seqs[0].BlockTable = []int32{0, 8} }, "block 8"},
+		{"negative block", func(b *step.Batch) { b.Seqs[1].BlockTable = []int32{-2} }, "block -2"},
+		{"short block table", func(b *step.Batch) { b.Seqs[0].BlockTable = []int32{0} }, "needs 2"},
+		{"position at context", func(b *step.Batch) {
 			b.Positions[2], b.Seqs[1].ContextLen = 2048, 2049
 		}, "context length 2049"},
-		{"wrong position", func(b *Batch) { b.Positions[1] = 9 }, "position 9"},
-		{"positions length", func(b *Batch) { b.Positions = b.Positions[:2] }, "2 positions"},
-		{"gap in tokens", func(b *Batch) { b.Seqs[1].TokenStart = 1 }, "tokens [1, 2)"},
-		{"uncovered token", func(b *Batch) { b.Tokens, b.Positions = append(b.Tokens, 3), append(b.Positions, 3) }, "cover 3 of the batch's 4"},
-		{"too many tokens", func(b *Batch) {
+		{"wrong position", func(b *step.Batch) { b.Positions[1] = 9 }, "position 9"},
+		{"positions length", func(b *step.Batch) { b.Positions = b.Positions[:2] }, "2 positions"},
+		{"gap in tokens", func(b *step.Batch) { b.Seqs[1].TokenStart = 1 }, "tokens [1, 2)"},
+		{"uncovered token", func(b *step.Batch) { b.Tokens, b.Positions = append(b.Tokens, 3), append(b.Positions, 3) }, "cover 3 of the batch's 4"},
+		{"too many tokens", func(b *step.Batch) {
 			b.Tokens = make([]int32, 17)
 			b.Positions = make([]int32, 17)
 		}, "17 tokens"},
-		{"discontinuous seat", func(b *Batch) { b.Seqs[1].ContextLen, b.Positions[2] = 4, 3 }, "seat holds 2 positions"},
-		{"unstarted seat", func(b *Batch) { b.Seqs[1].Seat = 2 }, "seat 2"},
-		{"start without params", func(b *Batch) { b.Seqs[0].Start = true }, "without Params"},
-		{"bad params", func(b *Batch) { b.Seqs[0].Start, b.Seqs[0].Params = true, &bad }, "2"},
-		{"bad history", func(b *Batch) {
+		{"discontinuous seat", func(b *step.Batch) { b.Seqs[1].ContextLen, b.Positions[2] = 4, 3 }, "seat holds 2 positions"},
+		{"unstarted seat", func(b *step.Batch) { b.Seqs[1].Seat = 2 }, "seat 2"},
+		{"start without params", func(b *step.Batch) { b.Seqs[0].Start = true }, "without Params"},
+		{"bad params", func(b *step.Batch) { b.Seqs[0].Start, b.Seqs[0].Params = true, &bad }, "2"},
+		{"bad history", func(b *step.Batch) {
 			b.Seqs[0].Start, b.Seqs[0].Params, b.Seqs[0].History = true, &p, []int32{1, 9999}
 		}, "history token 9999"},
-		{"num output beyond history", func(b *Batch) {
+		{"num output beyond history", func(b *step.Batch) {
 			b.Seqs[0].Start, b.Seqs[0].Params, b.Seqs[0].History, b.Seqs[0].NumOutput = true, &p, []int32{1, 2}, 3
 		}, "NumOutput 3 outside [0, 2]"},
-		{"copy out of range", func(b *Batch) { b.Copies = []BlockCopy{{Src: 1, Dst: 99}} }, "99"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := valid()
 			tc.mut(b)
-			var out Output
+			var out step.Output
 			err := r.Execute(b, &out)
 			require.ErrorContains(t, err, tc.want)
 			require.NoError(t, r.Check())
 		})
 	}
-	var out Output
+	var out step.Output
 	require.NoError(t, r.Execute(valid(), &out))
 	require.NoError(t, r.Check())
 	require.Len(t, out.Tokens, 2)
@@ -466,7 +440,7 @@ func TestWorkerCountInvariance(t *testing.T) {
 		_, l := h.step(part{a, prompts[0], true}, part{b, prompts[1], true})
 		results[wi] = append(results[wi], l...)
 		for range 3 {
-			_, l = h.step(part{a, []int32{FutureToken}, true}, part{b, []int32{FutureToken}, true})
+			_, l = h.step(part{a, []int32{step.FutureToken}, true}, part{b, []int32{step.FutureToken}, true})
 			results[wi] = append(results[wi], l...)
 		}
 	}
@@ -487,9 +461,9 @@ func TestMaxContextBoundary(t *testing.T) {
 	h := newHarness(t, r)
 	s := newSeq(0, 0, 1, 2, 3)
 	h.step(part{s, iota32(1, 11), true})
-	h.step(part{s, []int32{FutureToken}, true}) // position 11: the last one
-	h.build(part{s, []int32{FutureToken}, true})
-	var out Output
+	h.step(part{s, []int32{step.FutureToken}, true}) // position 11: the last one
+	h.build(part{s, []int32{step.FutureToken}, true})
+	var out step.Output
 	require.ErrorContains(t, r.Execute(&h.b, &out), "context length 13")
 	require.NoError(t, r.Check())
 }
@@ -497,30 +471,6 @@ func TestMaxContextBoundary(t *testing.T) {
 // runner is the contract the executor consumes (it defines its own
 // interface; model may not import executor).
 var _ interface {
-	Execute(*Batch, *Output) error
-	Capacity() Capacity
+	Execute(*step.Batch, *step.Output) error
+	Capacity() step.Capacity
 } = (*CPURunner)(nil)
-
-// TestSeedBase: unseeded sampling replays under the same seed base and
-// changes under another.
-func TestSeedBase(t *testing.T) {
-	m := loadStories(t)
-	prompt := encodeAll(m, storyPrompts[:1])[0]
-	run := func(base uint64) []int32 {
-		r := newTestRunner(t, m, CPURunnerConfig{Seats: 1, KVBlocks: 8, BlockSize: 16, MaxBatchTokens: 32})
-		r.SetSeedBase(base)
-		h := newHarness(t, r)
-		s := newSeq(0, iota32(0, 8)...)
-		s.params.Temperature = 1.5
-		tok, _ := h.step(part{s, prompt, true})
-		got := []int32{tok[0]}
-		for range 30 {
-			tok, _ = h.step(part{s, []int32{FutureToken}, true})
-			got = append(got, tok[0])
-		}
-		return got
-	}
-	a := run(1)
-	require.Equal(t, a, run(1))
-	require.NotEqual(t, a, run(2))
-}

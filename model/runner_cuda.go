@@ -8,6 +8,7 @@ import (
 
 	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/kernels"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // CUDARunnerConfig sizes a CUDARunner. Every device buffer is allocated from
@@ -161,7 +162,7 @@ type CUDARunner struct {
 
 	// Per-step state read by the functions passed to Device.Do (made once,
 	// so a step allocates nothing).
-	stepB     *Batch
+	stepB     *step.Batch
 	npairs    int
 	stepFn    func(c cuda.Ctx) error
 	scatterFn func(c cuda.Ctx) error
@@ -369,7 +370,9 @@ func (r *CUDARunner) setup(c cuda.Ctx, mods []kernels.CUDAModule, opsMod kernels
 	if r.kvMem, err = r.allocKV(c, "KV cache", blocks); err != nil {
 		return fmt.Errorf("%d KV blocks of %d bytes: %w", blocks, plan.BlockBytes(), err)
 	}
-	r.host.capacity.KVBlocks = blocks
+	if err := r.host.setKVBlocks(blocks); err != nil {
+		return err
+	}
 
 	// Decode graphs, each warmed up eagerly once (first launches load
 	// kernels, which capture must not do) and then captured with the input
@@ -415,9 +418,9 @@ func (r *CUDARunner) setup(c cuda.Ctx, mods []kernels.CUDAModule, opsMod kernels
 
 // cudaPlan is what the runner works out before touching the device.
 type cudaPlan struct {
-	capacity      Capacity // KVBlocks not yet known
-	rows, graphMB int      // logits rows; block-table columns of the decode graphs
-	sizes         []int    // decode graph batch sizes
+	capacity      step.Capacity // KVBlocks not yet known
+	rows, graphMB int           // logits rows; block-table columns of the decode graphs
+	sizes         []int         // decode graph batch sizes
 	dry           cudaStepLayout
 	dryQ          int
 	stagingElems  int
@@ -433,7 +436,7 @@ func (r *CUDARunner) plan(sms int) (cudaPlan, error) {
 		return p, err
 	}
 	r.gemmType = cudaGemmType(r.wplan.gemm)
-	p.capacity = Capacity{Seats: cfg.Seats, BlockSize: cfg.BlockSize, MaxContext: r.m.maxContext,
+	p.capacity = step.Capacity{Seats: cfg.Seats, BlockSize: cfg.BlockSize, MaxContext: r.m.maxContext,
 		MaxBatchTokens: cfg.MaxBatchTokens, Vocab: mc.Vocab}
 	p.rows = min(cfg.Seats, cfg.MaxBatchTokens)
 	p.graphMB = cudaTableColumns(p.capacity)
@@ -728,7 +731,7 @@ func (r *CUDARunner) forward(e cudaExec, l *cudaStepLayout, graph, maxQ int) err
 }
 
 // Capacity reports what the runner holds.
-func (r *CUDARunner) Capacity() Capacity { return r.host.capacity }
+func (r *CUDARunner) Capacity() step.Capacity { return r.host.capacity }
 
 // Model returns the model the runner executes.
 func (r *CUDARunner) Model() *Llama { return r.m }
@@ -736,21 +739,17 @@ func (r *CUDARunner) Model() *Llama { return r.m }
 // Memory is the runner's memory plan (for the start-up report).
 func (r *CUDARunner) Memory() CUDAMemory { return r.mem }
 
-// SetSeedBase sets the base from which the seeds of requests without one
-// are derived (see sampling.Sampler.SetSeedBase).
-func (r *CUDARunner) SetSeedBase(base uint64) { r.host.sampler.SetSeedBase(base) }
-
 // Logits returns the logits row of Batch.Seqs[i] in the latest Execute when
 // the runner keeps logits and that sequence was sampled; nil otherwise. The
 // slice is owned by the runner and overwritten by the next Execute.
 func (r *CUDARunner) Logits(i int) []float32 { return r.host.logits(i) }
 
-// Execute runs one step: block copies, sampler resets for starting
+// Execute runs one step: sampler resets for starting
 // sequences, the forward pass over every new token (a captured graph for
 // decode batches) and one token per sequence with Sample set. out is resized
 // to len(b.Seqs). A bad batch returns an error naming the value and changes
 // nothing.
-func (r *CUDARunner) Execute(b *Batch, out *Output) error {
+func (r *CUDARunner) Execute(b *step.Batch, out *step.Output) error {
 	if r.closed {
 		return ErrCUDARunnerClosed
 	}
@@ -776,24 +775,10 @@ func (r *CUDARunner) Execute(b *Batch, out *Output) error {
 	return nil
 }
 
-// step runs on the device thread: block copies, the input upload, the
+// step runs on the device thread: the input upload, the
 // forward pass, and the copies of sampled ids and host-needed logits back.
 func (r *CUDARunner) step(c cuda.Ctx) error {
-	b, h, s := r.stepB, r.host, r.stream
-	for _, cp := range b.Copies {
-		if cp.Src == cp.Dst {
-			continue
-		}
-		src, dst := uint64(cp.Src)*r.kvBlock, uint64(cp.Dst)*r.kvBlock
-		for _, kv := range r.kv {
-			if err := c.CopyDtoDAsync(kv.K.Add(dst), kv.K.Add(src), r.kvBlock, s); err != nil {
-				return fmt.Errorf("copy block %d -> %d: %w", cp.Src, cp.Dst, err)
-			}
-			if err := c.CopyDtoDAsync(kv.V.Add(dst), kv.V.Add(src), r.kvBlock, s); err != nil {
-				return fmt.Errorf("copy block %d -> %d: %w", cp.Src, cp.Dst, err)
-			}
-		}
-	}
+	h, s := r.host, r.stream
 	l := &h.layout
 	io := false // whether the inputs and sampled ids travel inside the graph
 	if h.graph > 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // cudaEmu implements cudaExec over host memory: a device address is base +
@@ -269,7 +270,7 @@ func newCUDAEmuRunner(tb testing.TB, m *Llama, cfg CUDARunnerConfig) *cudaEmuRun
 	}
 	r.host, err = newCUDAHost(pl.capacity, pl.sizes, pl.graphMB, cfg.KeepLogits, make([]int32, pl.stagingElems), make([]int32, 2*pl.rows))
 	require.NoError(tb, err)
-	r.host.capacity.KVBlocks = cfg.KVBlocks
+	require.NoError(tb, r.host.setKVBlocks(cfg.KVBlocks))
 	r.devTok, r.hostLog = make([]int32, pl.rows), make([]float32, pl.rows*m.cfg.Vocab)
 	vocab := m.cfg.Vocab
 	r.rowFn = func(j int) []float32 { return r.hostLog[j*vocab : (j+1)*vocab] }
@@ -287,17 +288,10 @@ func newCUDAEmuRunner(tb testing.TB, m *Llama, cfg CUDARunnerConfig) *cudaEmuRun
 }
 
 // Execute is CUDARunner.Execute with step() and scatter() on the emulator.
-func (x *cudaEmuRunner) Execute(b *Batch, out *Output) error {
+func (x *cudaEmuRunner) Execute(b *step.Batch, out *step.Output) error {
 	r, e, h := x.r, x.e, x.r.host
 	if err := h.prepare(b); err != nil {
 		return err
-	}
-	for _, cp := range b.Copies {
-		for _, kv := range r.kv {
-			for _, base := range []cuda.DevicePtr{kv.K, kv.V} {
-				copy(e.bytes(base.Add(uint64(cp.Dst)*r.kvBlock), int(r.kvBlock)), e.bytes(base.Add(uint64(cp.Src)*r.kvBlock), int(r.kvBlock)))
-			}
-		}
 	}
 	l := &h.layout
 	copy(e.bytes(r.buf(r.bufs.arena), 4*l.total), cudaI32Bytes(h.staging[:l.total]))
@@ -382,11 +376,11 @@ func cudaFollowCPU(t *testing.T, m *Llama, gpu cudaPairRunner, n int, tol float6
 	cpu := newTestRunner(t, m, CPURunnerConfig{Seats: 1, KVBlocks: 8, BlockSize: bs, MaxBatchTokens: 16, KeepLogits: true})
 	p := sampling.DefaultParams()
 	table := iota32(0, 8)
-	var oc, og Output
+	var oc, og step.Output
 	agree, worst := 0, 0.0
 	for pos := int32(1); pos <= int32(n); pos++ {
-		b := &Batch{Tokens: []int32{1}, Positions: []int32{pos - 1},
-			Seqs: []SeqBatch{{Seat: 0, NumTokens: 1, ContextLen: pos, BlockTable: table[:(pos+bs-1)/bs], Sample: true, Start: pos == 1, Params: &p}}}
+		b := &step.Batch{Tokens: []int32{1}, Positions: []int32{pos - 1},
+			Seqs: []step.SeqBatch{{Seat: 0, NumTokens: 1, ContextLen: pos, BlockTable: table[:(pos+bs-1)/bs], Sample: true, Start: pos == 1, Params: &p}}}
 		if pos > 1 {
 			b.Tokens[0] = oc.Tokens[0]
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // These tests run the CUDA runner on a GPU: against the CPU runner on the
@@ -53,14 +54,14 @@ func cudaRunnerOrSkip(tb testing.TB, m *Llama, cfg CUDARunnerConfig) *CUDARunner
 
 // cudaRunner is what the comparison drives on both runners.
 type cudaPairRunner interface {
-	Execute(b *Batch, out *Output) error
+	Execute(b *step.Batch, out *step.Output) error
 	Check() error
 	Logits(i int) []float32
 }
 
 // cudaLockstep executes b on the CPU runner and the CUDA runner and requires
 // the same tokens and logits within tol (relative to each row's scale).
-func cudaLockstep(t *testing.T, step int, cpu, gpu cudaPairRunner, b *Batch, tol float64) (cpuOut, gpuOut Output) {
+func cudaLockstep(t *testing.T, step int, cpu, gpu cudaPairRunner, b *step.Batch, tol float64) (cpuOut, gpuOut step.Output) {
 	t.Helper()
 	require.NoError(t, cpu.Execute(b, &cpuOut), "CPU step %d", step)
 	require.NoError(t, cpu.Check())
@@ -114,9 +115,9 @@ func cudaGreedyScenario(t *testing.T, m *Llama, gpu cudaPairRunner, steps int) [
 	for i := 0; i < len(prompt); i += 4 {
 		chunk := prompt[i:min(len(prompt), i+4)]
 		last := i+4 >= len(prompt)
-		b := &Batch{Tokens: chunk, Positions: iota32(int(pos), len(chunk))}
+		b := &step.Batch{Tokens: chunk, Positions: iota32(int(pos), len(chunk))}
 		pos += int32(len(chunk))
-		b.Seqs = []SeqBatch{{Seat: 0, NumTokens: int32(len(chunk)), ContextLen: pos, BlockTable: table[:(pos+bs-1)/bs],
+		b.Seqs = []step.SeqBatch{{Seat: 0, NumTokens: int32(len(chunk)), ContextLen: pos, BlockTable: table[:(pos+bs-1)/bs],
 			Sample: last, Start: i == 0, Params: &params, History: prompt}}
 		out, _ := cudaLockstep(t, i, cpu, gpu, b, 1e-3)
 		if last {
@@ -125,8 +126,8 @@ func cudaGreedyScenario(t *testing.T, m *Llama, gpu cudaPairRunner, steps int) [
 	}
 	for s := 0; s < steps; s++ {
 		pos++
-		b := &Batch{Tokens: []int32{FutureToken}, Positions: []int32{pos - 1},
-			Seqs: []SeqBatch{{Seat: 0, NumTokens: 1, ContextLen: pos, BlockTable: table[:(pos+bs-1)/bs], Sample: true}}}
+		b := &step.Batch{Tokens: []int32{step.FutureToken}, Positions: []int32{pos - 1},
+			Seqs: []step.SeqBatch{{Seat: 0, NumTokens: 1, ContextLen: pos, BlockTable: table[:(pos+bs-1)/bs], Sample: true}}}
 		out, _ := cudaLockstep(t, 100+s, cpu, gpu, b, 1e-3)
 		text = append(text, out.Tokens[0])
 	}
@@ -162,44 +163,43 @@ func cudaBatchScenario(t *testing.T, m *Llama, gpu cudaPairRunner) {
 	hot.Temperature, hot.Seed, hot.HasSeed = 0.9, 5, true
 	tables := [][]int32{iota32(0, 16), iota32(16, 16), iota32(32, 16), iota32(48, 16)}
 	ctx := make([]int32, 4)
-	seq := func(b *Batch, seat int32, toks []int32, sample, start bool, p *sampling.Params) {
+	seq := func(b *step.Batch, seat int32, toks []int32, sample, start bool, p *sampling.Params) {
 		start0 := int32(len(b.Tokens))
 		for j, tk := range toks {
 			b.Tokens = append(b.Tokens, tk)
 			b.Positions = append(b.Positions, ctx[seat]+int32(j))
 		}
 		ctx[seat] += int32(len(toks))
-		b.Seqs = append(b.Seqs, SeqBatch{Seat: seat, TokenStart: start0, NumTokens: int32(len(toks)), ContextLen: ctx[seat],
+		b.Seqs = append(b.Seqs, step.SeqBatch{Seat: seat, TokenStart: start0, NumTokens: int32(len(toks)), ContextLen: ctx[seat],
 			BlockTable: tables[seat][:(ctx[seat]+bs-1)/bs], Sample: sample, Start: start, Params: p, History: toks})
 	}
 	// Step 0: seat 0 prefills and samples; seat 1 prefills a first chunk.
-	b := &Batch{}
+	b := &step.Batch{}
 	seq(b, 0, []int32{1, 400, 401, 402, 403}, true, true, &greedy)
 	seq(b, 1, iota32(100, 7), false, true, &penal)
 	cudaLockstep(t, 0, cpu, gpu, b, 1e-3)
 	// Step 1: seat 0 decodes (FutureToken) beside seat 1's last chunk.
-	b = &Batch{}
-	seq(b, 0, []int32{FutureToken}, true, false, nil)
+	b = &step.Batch{}
+	seq(b, 0, []int32{step.FutureToken}, true, false, nil)
 	seq(b, 1, iota32(107, 3), true, false, nil)
 	out, _ := cudaLockstep(t, 1, cpu, gpu, b, 1e-3)
-	// Step 2: seat 2 forks seat 0 (its first block copied, context cached),
-	// then three one-token sequences: a decode graph padded to 4 rows.
-	b = &Batch{Copies: []BlockCopy{{Src: tables[0][0], Dst: tables[2][0]}}}
-	ctx[2] = ctx[0]
-	seq(b, 0, []int32{FutureToken}, true, false, nil)
-	seq(b, 1, []int32{FutureToken}, true, false, nil)
+	// Step 2: seat 2 starts with a one-token prompt beside two decodes:
+	// three one-token sequences, a decode graph padded to 4 rows.
+	b = &step.Batch{}
+	seq(b, 0, []int32{step.FutureToken}, true, false, nil)
+	seq(b, 1, []int32{step.FutureToken}, true, false, nil)
 	seq(b, 2, []int32{out.Tokens[0]}, true, true, &hot)
 	cudaLockstep(t, 2, cpu, gpu, b, 1e-3)
 	for s := 3; s < 40; s++ {
-		b = &Batch{}
+		b = &step.Batch{}
 		for seat := int32(0); seat < 3; seat++ {
-			seq(b, seat, []int32{FutureToken}, true, false, nil)
+			seq(b, seat, []int32{step.FutureToken}, true, false, nil)
 		}
 		switch {
 		case s == 20: // seat 3 joins with a one-token prompt: a full graph of 4
 			seq(b, 3, []int32{1}, true, true, &greedy)
 		case s > 20:
-			seq(b, 3, []int32{FutureToken}, true, false, nil)
+			seq(b, 3, []int32{step.FutureToken}, true, false, nil)
 		}
 		cudaLockstep(t, s, cpu, gpu, b, 1e-3)
 	}
@@ -398,14 +398,14 @@ func BenchmarkCUDADecode8B(b *testing.B) {
 	for _, batch := range []int{1, 64} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			p := sampling.DefaultParams()
-			bt := &Batch{}
+			bt := &step.Batch{}
 			for i := 0; i < batch; i++ {
 				bt.Tokens = append(bt.Tokens, int32(i+3))
 				bt.Positions = append(bt.Positions, ctx0)
-				bt.Seqs = append(bt.Seqs, SeqBatch{Seat: int32(i), TokenStart: int32(i), NumTokens: 1, ContextLen: ctx0 + 1,
+				bt.Seqs = append(bt.Seqs, step.SeqBatch{Seat: int32(i), TokenStart: int32(i), NumTokens: 1, ContextLen: ctx0 + 1,
 					BlockTable: iota32(i*per, per), Sample: true, Start: true, Params: &p})
 			}
-			var out Output
+			var out step.Output
 			step := func() {
 				if err := r.Execute(bt, &out); err != nil {
 					b.Fatal(err)
@@ -419,7 +419,7 @@ func BenchmarkCUDADecode8B(b *testing.B) {
 						bt.Tokens[i] = int32(i + 3)
 					} else {
 						sb.ContextLen++
-						bt.Tokens[i] = FutureToken
+						bt.Tokens[i] = step.FutureToken
 					}
 					bt.Positions[i] = sb.ContextLen - 1
 				}

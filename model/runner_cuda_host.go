@@ -5,6 +5,7 @@ import (
 
 	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // cudaHost is the CUDA runner's host half: batch validation, per-seat
@@ -12,10 +13,9 @@ import (
 // sampling of the rows the device does not sample. It touches no device, so
 // tests drive it on any machine.
 type cudaHost struct {
-	capacity Capacity
-	sampler  *sampling.Sampler
+	*seatHost
+	capacity step.Capacity
 	seats    []cudaSeat
-	checker  batchChecker
 
 	graphSizes []int // decode batch sizes with a captured graph (ascending); nil: none
 	graphMB    int   // block-table columns of every decode graph
@@ -33,9 +33,6 @@ type cudaHost struct {
 	// sampling, or every sampled row when keep is set).
 	hostRows []int32
 	keep     bool
-	kept     []float32 // [maxRows][Vocab] copies when keep
-	keptOf   []int32   // per Batch.Seqs index: kept row or -1
-	keptN    int
 	// pairs receives (seat, token) of host-sampled rows (pinned in the
 	// runner), uploaded to the device's last-token row.
 	pairs []int32
@@ -43,7 +40,6 @@ type cudaHost struct {
 
 // cudaSeat is what the runner remembers of one seat between steps.
 type cudaSeat struct {
-	seatCursor
 	// deviceGreedy: plain argmax on the device serves the seat (greedy with
 	// no penalty and no logprobs); else its rows are sampled on the host.
 	deviceGreedy bool
@@ -58,19 +54,22 @@ func cudaDeviceGreedy(p *sampling.Params) bool {
 
 // newCUDAHost sizes the host half. staging and pairs may alias pinned memory;
 // staging must hold the largest step layout (see cudaHost.stagingElems).
-func newCUDAHost(c Capacity, graphSizes []int, graphMB int, keep bool, staging, pairs []int32) (*cudaHost, error) {
-	sampler, err := sampling.New(c.Seats, c.Vocab)
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
+func newCUDAHost(c step.Capacity, graphSizes []int, graphMB int, keep bool, staging, pairs []int32) (*cudaHost, error) {
 	rows := min(c.Seats, c.MaxBatchTokens)
+	// The KV cache is sized after the dry run (setKVBlocks); until then the
+	// checker holds one block, and no step is checked before.
+	planning := c
+	planning.KVBlocks = max(c.KVBlocks, 1)
+	sh, err := newSeatHost(planning, rows, keep)
+	if err != nil {
+		return nil, err
+	}
 	h := &cudaHost{
-		capacity: c, sampler: sampler,
-		seats: make([]cudaSeat, c.Seats), checker: newBatchChecker(c.Seats),
+		seatHost: sh, capacity: c,
+		seats:      make([]cudaSeat, c.Seats),
 		graphSizes: graphSizes, graphMB: graphMB, maxRows: rows,
 		staging: staging, pairs: pairs, keep: keep,
 		rowSeq: make([]int32, 0, rows), hostRows: make([]int32, 0, rows),
-		keptOf: make([]int32, rows),
 	}
 	if need := cudaStagingElems(c, rows, graphMB); len(staging) < need {
 		return nil, fmt.Errorf("model: CUDA step staging holds %d int32s, the largest step needs %d", len(staging), need)
@@ -78,33 +77,37 @@ func newCUDAHost(c Capacity, graphSizes []int, graphMB int, keep bool, staging, 
 	if len(pairs) < 2*rows {
 		return nil, fmt.Errorf("model: CUDA sampled-token staging holds %d int32s, want %d", len(pairs), 2*rows)
 	}
-	if keep {
-		h.kept = make([]float32, rows*c.Vocab)
-	}
 	return h, nil
 }
 
+// setKVBlocks fixes the KV cache's size once the runner has planned it
+// (after the dry run, before any step is checked).
+func (h *cudaHost) setKVBlocks(n int) error {
+	c := h.capacity
+	c.KVBlocks = n
+	checker, err := step.NewChecker(c)
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	h.capacity, h.checker = c, checker
+	return nil
+}
+
 // cudaTableColumns is the widest block table a sequence of c can need.
-func cudaTableColumns(c Capacity) int { return (c.MaxContext + c.BlockSize - 1) / c.BlockSize }
+func cudaTableColumns(c step.Capacity) int { return (c.MaxContext + c.BlockSize - 1) / c.BlockSize }
 
 // cudaStagingElems is the largest step layout: an eager step of every token,
 // rows sequences, the widest tables (a decode graph's layout is no larger,
 // as the layout grows with each argument and P ≤ rows ≤ T).
-func cudaStagingElems(c Capacity, rows, graphMB int) int {
+func cudaStagingElems(c step.Capacity, rows, graphMB int) int {
 	return newCUDAStepLayout(c.MaxBatchTokens, rows, rows, max(cudaTableColumns(c), graphMB)).total
 }
-
-// check validates b against the capacity and seat state without changing
-// anything (the Batch contract every runner enforces).
-func (h *cudaHost) check(b *Batch) error { return h.checker.check(b, h.capacity, h) }
-
-func (h *cudaHost) cursor(seat int32) *seatCursor { return &h.seats[seat].seatCursor }
 
 // prepare validates b, starts the sampler state of starting sequences and
 // writes the step's inputs into the staging area. It chooses a decode graph
 // when every sequence has one new token and a captured size fits.
-func (h *cudaHost) prepare(b *Batch) error {
-	if err := h.check(b); err != nil {
+func (h *cudaHost) prepare(b *step.Batch) error {
+	if err := h.begin(b); err != nil {
 		return err
 	}
 	for i := range b.Seqs {
@@ -112,12 +115,9 @@ func (h *cudaHost) prepare(b *Batch) error {
 		if !sb.Start {
 			continue
 		}
-		if err := h.sampler.StartWithOutput(sb.Seat, sb.Params, sb.History, int(sb.NumOutput)); err != nil {
-			return fmt.Errorf("model: seq %d (seat %d): %w", i, sb.Seat, err)
-		}
 		p := *sb.Params
-		_ = p.Validate(h.capacity.Vocab) // checked above; normalises
-		h.seats[sb.Seat] = cudaSeat{seatCursor: seatCursor{started: true}, deviceGreedy: cudaDeviceGreedy(&p)}
+		_ = p.Validate(h.capacity.Vocab) // checked by begin; normalises
+		h.seats[sb.Seat] = cudaSeat{deviceGreedy: cudaDeviceGreedy(&p)}
 	}
 	n := len(b.Seqs)
 	h.graph = 0
@@ -193,90 +193,44 @@ func (h *cudaHost) prepare(b *Batch) error {
 // the rows in hostRows; the slice may be modified). It fills out (resized to
 // len(b.Seqs)) and h.pairs, and returns the number of host-sampled pairs the
 // device's last-token row must receive.
-func (h *cudaHost) finish(b *Batch, out *Output, devTok []int32, rowLogits func(j int) []float32) (int, error) {
-	out.Resize(len(b.Seqs))
-	vocab := h.capacity.Vocab
-	h.keptN = len(b.Seqs)
-	for i := range b.Seqs {
-		sb := &b.Seqs[i]
-		st := &h.seats[sb.Seat]
-		st.kvLen = sb.ContextLen
-		if i < len(h.keptOf) {
-			h.keptOf[i] = -1
-		}
-		if !sb.Sample {
-			out.Tokens[i], out.Logprobs[i] = -1, 0
-			st.hasLast = false
-		}
-	}
+func (h *cudaHost) finish(b *step.Batch, out *step.Output, devTok []int32, rowLogits func(j int) []float32) (int, error) {
+	h.resetOutput(b, out)
 	npairs := 0
-	kept := 0
 	for j, si := range h.rowSeq {
 		if si < 0 || !b.Seqs[si].Sample {
 			continue
 		}
 		sb := &b.Seqs[si]
-		st := &h.seats[sb.Seat]
-		var row []float32
-		if h.keep || !st.deviceGreedy {
-			row = rowLogits(j)
-			if len(row) != vocab {
-				return 0, fmt.Errorf("model: logits row %d has %d values, want vocab %d", j, len(row), vocab)
+		if !h.seats[sb.Seat].deviceGreedy {
+			tok, err := h.sample(b, out, int(si), rowLogits(j))
+			if err != nil {
+				return 0, err
 			}
-		}
-		if h.keep {
-			copy(h.kept[kept*vocab:(kept+1)*vocab], row)
-			h.keptOf[si] = int32(kept)
-			kept++
-		}
-		var tok int32
-		if st.deviceGreedy {
-			tok = devTok[j]
-			out.Logprobs[si] = 0
-		} else {
-			ch := sampling.Choice{
-				TopTokens:   out.TopTokens[int(si)*sampling.MaxTopLogprobs : int(si+1)*sampling.MaxTopLogprobs],
-				TopLogprobs: out.TopLogprobs[int(si)*sampling.MaxTopLogprobs : int(si+1)*sampling.MaxTopLogprobs],
-			}
-			if err := h.sampler.Sample(sb.Seat, row, &ch); err != nil {
-				return 0, fmt.Errorf("model: seq %d (seat %d): %w", si, sb.Seat, err)
-			}
-			tok = ch.Token
-			out.Logprobs[si] = ch.Logprob
 			h.pairs[2*npairs], h.pairs[2*npairs+1] = sb.Seat, tok
 			npairs++
+			continue
 		}
-		if tok < 0 || int(tok) >= vocab {
-			return 0, fmt.Errorf("model: seq %d (seat %d): sampled token %d outside vocab %d", si, sb.Seat, tok, vocab)
+		if h.keep {
+			row := rowLogits(j)
+			if len(row) != h.capacity.Vocab {
+				return 0, fmt.Errorf("model: logits row %d has %d values, want vocab %d", j, len(row), h.capacity.Vocab)
+			}
+			h.keepRow(int(si), row)
 		}
-		out.Tokens[si] = tok
-		st.last, st.hasLast = tok, true
+		if err := h.record(b, out, int(si), devTok[j], 0); err != nil {
+			return 0, err
+		}
 	}
+	h.end(b, out)
 	return npairs, nil
-}
-
-// logits returns the kept logits of Batch.Seqs[i] of the latest step, or nil.
-func (h *cudaHost) logits(i int) []float32 {
-	if h.kept == nil || i < 0 || i >= h.keptN || i >= len(h.keptOf) || h.keptOf[i] < 0 {
-		return nil
-	}
-	v := h.capacity.Vocab
-	r := int(h.keptOf[i])
-	return h.kept[r*v : (r+1)*v]
 }
 
 // checkSeats verifies the per-seat bookkeeping and the sampler's.
 func (h *cudaHost) checkSeats() error {
 	for i, s := range h.seats {
-		if !s.started && (s.kvLen != 0 || s.hasLast || s.deviceGreedy) {
-			return fmt.Errorf("model: seat %d is not started but holds %d positions (has last token %v)", i, s.kvLen, s.hasLast)
-		}
-		if s.kvLen < 0 || int(s.kvLen) > h.capacity.MaxContext {
-			return fmt.Errorf("model: seat %d holds %d positions, outside [0, %d]", i, s.kvLen, h.capacity.MaxContext)
-		}
-		if s.hasLast && (s.last < 0 || int(s.last) >= h.capacity.Vocab) {
-			return fmt.Errorf("model: seat %d last token %d outside vocab %d", i, s.last, h.capacity.Vocab)
+		if s.deviceGreedy && !h.checker.Seat(int32(i)).Started {
+			return fmt.Errorf("model: seat %d is not started but is marked for device sampling", i)
 		}
 	}
-	return h.sampler.Check()
+	return h.check()
 }

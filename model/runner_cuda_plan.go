@@ -8,6 +8,7 @@ import (
 	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model/gguf"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // This file is the CUDA runner's arithmetic that needs no GPU: which type
@@ -388,7 +389,7 @@ func cudaBytesF32(b []byte) []float32 {
 // with logits for rows rows, so that every activation buffer and the
 // largest GEMM and attention shapes are exercised. It returns the layout and
 // the most new tokens of one sequence.
-func cudaDryRun(c Capacity, rows int) (cudaStepLayout, int) {
+func cudaDryRun(c step.Capacity, rows int) (cudaStepLayout, int) {
 	T := c.MaxBatchTokens
 	chunk := min(T, cudaTableColumns(c)*c.BlockSize)
 	n := (T + chunk - 1) / chunk
@@ -398,7 +399,7 @@ func cudaDryRun(c Capacity, rows int) (cudaStepLayout, int) {
 // cudaFillDryRun writes the dry run's inputs (see cudaDryRun) into s: token
 // 0 everywhere, block tables cycling over blocks scratch blocks, no row
 // updating a seat's last token.
-func cudaFillDryRun(s []int32, c Capacity, rows, blocks int) cudaStepLayout {
+func cudaFillDryRun(s []int32, c step.Capacity, rows, blocks int) cudaStepLayout {
 	l, chunk := cudaDryRun(c, rows)
 	bs := int32(c.BlockSize)
 	for q := 0; q < l.N; q++ {

@@ -13,6 +13,7 @@ import (
 	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // These tests check the CUDA runner's host half and plans on any machine;
@@ -290,7 +291,7 @@ func FuzzCUDAStepLayout(f *testing.F) {
 }
 
 // cudaTestHost makes a host half with Go-memory staging.
-func cudaTestHost(t *testing.T, c Capacity, graphs []int, keep bool) *cudaHost {
+func cudaTestHost(t *testing.T, c step.Capacity, graphs []int, keep bool) *cudaHost {
 	t.Helper()
 	rows := min(c.Seats, c.MaxBatchTokens)
 	staging := make([]int32, cudaStagingElems(c, rows, cudaTableColumns(c)))
@@ -310,8 +311,8 @@ type cudaPart struct {
 	params *sampling.Params
 }
 
-func cudaBatch(bs int32, tables map[int32][]int32, parts ...cudaPart) *Batch {
-	b := &Batch{}
+func cudaBatch(bs int32, tables map[int32][]int32, parts ...cudaPart) *step.Batch {
+	b := &step.Batch{}
 	for _, p := range parts {
 		start := int32(len(b.Tokens))
 		for j, tk := range p.toks {
@@ -324,14 +325,14 @@ func cudaBatch(bs int32, tables map[int32][]int32, parts ...cudaPart) *Batch {
 			d := sampling.DefaultParams()
 			params = &d
 		}
-		b.Seqs = append(b.Seqs, SeqBatch{Seat: p.seat, TokenStart: start, NumTokens: int32(len(p.toks)), ContextLen: ctx,
+		b.Seqs = append(b.Seqs, step.SeqBatch{Seat: p.seat, TokenStart: start, NumTokens: int32(len(p.toks)), ContextLen: ctx,
 			BlockTable: tables[p.seat][:min(len(tables[p.seat]), int((ctx+bs-1)/bs))], Sample: p.sample, Start: p.start, Params: params, History: p.toks})
 	}
 	return b
 }
 
 func TestCUDAHostPrepareDecodeGraph(t *testing.T) {
-	c := Capacity{Seats: 6, KVBlocks: 40, BlockSize: 4, MaxContext: 32, MaxBatchTokens: 16, Vocab: 10}
+	c := step.Capacity{Seats: 6, KVBlocks: 40, BlockSize: 4, MaxContext: 32, MaxBatchTokens: 16, Vocab: 10}
 	h := cudaTestHost(t, c, []int{1, 2, 4}, false)
 	tables := map[int32][]int32{0: {5, 6, 7}, 3: {9, 1}, 5: {30, 31, 32}}
 	hot := sampling.DefaultParams()
@@ -358,7 +359,7 @@ func TestCUDAHostPrepareDecodeGraph(t *testing.T) {
 	require.Equal(t, []int32{2}, h.hostRows, "the tempered row is sampled on the host")
 
 	// Finish: row 0 takes the device's argmax, row 2 is drawn on the host.
-	var out Output
+	var out step.Output
 	logits := make([][]float32, 4)
 	for j := range logits {
 		logits[j] = make([]float32, c.Vocab)
@@ -373,19 +374,19 @@ func TestCUDAHostPrepareDecodeGraph(t *testing.T) {
 
 	// The next step may use FutureToken for the sampled seats only.
 	next := cudaBatch(4, tables,
-		cudaPart{seat: 0, first: 10, toks: []int32{FutureToken}, sample: true},
-		cudaPart{seat: 5, first: 1, toks: []int32{FutureToken}, sample: true},
+		cudaPart{seat: 0, first: 10, toks: []int32{step.FutureToken}, sample: true},
+		cudaPart{seat: 5, first: 1, toks: []int32{step.FutureToken}, sample: true},
 	)
 	require.NoError(t, h.prepare(next))
 	require.Equal(t, 2, h.graph)
-	require.Equal(t, []int32{FutureToken, FutureToken}, h.staging[h.layout.tok:h.layout.tok+2], "resolved on the device")
+	require.Equal(t, []int32{step.FutureToken, step.FutureToken}, h.staging[h.layout.tok:h.layout.tok+2], "resolved on the device")
 	require.Equal(t, []int32{0, 5}, h.staging[h.layout.seat:h.layout.seat+2])
-	bad := cudaBatch(4, tables, cudaPart{seat: 3, first: 5, toks: []int32{FutureToken}, sample: true})
+	bad := cudaBatch(4, tables, cudaPart{seat: 3, first: 5, toks: []int32{step.FutureToken}, sample: true})
 	require.ErrorContains(t, h.prepare(bad), "FutureToken at token 0 but the seat sampled nothing")
 }
 
 func TestCUDAHostPrepareEager(t *testing.T) {
-	c := Capacity{Seats: 4, KVBlocks: 40, BlockSize: 4, MaxContext: 32, MaxBatchTokens: 16, Vocab: 10}
+	c := step.Capacity{Seats: 4, KVBlocks: 40, BlockSize: 4, MaxContext: 32, MaxBatchTokens: 16, Vocab: 10}
 	h := cudaTestHost(t, c, []int{1, 2, 4}, true)
 	tables := map[int32][]int32{1: {3, 4, 5}, 2: {8, 9}}
 	// A prefill chunk (not sampled) and a finished prefill (sampled): eager.
@@ -408,7 +409,7 @@ func TestCUDAHostPrepareEager(t *testing.T) {
 	require.Equal(t, 6, h.maxQ)
 	require.Equal(t, []int32{0}, h.hostRows, "kept logits are copied even for device-greedy rows")
 
-	var out Output
+	var out step.Output
 	row := []float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
 	n, err := h.finish(b, &out, []int32{9}, func(int) []float32 { return slices.Clone(row) })
 	require.NoError(t, err)
@@ -421,27 +422,25 @@ func TestCUDAHostPrepareEager(t *testing.T) {
 
 // A bad batch changes nothing: the same errors as the CPU runner.
 func TestCUDAHostRejects(t *testing.T) {
-	c := Capacity{Seats: 2, KVBlocks: 8, BlockSize: 4, MaxContext: 16, MaxBatchTokens: 8, Vocab: 10}
+	c := step.Capacity{Seats: 2, KVBlocks: 8, BlockSize: 4, MaxContext: 16, MaxBatchTokens: 8, Vocab: 10}
 	tables := map[int32][]int32{0: {0, 1, 2, 3}, 1: {4, 5, 6, 7}}
 	cases := []struct {
 		name string
-		b    *Batch
+		b    *step.Batch
 		want string
 	}{
-		{"empty", &Batch{}, "at least one of each"},
+		{"empty", &step.Batch{}, "at least one of each"},
 		{"too many tokens", cudaBatch(4, tables, cudaPart{seat: 0, toks: make([]int32, 9), start: true}), "at most 8"},
-		{"seat", &Batch{Tokens: []int32{1}, Positions: []int32{0}, Seqs: []SeqBatch{{Seat: 5, NumTokens: 1, ContextLen: 1}}}, "seat 5 outside"},
+		{"seat", &step.Batch{Tokens: []int32{1}, Positions: []int32{0}, Seqs: []step.SeqBatch{{Seat: 5, NumTokens: 1, ContextLen: 1}}}, "seat 5 outside"},
 		{"twice", cudaBatch(4, tables, cudaPart{seat: 0, toks: []int32{1}, start: true}, cudaPart{seat: 0, toks: []int32{1}, start: true}), "twice"},
 		{"token", cudaBatch(4, tables, cudaPart{seat: 0, toks: []int32{10}, start: true}), "token 10"},
 		{"not started", cudaBatch(4, tables, cudaPart{seat: 1, toks: []int32{1}}), "started false"},
 		{"context", cudaBatch(4, tables, cudaPart{seat: 0, first: 16, toks: []int32{1}, start: true}), "max context 16"},
-		{"num output", func() *Batch {
+		{"num output", func() *step.Batch {
 			b := cudaBatch(4, tables, cudaPart{seat: 0, toks: []int32{1, 2}, start: true})
 			b.Seqs[0].NumOutput = 3
 			return b
 		}(), "NumOutput 3 outside [0, 2]"},
-		{"copy", &Batch{Tokens: []int32{1}, Positions: []int32{0}, Seqs: []SeqBatch{{Seat: 0, NumTokens: 1, ContextLen: 1, BlockTable: []int32{0}, Start: true, Params: &sampling.Params{}}},
-			Copies: []BlockCopy{{Src: 0, Dst: 8}}}, "outside [0, 8)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -462,7 +461,7 @@ func FuzzCUDAHostPrepare(f *testing.F) {
 	f.Add(uint64(99), uint8(1), uint8(9), false)
 	f.Add(uint64(7), uint8(6), uint8(1), true)
 	f.Fuzz(func(t *testing.T, seed uint64, nseq, maxTok uint8, graphs bool) {
-		c := Capacity{Seats: 6, KVBlocks: 24, BlockSize: 4, MaxContext: 16, MaxBatchTokens: 12, Vocab: 10}
+		c := step.Capacity{Seats: 6, KVBlocks: 24, BlockSize: 4, MaxContext: 16, MaxBatchTokens: 12, Vocab: 10}
 		var sizes []int
 		if graphs {
 			sizes = []int{1, 2, 4}
@@ -487,7 +486,7 @@ func FuzzCUDAHostPrepare(f *testing.F) {
 			}
 			parts = append(parts, cudaPart{seat: seat, first: int32(next(17)), toks: toks, sample: next(2) == 0, start: true})
 		}
-		b := &Batch{}
+		b := &step.Batch{}
 		if len(parts) > 0 {
 			for _, p := range parts {
 				if _, ok := tables[p.seat]; !ok {
@@ -526,7 +525,7 @@ func FuzzCUDAHostPrepare(f *testing.F) {
 }
 
 func TestCUDADryRunAndPadding(t *testing.T) {
-	cases := []Capacity{
+	cases := []step.Capacity{
 		{Seats: 4, BlockSize: 16, MaxContext: 2048, MaxBatchTokens: 512, Vocab: 512},
 		{Seats: 1, BlockSize: 16, MaxContext: 40, MaxBatchTokens: 100, Vocab: 8}, // more tokens than one sequence holds
 		{Seats: 64, BlockSize: 4, MaxContext: 8, MaxBatchTokens: 64, Vocab: 8},
@@ -588,12 +587,12 @@ func TestCUDAMemoryReport(t *testing.T) {
 
 // A closed or never-started runner fails Execute and closes again quietly.
 func TestCUDARunnerClosed(t *testing.T) {
-	c := Capacity{Seats: 2, KVBlocks: 8, BlockSize: 4, MaxContext: 16, MaxBatchTokens: 8, Vocab: 10}
+	c := step.Capacity{Seats: 2, KVBlocks: 8, BlockSize: 4, MaxContext: 16, MaxBatchTokens: 8, Vocab: 10}
 	r := &CUDARunner{host: cudaTestHost(t, c, nil, false)}
 	require.NoError(t, r.release(), "releasing a runner that holds nothing")
 	require.NoError(t, r.Close())
 	require.NoError(t, r.Close(), "Close is idempotent")
-	require.ErrorIs(t, r.Execute(&Batch{}, &Output{}), ErrCUDARunnerClosed)
+	require.ErrorIs(t, r.Execute(&step.Batch{}, &step.Output{}), ErrCUDARunnerClosed)
 	require.NoError(t, r.Check())
 	r.ledger = []cudaAlloc{{name: "weights", p: 1, n: 4}}
 	require.ErrorContains(t, r.Check(), "still holds 1 allocations")
@@ -630,7 +629,7 @@ func TestCUDAHostZeroAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	c := Capacity{Seats: 4, KVBlocks: 40, BlockSize: 4, MaxContext: 64, MaxBatchTokens: 16, Vocab: 10}
+	c := step.Capacity{Seats: 4, KVBlocks: 40, BlockSize: 4, MaxContext: 64, MaxBatchTokens: 16, Vocab: 10}
 	h := cudaTestHost(t, c, []int{1, 2, 4}, false)
 	tables := map[int32][]int32{0: iota32(0, 16), 1: iota32(16, 16), 2: iota32(32, 8)}
 	b := cudaBatch(4, tables,
@@ -638,7 +637,7 @@ func TestCUDAHostZeroAllocs(t *testing.T) {
 		cudaPart{seat: 1, first: 0, toks: []int32{2}, sample: true, start: true},
 		cudaPart{seat: 2, first: 0, toks: []int32{3}, sample: true, start: true},
 	)
-	var out Output
+	var out step.Output
 	devTok := []int32{4, 5, 6, 0}
 	row := func(int) []float32 { return nil }
 	step := func() {
@@ -650,7 +649,7 @@ func TestCUDAHostZeroAllocs(t *testing.T) {
 			sb.Start = false
 			sb.ContextLen++
 			b.Positions[i] = sb.ContextLen - 1
-			b.Tokens[i] = FutureToken
+			b.Tokens[i] = step.FutureToken
 			sb.BlockTable = tables[sb.Seat][:(sb.ContextLen+3)/4]
 		}
 	}

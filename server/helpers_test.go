@@ -16,12 +16,12 @@ import (
 
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
-	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/model/tokenizer"
 	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 const testModel = "stories260K"
@@ -78,7 +78,7 @@ func newSimEnv(t testing.TB, o simOpts) *env {
 	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: o.mbs, Overlap: true, DeferredTeardown: true})
 	require.NoError(t, err)
 	r, err := sim.New(sim.Config{
-		Capacity: model.Capacity{Seats: seats, KVBlocks: 512, BlockSize: 16, MaxContext: o.maxContext,
+		Capacity: step.Capacity{Seats: seats, KVBlocks: 512, BlockSize: 16, MaxContext: o.maxContext,
 			MaxBatchTokens: 256, Vocab: tok.VocabSize()},
 		Cost: sim.Fixed(o.step), Clock: clock.Real{}, Seed: 3,
 		TokenMin: 259, TokenMax: int32(tok.VocabSize()), EOS: tok.EOS(),

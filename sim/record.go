@@ -7,22 +7,14 @@ import (
 	"time"
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
-	"github.com/turnstile-llm/turnstile/model"
+	"github.com/turnstile-llm/turnstile/step"
 )
-
-// Device is what Recorder wraps: any runner of model batches (the CPU
-// runner, the CUDA runner, this package's Runner). It matches the
-// executor's Runner interface.
-type Device interface {
-	Execute(b *model.Batch, out *model.Output) error
-	Capacity() model.Capacity
-}
 
 // ShapeOf is what a cost model sees of b: a sequence taking exactly one new
 // token is a decode, any other contributes its new tokens as prefill, and
 // every sequence contributes its context length; a prefill also its attended
 // (query, key) pairs (as Runner.Execute counts).
-func ShapeOf(b *model.Batch) StepShape {
+func ShapeOf(b *step.Batch) StepShape {
 	s := StepShape{Seqs: len(b.Seqs)}
 	for i := range b.Seqs {
 		s.add(&b.Seqs[i])
@@ -37,7 +29,7 @@ func ShapeOf(b *model.Batch) StepShape {
 // recover its cost model. Like any Device it is called from one goroutine
 // at a time.
 type Recorder struct {
-	inner   Device
+	inner   step.Runner
 	clock   clock.Clock
 	samples []Sample
 
@@ -47,7 +39,7 @@ type Recorder struct {
 }
 
 // NewRecorder wraps inner, timing each step on clk.
-func NewRecorder(inner Device, clk clock.Clock) (*Recorder, error) {
+func NewRecorder(inner step.Runner, clk clock.Clock) (*Recorder, error) {
 	if inner == nil || clk == nil {
 		return nil, fmt.Errorf("sim: recorder needs a device and a clock")
 	}
@@ -76,11 +68,11 @@ func (r *Recorder) Collected() error {
 }
 
 // Capacity is the inner device's.
-func (r *Recorder) Capacity() model.Capacity { return r.inner.Capacity() }
+func (r *Recorder) Capacity() step.Capacity { return r.inner.Capacity() }
 
 // Execute runs the step on the inner device and records it; a failed step
 // is not recorded.
-func (r *Recorder) Execute(b *model.Batch, out *model.Output) error {
+func (r *Recorder) Execute(b *step.Batch, out *step.Output) error {
 	shape := ShapeOf(b)
 	start := r.clock.Now()
 	if err := r.inner.Execute(b, out); err != nil {

@@ -1,4 +1,4 @@
-// Package sim is the simulated device: a Runner that executes model.Batch
+// Package sim is the simulated device: a Runner that executes step.Batch
 // steps without a model, for tests and experiments at scale.
 //
 // Time: each step costs CostModel.StepTime(shape) on the injected clock
@@ -17,7 +17,7 @@
 // shared prefix block changes it. Runner.Next predicts it from a token list.
 // It is never EOS unless Config.EOSAfter asks for one.
 //
-// The runner is strict: it checks every Batch against the model.Batch
+// The runner is strict: it checks every Batch against the step.Batch
 // contract (seat and block ranges, contiguous positions continuing the seat's
 // KV, block tables covering the context, futures only where the seat sampled
 // last step) and fails the step with an error naming the offending value, so
@@ -36,7 +36,7 @@ import (
 	"time"
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
-	"github.com/turnstile-llm/turnstile/model"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // StepShape is what a cost model sees of a step.
@@ -53,7 +53,7 @@ type StepShape struct {
 }
 
 // add counts sequence sb into s (see ShapeOf).
-func (s *StepShape) add(sb *model.SeqBatch) {
+func (s *StepShape) add(sb *step.SeqBatch) {
 	n, l := int(sb.NumTokens), int(sb.ContextLen)
 	if n == 1 {
 		s.DecodeSeqs++
@@ -80,7 +80,7 @@ func (f Fixed) StepTime(StepShape) time.Duration { return time.Duration(f) }
 type Config struct {
 	// Capacity is what the runner declares (seats, KV blocks, block size,
 	// max context, max batch tokens, vocab). All must be > 0.
-	Capacity model.Capacity
+	Capacity step.Capacity
 	// Cost prices each step; nil means Fixed(0).
 	Cost CostModel
 	// Clock is spent by each step's cost; required.
@@ -104,31 +104,22 @@ type Config struct {
 	ChargeOnCollect bool
 }
 
-// seatState is one seat's row.
+// seatState is what the simulated device keeps of a seat beside its
+// cursor (step.Checker).
 type seatState struct {
-	started   bool
-	seed      uint64
-	kvLen     int32 // positions written so far
-	last      int32 // token sampled in the previous step
-	hasLast   bool  // last is valid for a FutureToken in the next step
-	generated int   // tokens sampled since Start
-	// tableOK is how many leading block-table entries check has validated
-	// since Start: a running sequence's table only grows at its end (a
-	// copy-on-write replaces the block its new tokens go to), so each step
-	// validates from the block of its first new token on, not the whole
-	// table again. Validating every entry of every table every step was a
-	// fifth of a seed-000 campaign's time.
-	tableOK int32
+	seed      uint64 // the sequence's sampling seed
+	generated int    // tokens sampled since Start
 }
 
 // Runner is the simulated device.
 type Runner struct {
-	cfg   Config
-	cost  CostModel
-	seats []seatState
-	kv    []int32 // token stored in each KV slot: [block*blockSize + offset]
-	steps int
-	spent time.Duration
+	cfg     Config
+	cost    CostModel
+	checker *step.Checker
+	seats   []seatState
+	kv      []int32 // token stored in each KV slot: [block*blockSize + offset]
+	steps   int
+	spent   time.Duration
 
 	mu      sync.Mutex
 	pending []time.Duration // costs of executed steps not yet collected, in step order
@@ -165,16 +156,24 @@ func New(cfg Config) (*Runner, error) {
 	if cost == nil {
 		cost = Fixed(0)
 	}
+	checker, err := step.NewChecker(c)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	// Each block-table entry is checked once: validating every entry of
+	// every table every step was a fifth of an agentic campaign's time.
+	checker.Incremental = true
 	return &Runner{
-		cfg:   cfg,
-		cost:  cost,
-		seats: make([]seatState, c.Seats),
-		kv:    make([]int32, c.KVBlocks*c.BlockSize),
+		cfg:     cfg,
+		cost:    cost,
+		checker: checker,
+		seats:   make([]seatState, c.Seats),
+		kv:      make([]int32, c.KVBlocks*c.BlockSize),
 	}, nil
 }
 
 // Capacity is what the runner declared.
-func (r *Runner) Capacity() model.Capacity { return r.cfg.Capacity }
+func (r *Runner) Capacity() step.Capacity { return r.cfg.Capacity }
 
 // Steps is the number of steps executed successfully.
 func (r *Runner) Steps() int { return r.steps }
@@ -214,14 +213,12 @@ func mix(x uint64) uint64 {
 // Execute runs one step: checks b, writes the new tokens into their KV
 // slots, samples, and spends the step's cost on the clock. On error nothing
 // about the seats is guaranteed; the engine treats it as fatal.
-func (r *Runner) Execute(b *model.Batch, out *model.Output) error {
-	if err := r.check(b, out); err != nil {
+func (r *Runner) Execute(b *step.Batch, out *step.Output) error {
+	if err := r.check(b); err != nil {
 		return err
 	}
+	out.Resize(len(b.Seqs))
 	bs := int32(r.cfg.Capacity.BlockSize)
-	for _, c := range b.Copies {
-		copy(r.kv[c.Dst*bs:(c.Dst+1)*bs], r.kv[c.Src*bs:(c.Src+1)*bs])
-	}
 	var shape StepShape
 	shape.Seqs = len(b.Seqs)
 	for i := range b.Seqs {
@@ -229,27 +226,20 @@ func (r *Runner) Execute(b *model.Batch, out *model.Output) error {
 		st := &r.seats[sb.Seat]
 		first := sb.ContextLen - sb.NumTokens
 		if sb.Start {
-			seed := uint64(0)
-			if sb.Params != nil {
-				seed = sb.Params.Seed
-			}
-			*st = seatState{started: true, seed: seed, kvLen: first}
+			*st = seatState{seed: sb.Params.Seed}
 		}
 		for j := int32(0); j < sb.NumTokens; j++ {
 			tok := b.Tokens[sb.TokenStart+j]
-			if tok == model.FutureToken {
-				tok = st.last
+			if tok == step.FutureToken {
+				tok = r.checker.Seat(sb.Seat).Last
 			}
 			pos := first + j
 			r.kv[sb.BlockTable[pos/bs]*bs+pos%bs] = tok
 		}
-		st.kvLen = sb.ContextLen
-		st.tableOK = (sb.ContextLen + bs - 1) / bs
 		shape.add(sb)
 		if !sb.Sample {
 			out.Tokens[i] = -1
 			out.Logprobs[i] = 0
-			st.hasLast = false
 			continue
 		}
 		slot := func(pos int32) int32 { return r.kv[sb.BlockTable[pos/bs]*bs+pos%bs] }
@@ -259,10 +249,10 @@ func (r *Runner) Execute(b *model.Batch, out *model.Output) error {
 		if r.cfg.EOSAfter > 0 && st.generated == r.cfg.EOSAfter {
 			tok = r.cfg.EOS
 		}
-		st.last, st.hasLast = tok, true
 		out.Tokens[i] = tok
 		out.Logprobs[i] = -float32(uint32(tok)%7+1) / 8
 	}
+	r.checker.Advance(b, out)
 	d := r.cost.StepTime(shape)
 	if r.cfg.ChargeOnCollect {
 		r.mu.Lock()
@@ -301,97 +291,22 @@ func popPending(mu *sync.Mutex, q *[]time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// check verifies b against the model.Batch contract and the seats' state.
-func (r *Runner) check(b *model.Batch, out *model.Output) error {
+// check verifies b against the step contract (step.Checker) and that the
+// middle block a sampled sequence reads (see token) is in range: the
+// checker validates an entry once, when it first enters a table, and this
+// device reads that block again later.
+func (r *Runner) check(b *step.Batch) error {
+	if err := r.checker.Check(b); err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
 	c := r.cfg.Capacity
-	if len(b.Seqs) > c.Seats {
-		return fmt.Errorf("sim: batch has %d sequences, runner holds %d seats", len(b.Seqs), c.Seats)
-	}
-	if len(b.Tokens) > c.MaxBatchTokens {
-		return fmt.Errorf("sim: batch has %d tokens, runner accepts %d", len(b.Tokens), c.MaxBatchTokens)
-	}
-	if len(b.Positions) != len(b.Tokens) {
-		return fmt.Errorf("sim: %d positions for %d tokens", len(b.Positions), len(b.Tokens))
-	}
-	if len(out.Tokens) != len(b.Seqs) || len(out.Logprobs) != len(b.Seqs) {
-		return fmt.Errorf("sim: output sized for %d sequences, batch has %d", len(out.Tokens), len(b.Seqs))
-	}
-	for _, cp := range b.Copies {
-		if cp.Src < 0 || int(cp.Src) >= c.KVBlocks || cp.Dst < 0 || int(cp.Dst) >= c.KVBlocks {
-			return fmt.Errorf("sim: copy %d -> %d outside blocks [0, %d)", cp.Src, cp.Dst, c.KVBlocks)
-		}
-	}
 	bs := int32(c.BlockSize)
-	var seen [64]uint64 // seats used in this batch, when they fit the bitmap
-	next := int32(0)
 	for i := range b.Seqs {
 		sb := &b.Seqs[i]
-		if sb.Seat < 0 || int(sb.Seat) >= c.Seats {
-			return fmt.Errorf("sim: seq %d: seat %d outside [0, %d)", i, sb.Seat, c.Seats)
-		}
-		if int(sb.Seat) < 64*len(seen) {
-			w, bit := sb.Seat/64, uint64(1)<<(sb.Seat%64)
-			if seen[w]&bit != 0 {
-				return fmt.Errorf("sim: seat %d appears twice in one batch", sb.Seat)
-			}
-			seen[w] |= bit
-		}
-		if sb.NumTokens < 1 || sb.TokenStart != next {
-			return fmt.Errorf("sim: seq %d (seat %d): tokens [%d, +%d) do not continue at %d",
-				i, sb.Seat, sb.TokenStart, sb.NumTokens, next)
-		}
-		next += sb.NumTokens
-		if int(next) > len(b.Tokens) {
-			return fmt.Errorf("sim: seq %d (seat %d): tokens end at %d past batch's %d", i, sb.Seat, next, len(b.Tokens))
-		}
-		if int(sb.ContextLen) > c.MaxContext || sb.ContextLen < sb.NumTokens {
-			return fmt.Errorf("sim: seq %d (seat %d): context length %d with %d new tokens (max context %d)",
-				i, sb.Seat, sb.ContextLen, sb.NumTokens, c.MaxContext)
-		}
-		first := sb.ContextLen - sb.NumTokens
-		for j := int32(0); j < sb.NumTokens; j++ {
-			if got := b.Positions[sb.TokenStart+j]; got != first+j {
-				return fmt.Errorf("sim: seq %d (seat %d): position %d where %d expected", i, sb.Seat, got, first+j)
-			}
-			tok := b.Tokens[sb.TokenStart+j]
-			if tok == model.FutureToken {
-				st := &r.seats[sb.Seat]
-				if sb.Start || j != 0 || sb.NumTokens != 1 || !st.hasLast {
-					return fmt.Errorf("sim: seq %d (seat %d): future token where the seat sampled nothing last step", i, sb.Seat)
-				}
-			} else if tok < 0 || int(tok) >= c.Vocab {
-				return fmt.Errorf("sim: seq %d (seat %d): token %d outside vocab %d", i, sb.Seat, tok, c.Vocab)
-			}
-		}
-		st := &r.seats[sb.Seat]
-		if !sb.Start && (!st.started || st.kvLen != first) {
-			return fmt.Errorf("sim: seq %d (seat %d): continues at position %d but the seat holds %d positions (started %v)",
-				i, sb.Seat, first, st.kvLen, st.started)
-		}
-		need := int((sb.ContextLen + bs - 1) / bs)
-		if len(sb.BlockTable) < need {
-			return fmt.Errorf("sim: seq %d (seat %d): block table has %d blocks, context %d needs %d",
-				i, sb.Seat, len(sb.BlockTable), sb.ContextLen, need)
-		}
-		from := int32(0)
-		if !sb.Start {
-			from = min(st.tableOK, first/bs)
-		}
-		// Every block this step writes (from the first new token's) or
-		// reads (the last token's, its block's first and the middle one:
-		// see token) is validated; earlier ones were on earlier steps.
 		mid := (sb.ContextLen - 1) / 2 / bs
-		for k, blk := range sb.BlockTable[from:need] {
-			if blk < 0 || int(blk) >= c.KVBlocks {
-				return fmt.Errorf("sim: seq %d (seat %d): block %d (table entry %d) outside [0, %d)", i, sb.Seat, blk, int(from)+k, c.KVBlocks)
-			}
-		}
-		if blk := sb.BlockTable[mid]; mid < from && (blk < 0 || int(blk) >= c.KVBlocks) {
+		if blk := sb.BlockTable[mid]; blk < 0 || int(blk) >= c.KVBlocks {
 			return fmt.Errorf("sim: seq %d (seat %d): block %d (table entry %d) outside [0, %d)", i, sb.Seat, blk, mid, c.KVBlocks)
 		}
-	}
-	if int(next) != len(b.Tokens) {
-		return fmt.Errorf("sim: sequences cover %d of %d tokens", next, len(b.Tokens))
 	}
 	return nil
 }

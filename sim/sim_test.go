@@ -7,12 +7,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
-	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
-func testCapacity() model.Capacity {
-	return model.Capacity{Seats: 4, KVBlocks: 16, BlockSize: 4, MaxContext: 32, MaxBatchTokens: 64, Vocab: 50}
+func testCapacity() step.Capacity {
+	return step.Capacity{Seats: 4, KVBlocks: 16, BlockSize: 4, MaxContext: 32, MaxBatchTokens: 64, Vocab: 50}
 }
 
 func newRunner(t *testing.T, mod func(*Config)) (*Runner, *clock.Virtual) {
@@ -28,13 +28,13 @@ func newRunner(t *testing.T, mod func(*Config)) (*Runner, *clock.Virtual) {
 }
 
 // oneSeq builds a batch of one sequence.
-func oneSeq(seat int32, start bool, first int32, toks []int32, blocks []int32, sample bool, p *sampling.Params) *model.Batch {
-	b := &model.Batch{}
+func oneSeq(seat int32, start bool, first int32, toks []int32, blocks []int32, sample bool, p *sampling.Params) *step.Batch {
+	b := &step.Batch{}
 	for i, tk := range toks {
 		b.Tokens = append(b.Tokens, tk)
 		b.Positions = append(b.Positions, first+int32(i))
 	}
-	b.Seqs = []model.SeqBatch{{Seat: seat, NumTokens: int32(len(toks)), ContextLen: first + int32(len(toks)),
+	b.Seqs = []step.SeqBatch{{Seat: seat, NumTokens: int32(len(toks)), ContextLen: first + int32(len(toks)),
 		BlockTable: blocks, Sample: sample, Start: start, Params: p}}
 	return b
 }
@@ -47,12 +47,12 @@ func TestRunnerDeterministicAcrossChunking(t *testing.T) {
 
 	// One-shot prefill then 3 decodes with futures.
 	r1, vc := newRunner(t, nil)
-	var out model.Output
+	var out step.Output
 	out.Resize(1)
 	require.NoError(t, r1.Execute(oneSeq(0, true, 0, prompt, blocks, true, &p), &out))
 	got1 := []int32{out.Tokens[0]}
 	for pos := int32(6); pos < 9; pos++ {
-		require.NoError(t, r1.Execute(oneSeq(0, false, pos, []int32{model.FutureToken}, blocks, true, &p), &out))
+		require.NoError(t, r1.Execute(oneSeq(0, false, pos, []int32{step.FutureToken}, blocks, true, &p), &out))
 		got1 = append(got1, out.Tokens[0])
 	}
 	require.Equal(t, 4, r1.Steps())
@@ -82,14 +82,14 @@ func TestRunnerDeterministicAcrossChunking(t *testing.T) {
 func TestRunnerEOSAfterAndRange(t *testing.T) {
 	r, _ := newRunner(t, func(c *Config) { c.EOSAfter = 3; c.TokenMin, c.TokenMax = 10, 12 })
 	p := sampling.DefaultParams()
-	var out model.Output
+	var out step.Output
 	out.Resize(1)
 	blocks := []int32{0, 1}
 	require.NoError(t, r.Execute(oneSeq(1, true, 0, []int32{1}, blocks, true, &p), &out))
 	var got []int32
 	got = append(got, out.Tokens[0])
 	for pos := int32(1); pos < 3; pos++ {
-		require.NoError(t, r.Execute(oneSeq(1, false, pos, []int32{model.FutureToken}, blocks, true, &p), &out))
+		require.NoError(t, r.Execute(oneSeq(1, false, pos, []int32{step.FutureToken}, blocks, true, &p), &out))
 		got = append(got, out.Tokens[0])
 	}
 	require.Equal(t, int32(2), got[2])
@@ -102,7 +102,7 @@ func TestRunnerRejectsContractViolations(t *testing.T) {
 	tests := []struct {
 		name  string
 		setup bool // run a 2-token prefill at seat 0 first
-		batch *model.Batch
+		batch *step.Batch
 		want  string
 	}{
 		{"seat out of range", false, oneSeq(4, true, 0, []int32{1}, []int32{0}, true, &p), "seat 4 outside [0, 4)"},
@@ -113,7 +113,7 @@ func TestRunnerRejectsContractViolations(t *testing.T) {
 		{"new block out of range", true, oneSeq(0, false, 2, []int32{1, 2, 3}, []int32{0, 16}, true, &p), "block 16 (table entry 1) outside"},
 		{"short block table", false, oneSeq(0, true, 0, []int32{1, 2, 3, 4, 5}, []int32{0}, true, &p), "context 5 needs 2"},
 		{"token outside vocab", false, oneSeq(0, true, 0, []int32{50}, []int32{0}, true, &p), "token 50 outside vocab 50"},
-		{"future without sample", false, oneSeq(0, true, 0, []int32{model.FutureToken}, []int32{0}, true, &p), "future token"},
+		{"future without sample", false, oneSeq(0, true, 0, []int32{step.FutureToken}, []int32{0}, true, &p), "future token"},
 		{"gap in positions", true, oneSeq(0, false, 3, []int32{1}, []int32{0}, true, &p), "continues at position 3 but the seat holds 2"},
 		{"not started", false, oneSeq(1, false, 0, []int32{1}, []int32{0}, true, &p), "started false"},
 		{"context too long", false, oneSeq(0, true, 32, []int32{1}, make([]int32, 9), true, &p), "max context 32"},
@@ -121,7 +121,7 @@ func TestRunnerRejectsContractViolations(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r, _ := newRunner(t, nil)
-			var out model.Output
+			var out step.Output
 			out.Resize(1)
 			if tc.setup {
 				require.NoError(t, r.Execute(oneSeq(0, true, 0, []int32{1, 2}, []int32{0}, false, &p), &out))
@@ -133,7 +133,7 @@ func TestRunnerRejectsContractViolations(t *testing.T) {
 	// The middle block a decode reads is checked although it was validated
 	// when it was written: here the table handed in later holds a bad id.
 	r, _ := newRunner(t, nil)
-	var out model.Output
+	var out step.Output
 	out.Resize(1)
 	require.NoError(t, r.Execute(oneSeq(0, true, 0, make([]int32, 12), []int32{0, 1, 2}, true, &p), &out))
 	require.ErrorContains(t, r.Execute(oneSeq(0, false, 12, []int32{1}, []int32{0, 16, 2, 3}, true, &p), &out),

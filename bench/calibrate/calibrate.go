@@ -26,6 +26,7 @@ import (
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // Sizes are what one pass's runner must hold.
@@ -36,7 +37,7 @@ type Sizes struct {
 // Device is one pass's runner.
 type Device struct {
 	// Runner executes the steps (the CPU, CUDA or simulated runner).
-	Runner executor.Runner
+	Runner step.Runner
 	// Tokenizer is the engine's.
 	Tokenizer executor.Tokenizer
 	// RealTime: the runner takes wall time, so the recorder times it on
@@ -95,7 +96,7 @@ func CUDA(m *model.Llama, dev int) Factory {
 func Sim(cost sim.CostModel, maxContext int) Factory {
 	return func(s Sizes, virt *clock.Virtual) (Device, error) {
 		r, err := sim.New(sim.Config{
-			Capacity: model.Capacity{Seats: s.Seats, KVBlocks: s.KVBlocks, BlockSize: s.BlockSize, MaxContext: maxContext,
+			Capacity: step.Capacity{Seats: s.Seats, KVBlocks: s.KVBlocks, BlockSize: s.BlockSize, MaxContext: maxContext,
 				MaxBatchTokens: s.MaxBatchTokens, Vocab: simVocab},
 			Cost: cost, Clock: virt, Seed: 1, EOS: simEOS, TokenMin: workload.DefaultTokenMin, TokenMax: simVocab,
 		})

@@ -15,6 +15,7 @@ import (
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 func loadStories(t *testing.T) *model.Llama {
@@ -71,7 +72,7 @@ func TestDriveSpendsMeasuredTime(t *testing.T) {
 			require.LessOrEqual(t, res.Elapsed, sum)
 			require.NoError(t, eng.Close())
 			require.NoError(t, eng.Close(), "Close is idempotent")
-			require.Error(t, eng.Runner().Execute(&model.Batch{}, &model.Output{}), "the runner is closed with the engine")
+			require.Error(t, eng.Runner().Execute(&step.Batch{}, &step.Output{}), "the runner is closed with the engine")
 		})
 	}
 }

@@ -17,12 +17,12 @@ import (
 
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
-	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/model/tokenizer"
 	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/server"
 	"github.com/turnstile-llm/turnstile/sim"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 const simModel = "stories260K"
@@ -44,7 +44,7 @@ func simServer(t *testing.T) string {
 	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: mbs, Overlap: true, DeferredTeardown: true})
 	require.NoError(t, err)
 	r, err := sim.New(sim.Config{
-		Capacity: model.Capacity{Seats: seats, KVBlocks: 256, BlockSize: 16, MaxContext: 256,
+		Capacity: step.Capacity{Seats: seats, KVBlocks: 256, BlockSize: 16, MaxContext: 256,
 			MaxBatchTokens: 256, Vocab: tok.VocabSize()},
 		Cost: sim.Fixed(time.Millisecond), Clock: clock.Real{}, Seed: 5,
 		TokenMin: 259, TokenMax: int32(tok.VocabSize()), EOS: tok.EOS(),

@@ -10,10 +10,10 @@ import (
 
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
-	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // Token ids of the simulated vocabulary: 1 is BOS, 2 is EOS, and
@@ -60,7 +60,7 @@ func New(c Config, clk clock.Clock) (*executor.Engine, int, error) {
 		return nil, 0, fmt.Errorf("simrig: seats for max batch %d: %w", c.MaxBatchSize, err)
 	}
 	dev, err := sim.New(sim.Config{
-		Capacity: model.Capacity{Seats: seats, KVBlocks: c.KVBlocks, BlockSize: c.BlockSize, MaxContext: c.MaxContext,
+		Capacity: step.Capacity{Seats: seats, KVBlocks: c.KVBlocks, BlockSize: c.BlockSize, MaxContext: c.MaxContext,
 			MaxBatchTokens: c.MaxBatchTokens, Vocab: c.Vocab},
 		Cost: c.Cost, Clock: clk, Seed: c.Seed, EOS: EOS, EOSAfter: c.EOSAfter,
 		TokenMin: TokenMin, TokenMax: int32(c.Vocab), ChargeOnCollect: true,

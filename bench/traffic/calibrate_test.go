@@ -11,9 +11,9 @@ import (
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
-	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // TestCalibrateRecoversCostModel is `turnstile bench calibrate` on the
@@ -28,7 +28,7 @@ func TestCalibrateRecoversCostModel(t *testing.T) {
 	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: mbs})
 	require.NoError(t, err)
 	dev, err := sim.New(sim.Config{
-		Capacity: model.Capacity{Seats: seats, KVBlocks: 512, BlockSize: 16, MaxContext: 4096, MaxBatchTokens: 256, Vocab: workload.DefaultTokenMax},
+		Capacity: step.Capacity{Seats: seats, KVBlocks: 512, BlockSize: 16, MaxContext: 4096, MaxBatchTokens: 256, Vocab: workload.DefaultTokenMax},
 		Cost:     truth, Clock: vc, Seed: 3, EOS: 2, TokenMin: workload.DefaultTokenMin, TokenMax: workload.DefaultTokenMax,
 	})
 	require.NoError(t, err)

@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/turnstile-llm/turnstile/cuda"
-	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/model"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // defaultGPUMemoryFraction is --gpu-memory-fraction's default (vLLM's).
@@ -99,7 +99,7 @@ func (d *deviceOptions) resolve(command string, sel cuda.Selection) (resolved cu
 
 // runner is what serve and generate need of the CPU and CUDA runners.
 type runner interface {
-	executor.Runner
+	step.Runner
 	Close() error
 }
 

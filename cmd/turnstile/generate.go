@@ -12,6 +12,7 @@ import (
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // generateBlockSize is the KV block size of the one sequence generate runs,
@@ -169,8 +170,8 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 	if _, err := io.WriteString(out, o.prompt); err != nil {
 		return err
 	}
-	var b model.Batch
-	var res model.Output
+	var b step.Batch
+	var res step.Output
 	t0 := time.Now()
 	// Prefill in chunks; only the last samples.
 	for at := 0; at < len(prompt); at += chunk {
@@ -180,7 +181,7 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 			b.Tokens = append(b.Tokens, prompt[i])
 			b.Positions = append(b.Positions, int32(i))
 		}
-		b.Seqs = append(b.Seqs, model.SeqBatch{
+		b.Seqs = append(b.Seqs, step.SeqBatch{
 			NumTokens: int32(end - at), ContextLen: int32(end), BlockTable: table,
 			Sample: end == len(prompt), Start: at == 0, Params: &p, History: prompt,
 		})
@@ -210,9 +211,9 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 		}
 		ctx := int32(len(prompt) + generated)
 		b.Reset()
-		b.Tokens = append(b.Tokens, model.FutureToken)
+		b.Tokens = append(b.Tokens, step.FutureToken)
 		b.Positions = append(b.Positions, ctx-1)
-		b.Seqs = append(b.Seqs, model.SeqBatch{NumTokens: 1, ContextLen: ctx, BlockTable: table, Sample: true})
+		b.Seqs = append(b.Seqs, step.SeqBatch{NumTokens: 1, ContextLen: ctx, BlockTable: table, Sample: true})
 		if err := r.Execute(&b, &res); err != nil {
 			return fmt.Errorf("generate: decode at position %d: %w", ctx-1, err)
 		}

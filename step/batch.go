@@ -1,4 +1,4 @@
-package model
+package step
 
 import "github.com/turnstile-llm/turnstile/sampling"
 
@@ -47,12 +47,6 @@ type SeqBatch struct {
 	NumOutput int32
 }
 
-// BlockCopy asks the runner to copy the KV contents of block Src into block
-// Dst before the step runs (copy-on-write after a fork).
-type BlockCopy struct {
-	Src, Dst int32
-}
-
 // Batch is one step of work in varlen layout. All slices are owned by the
 // caller and must not be retained by the runner after Execute returns.
 type Batch struct {
@@ -61,7 +55,6 @@ type Batch struct {
 	Tokens    []int32
 	Positions []int32
 	Seqs      []SeqBatch
-	Copies    []BlockCopy
 }
 
 // NumTokens is the number of new tokens in the batch.
@@ -72,7 +65,6 @@ func (b *Batch) Reset() {
 	b.Tokens = b.Tokens[:0]
 	b.Positions = b.Positions[:0]
 	b.Seqs = b.Seqs[:0]
-	b.Copies = b.Copies[:0]
 }
 
 // Output is what a step produced, aligned with Batch.Seqs. Slices are owned by
@@ -119,4 +111,15 @@ type Capacity struct {
 	MaxBatchTokens int
 	// Vocab is the number of logits per row.
 	Vocab int
+}
+
+// Runner executes steps: the one interface the CPU runner, the CUDA runner
+// and the simulated device implement and the engine drives. Execute is
+// synchronous and called by one goroutine at a time, in step order (the
+// device stream); b and out are owned by the caller and valid until Execute
+// returns. Execute resizes out to len(b.Seqs). A batch that breaks the
+// contract (see Checker) returns an error naming the offending value.
+type Runner interface {
+	Execute(b *Batch, out *Output) error
+	Capacity() Capacity
 }
