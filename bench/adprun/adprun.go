@@ -7,7 +7,7 @@
 //   - FIX: overlap on, retiring requests not charged.
 //   - OVLOFF: overlap off (no retiring window at all).
 //
-// A row builds dp engines (simrig: seats from seatpool, a sim.Runner that
+// A row builds dp engines (rig.NewSim: seats from seatpool, a sim.Runner that
 // charges a step's time when the engine collects it) on sim.Lockstep rank
 // clocks, an adp.Deployment over them with the default LoadBalanced router,
 // submits the row seed's context-heavy requests (workload.ContextHeavy:
@@ -36,9 +36,8 @@ import (
 
 	"github.com/turnstile-llm/turnstile/adp"
 	"github.com/turnstile-llm/turnstile/bench/campaign"
-	"github.com/turnstile-llm/turnstile/bench/drive"
 	"github.com/turnstile-llm/turnstile/bench/report"
-	"github.com/turnstile-llm/turnstile/bench/simrig"
+	"github.com/turnstile-llm/turnstile/bench/rig"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
@@ -278,12 +277,11 @@ func (w *row) build(overlap, charge bool, seed uint64) (int, error) {
 	if c.Cost != nil {
 		cost = c.Cost(overlap)
 	}
-	rc := simrig.Config{Cost: cost, MaxBatchSize: c.MaxBatchSize,
-		KVBlocks: seats*perSeq + 1, BlockSize: blockSize, MaxContext: maxContext,
+	rc := rig.Config{MaxBatchSize: c.MaxBatchSize, KVBlocks: seats*perSeq + 1, BlockSize: blockSize,
 		// A full batch of the longest prompts fits one step: admission by
 		// seats binds, not the token budget (seed 004's binding cases).
-		MaxBatchTokens: c.MaxBatchSize * maxContext, Vocab: vocab,
-		Overlap: overlap, ChargeRetiring: charge, Seed: seed}
+		MaxBatchTokens: c.MaxBatchSize * maxContext, Overlap: overlap, ChargeRetiring: charge, Seed: seed}
+	dev := rig.Sim{Cost: cost, MaxContext: maxContext, Vocab: vocab}
 	ranks := make([]adp.Rank, c.DP)
 	chains := &adp.Chains{}
 	capacity := 0
@@ -295,7 +293,7 @@ func (w *row) build(overlap, charge bool, seed uint64) (int, error) {
 		clk := &spendClock{Clock: inner}
 		w.clocks = append(w.clocks, clk)
 		w.lag = append(w.lag, b2i(overlap && c.LateRank(i)))
-		e, capTokens, err := simrig.New(rc, clk)
+		e, capTokens, err := rig.NewSim(rc, dev, clk)
 		if err != nil {
 			return 0, fmt.Errorf("adprun: rank %d: %w", i, err)
 		}
@@ -523,7 +521,7 @@ func (w *row) poll(p *pending) (*executor.Delta, error) {
 		}
 		p.stream = st
 	}
-	return drive.Drain(p.stream, func(*executor.Delta) {})
+	return rig.Drain(p.stream, func(*executor.Delta) {})
 }
 
 // check runs the deployment's and every engine's accounting checks.

@@ -23,7 +23,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/turnstile-llm/turnstile/bench/drive"
+	"github.com/turnstile-llm/turnstile/bench/rig"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
@@ -32,7 +32,7 @@ import (
 
 // Engine is what the driver needs of the engine (executor.Engine
 // satisfies it).
-type Engine = drive.Engine
+type Engine = rig.Engine
 
 // Batch is one batch to drive.
 type Batch struct {
@@ -210,7 +210,7 @@ func Run(ctx context.Context, b Batch) (Result, error) {
 		}
 		kept := active[:0]
 		for _, f := range active {
-			done, err := drive.Drain(f.stream, func(d *executor.Delta) { f.got = append(f.got, d.TokenIDs...) })
+			done, err := rig.Drain(f.stream, func(d *executor.Delta) { f.got = append(f.got, d.TokenIDs...) })
 			if err != nil {
 				return res, fmt.Errorf("agentic: program %d turn %d: %w", f.prog, f.turn, err)
 			}
@@ -263,7 +263,7 @@ func Run(ctx context.Context, b Batch) (Result, error) {
 		}
 	}
 	end := now()
-	if err := drive.Settle(b.Engine); err != nil {
+	if err := rig.Settle(b.Engine); err != nil {
 		return res, fmt.Errorf("agentic: %w", err)
 	}
 	if err := b.Engine.Check(); err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/turnstile-llm/turnstile/bench/campaign"
 	"github.com/turnstile-llm/turnstile/bench/progress"
 	"github.com/turnstile-llm/turnstile/bench/report"
-	"github.com/turnstile-llm/turnstile/bench/simrig"
+	"github.com/turnstile-llm/turnstile/bench/rig"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
@@ -24,19 +24,19 @@ import (
 	"github.com/turnstile-llm/turnstile/sim"
 )
 
-type rig struct {
+type harness struct {
 	eng   *executor.Engine
 	clock *clock.Virtual
 }
 
-func newRig(t *testing.T, overlap bool) rig {
+func newRig(t *testing.T, overlap bool) harness {
 	t.Helper()
 	vc := clock.NewVirtual(time.Unix(0, 0))
-	eng, _, err := simrig.New(simrig.Config{Cost: sim.Fixed(10 * time.Millisecond), MaxBatchSize: 4, KVBlocks: 256,
-		BlockSize: 16, MaxContext: 2048, MaxBatchTokens: 256, Vocab: workload.DefaultTokenMax, Overlap: overlap, Seed: 3}, vc)
+	eng, _, err := rig.NewSim(rig.Config{MaxBatchSize: 4, KVBlocks: 256, BlockSize: 16, MaxBatchTokens: 256, Overlap: overlap, Seed: 3},
+		rig.Sim{Cost: sim.Fixed(10 * time.Millisecond), MaxContext: 2048, Vocab: workload.DefaultTokenMax}, vc)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, eng.Close()) })
-	return rig{eng: eng, clock: vc}
+	return harness{eng: eng, clock: vc}
 }
 
 func programs(t *testing.T, share float64) []workload.Program {
@@ -162,8 +162,8 @@ func TestCampaignEndToEnd(t *testing.T) {
 			if !ok {
 				return Setup{}, fmt.Errorf("unknown candidate %q", cand)
 			}
-			eng, capTokens, err := simrig.New(simrig.Config{Cost: sim.Fixed(20 * time.Millisecond), MaxBatchSize: n, KVBlocks: 256,
-				BlockSize: 16, MaxContext: 1024, MaxBatchTokens: 128, Vocab: workload.DefaultTokenMax, Seed: 3}, clk)
+			eng, capTokens, err := rig.NewSim(rig.Config{MaxBatchSize: n, KVBlocks: 256, BlockSize: 16, MaxBatchTokens: 128, Seed: 3},
+				rig.Sim{Cost: sim.Fixed(20 * time.Millisecond), MaxContext: 1024, Vocab: workload.DefaultTokenMax}, clk)
 			return Setup{Engine: eng, CapacityTokens: capTokens, Measure: func(m *report.Metrics) { m.PeakActivePrograms = n }}, err
 		},
 		SamplingSeed: 9, Deadline: 240 * time.Second, CheckEveryStep: true,
@@ -246,8 +246,8 @@ func TestPolicyArms(t *testing.T) {
 				Workload: workload.AgenticConfig{Programs: 8, Turns: 2, ContextTokens: 256, OutputTokens: 8, ToolTokens: 16,
 					ToolWait: 200 * time.Millisecond, ArrivalGap: 50 * time.Millisecond},
 				Setup: func(_, _ string, clk *clock.Virtual) (Setup, error) {
-					eng, capTokens, err := simrig.New(simrig.Config{Cost: sim.Fixed(10 * time.Millisecond), MaxBatchSize: 4, KVBlocks: 128,
-						BlockSize: 16, MaxContext: 1024, MaxBatchTokens: 256, Vocab: workload.DefaultTokenMax, Seed: 3, Programs: &pc}, clk)
+					eng, capTokens, err := rig.NewSim(rig.Config{MaxBatchSize: 4, KVBlocks: 128, BlockSize: 16, MaxBatchTokens: 256, Seed: 3, Programs: &pc},
+						rig.Sim{Cost: sim.Fixed(10 * time.Millisecond), MaxContext: 1024, Vocab: workload.DefaultTokenMax}, clk)
 					if err != nil {
 						return Setup{}, err
 					}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstile-llm/turnstile/bench/simrig"
+	"github.com/turnstile-llm/turnstile/bench/rig"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/sim"
@@ -33,9 +33,8 @@ func BenchmarkSeed000Batch(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		vc := clock.NewVirtual(time.Unix(0, 0))
-		eng, capTokens, err := simrig.New(simrig.Config{Cost: sim.H200Llama3_8B(true), MaxBatchSize: 32, KVBlocks: 29296,
-			BlockSize: 16, MaxContext: 32768, MaxBatchTokens: 8192, Vocab: workload.DefaultTokenMax, Overlap: true, Seed: 3,
-			Programs: pc}, vc)
+		eng, capTokens, err := rig.NewSim(rig.Config{MaxBatchSize: 32, KVBlocks: 29296, BlockSize: 16, MaxBatchTokens: 8192, Overlap: true, Seed: 3,
+			Programs: pc}, rig.Sim{Cost: sim.H200Llama3_8B(true), MaxContext: 32768, Vocab: workload.DefaultTokenMax}, vc)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-llm/turnstile/bench/simrig"
+	"github.com/turnstile-llm/turnstile/bench/rig"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
@@ -34,7 +34,7 @@ func TestCalibrateRecoversCostModel(t *testing.T) {
 	require.NoError(t, err)
 	rec, err := sim.NewRecorder(dev, vc)
 	require.NoError(t, err)
-	tok, err := sim.NewTokenizer(workload.DefaultTokenMax, simrig.BOS, simrig.EOS)
+	tok, err := sim.NewTokenizer(workload.DefaultTokenMax, rig.BOS, rig.EOS)
 	require.NoError(t, err)
 	eng, err := executor.New(executor.Config{MaxBatchSize: mbs, Clock: vc, Model: "bench", Seed: 1}, rec, tok)
 	require.NoError(t, err)

@@ -18,7 +18,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/turnstile-llm/turnstile/bench/drive"
+	"github.com/turnstile-llm/turnstile/bench/rig"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
@@ -27,7 +27,7 @@ import (
 
 // Engine is what the driver needs of the engine (executor.Engine
 // satisfies it).
-type Engine = drive.Engine
+type Engine = rig.Engine
 
 // Run is one traffic run.
 type Run struct {
@@ -173,7 +173,7 @@ func Drive(ctx context.Context, r Run) (Result, error) {
 		kept := active[:0]
 		for _, f := range active {
 			at := now()
-			done, err := drive.Drain(f.stream, func(d *executor.Delta) {
+			done, err := rig.Drain(f.stream, func(d *executor.Delta) {
 				if f.got == 0 && len(d.TokenIDs) > 0 {
 					res.FirstToken[f.id] = at
 				}
@@ -214,7 +214,7 @@ func Drive(ctx context.Context, r Run) (Result, error) {
 		}
 	}
 	res.Elapsed = now()
-	if err := drive.Settle(r.Engine); err != nil {
+	if err := rig.Settle(r.Engine); err != nil {
 		return res, fmt.Errorf("traffic: %w", err)
 	}
 	counters()

@@ -10,7 +10,7 @@ import (
 
 	"github.com/turnstile-llm/turnstile/bench/campaign"
 	"github.com/turnstile-llm/turnstile/bench/report"
-	"github.com/turnstile-llm/turnstile/bench/simrig"
+	"github.com/turnstile-llm/turnstile/bench/rig"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
@@ -21,8 +21,8 @@ import (
 func newEngine(t *testing.T, mbs int) (*executor.Engine, *clock.Virtual) {
 	t.Helper()
 	vc := clock.NewVirtual(time.Unix(0, 0))
-	eng, _, err := simrig.New(simrig.Config{Cost: sim.Fixed(5 * time.Millisecond), MaxBatchSize: mbs, KVBlocks: 512,
-		BlockSize: 16, MaxContext: 4096, MaxBatchTokens: 512, Vocab: workload.DefaultTokenMax, Seed: 3}, vc)
+	eng, _, err := rig.NewSim(rig.Config{MaxBatchSize: mbs, KVBlocks: 512, BlockSize: 16, MaxBatchTokens: 512, Seed: 3},
+		rig.Sim{Cost: sim.Fixed(5 * time.Millisecond), MaxContext: 4096, Vocab: workload.DefaultTokenMax}, vc)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, eng.Close()) })
 	return eng, vc
@@ -123,9 +123,9 @@ func TestSeed004ArmsOnOneRank(t *testing.T) {
 			return workload.ContextHeavy(workload.ContextHeavyConfig{Seed: seed, Requests: 24, InputTokens: 256, OutputTokens: 4})
 		},
 		Setup: func(arm, _ string, clk *clock.Virtual) (Engine, int, error) {
-			return simrig.New(simrig.Config{Cost: sim.Fixed(10 * time.Millisecond), MaxBatchSize: 2, KVBlocks: 256,
-				BlockSize: 16, MaxContext: 1024, MaxBatchTokens: 512, Vocab: workload.DefaultTokenMax,
-				Overlap: arm != "OVLOFF", ChargeRetiring: arm == "BASE", EOSAfter: 1, Seed: 3}, clk)
+			return rig.NewSim(rig.Config{MaxBatchSize: 2, KVBlocks: 256, BlockSize: 16, MaxBatchTokens: 512,
+				Overlap: arm != "OVLOFF", ChargeRetiring: arm == "BASE", Seed: 3},
+				rig.Sim{Cost: sim.Fixed(10 * time.Millisecond), MaxContext: 1024, Vocab: workload.DefaultTokenMax, EOSAfter: 1}, clk)
 		},
 		CheckEveryStep: true, StopAtEOS: true,
 	}

@@ -20,9 +20,8 @@ import (
 	"github.com/turnstile-llm/turnstile/bench/agentic"
 	"github.com/turnstile-llm/turnstile/bench/calibrate"
 	"github.com/turnstile-llm/turnstile/bench/campaign"
-	"github.com/turnstile-llm/turnstile/bench/cpurig"
 	"github.com/turnstile-llm/turnstile/bench/report"
-	"github.com/turnstile-llm/turnstile/bench/simrig"
+	"github.com/turnstile-llm/turnstile/bench/rig"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/internal/stats"
@@ -379,18 +378,16 @@ func (o *benchAgenticOptions) setup(r string, arms agentic.Arms, cost sim.Linear
 		if err != nil {
 			return agentic.Setup{}, err
 		}
+		c := rig.Config{MaxBatchSize: o.programs, KVBlocks: o.p.kvBlocks, BlockSize: o.p.blockSize,
+			MaxBatchTokens: o.p.maxBatchTokens, Overlap: !o.noOverlap, Seed: 3, Programs: pc}
 		if r == "sim" {
-			eng, capTokens, err := simrig.New(simrig.Config{Cost: cost, MaxBatchSize: o.programs, KVBlocks: o.p.kvBlocks,
-				BlockSize: o.p.blockSize, MaxContext: o.p.maxContext, MaxBatchTokens: o.p.maxBatchTokens,
-				Vocab: workload.DefaultTokenMax, Overlap: !o.noOverlap, Seed: 3, Programs: pc}, clk)
+			eng, capTokens, err := rig.NewSim(c, rig.Sim{Cost: cost, MaxContext: o.p.maxContext, Vocab: workload.DefaultTokenMax}, clk)
 			if err != nil {
 				return agentic.Setup{}, err
 			}
 			return agentic.EngineSetup(eng, capTokens), nil
 		}
-		eng, _, capTokens, err := cpurig.New(cpurig.Config{Model: llama, MaxBatchSize: o.programs, KVBlocks: o.p.kvBlocks,
-			BlockSize: o.p.blockSize, MaxBatchTokens: o.p.maxBatchTokens, Workers: o.workers, Overlap: !o.noOverlap,
-			Seed: 3, Programs: pc}, clk)
+		eng, _, capTokens, err := rig.NewCPU(c, rig.CPU{Model: llama, Workers: o.workers}, clk)
 		if err != nil {
 			return agentic.Setup{}, err
 		}

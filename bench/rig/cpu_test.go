@@ -1,4 +1,4 @@
-package cpurig
+package rig_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-llm/turnstile/bench/drive"
+	"github.com/turnstile-llm/turnstile/bench/rig"
 	"github.com/turnstile-llm/turnstile/bench/traffic"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/executor"
@@ -28,9 +28,11 @@ func loadStories(t *testing.T) *model.Llama {
 	return m
 }
 
-func config(m *model.Llama, overlap bool) Config {
-	return Config{Model: m, MaxBatchSize: 4, KVBlocks: 256, BlockSize: 16, MaxBatchTokens: 128, Workers: 1, Overlap: overlap, Seed: 7}
+func config(overlap bool) rig.Config {
+	return rig.Config{MaxBatchSize: 4, KVBlocks: 256, BlockSize: 16, MaxBatchTokens: 128, Overlap: overlap, Seed: 7}
 }
+
+func cpu(m *model.Llama) rig.CPU { return rig.CPU{Model: m, Workers: 1} }
 
 func chat(t *testing.T) []workload.Request {
 	t.Helper()
@@ -51,7 +53,7 @@ func TestDriveSpendsMeasuredTime(t *testing.T) {
 		t.Run(map[bool]string{false: "serial", true: "overlap"}[overlap], func(t *testing.T) {
 			vc := clock.NewVirtual(time.Unix(0, 0))
 			origin := vc.Now()
-			eng, rec, capTokens, err := New(config(m, overlap), vc)
+			eng, rec, capTokens, err := rig.NewCPU(config(overlap), cpu(m), vc)
 			require.NoError(t, err)
 			require.Equal(t, 256*16, capTokens)
 			reqs := chat(t)
@@ -82,7 +84,7 @@ func TestDriveSpendsMeasuredTime(t *testing.T) {
 func generate(t *testing.T, m *model.Llama, reqs []workload.Request) [][]int32 {
 	t.Helper()
 	vc := clock.NewVirtual(time.Unix(0, 0))
-	eng, _, _, err := New(config(m, false), vc)
+	eng, _, _, err := rig.NewCPU(config(false), cpu(m), vc)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, eng.Close()) }()
 	streams := make([]*executor.Stream, len(reqs))
@@ -101,7 +103,7 @@ func generate(t *testing.T, m *model.Llama, reqs []workload.Request) [][]int32 {
 			if st == nil {
 				continue
 			}
-			fin, err := drive.Drain(st, func(d *executor.Delta) { out[i] = append(out[i], d.TokenIDs...) })
+			fin, err := rig.Drain(st, func(d *executor.Delta) { out[i] = append(out[i], d.TokenIDs...) })
 			require.NoError(t, err)
 			if fin != nil {
 				streams[i] = nil
@@ -109,7 +111,7 @@ func generate(t *testing.T, m *model.Llama, reqs []workload.Request) [][]int32 {
 			}
 		}
 	}
-	require.NoError(t, drive.Settle(eng))
+	require.NoError(t, rig.Settle(eng))
 	require.NoError(t, eng.Check())
 	return out
 }
@@ -126,22 +128,23 @@ func TestGreedyDeterministic(t *testing.T) {
 	require.Equal(t, first, generate(t, m, reqs))
 }
 
-func TestNewRefusesBadConfig(t *testing.T) {
+func TestNewCPURefusesBadConfig(t *testing.T) {
 	m := loadStories(t)
 	vc := clock.NewVirtual(time.Unix(0, 0))
 	for _, tc := range []struct {
 		name string
-		c    Config
+		c    rig.Config
+		d    rig.CPU
 		virt *clock.Virtual
 		want string
 	}{
-		{"no model", Config{MaxBatchSize: 1, KVBlocks: 8, BlockSize: 16, MaxBatchTokens: 16}, vc, "no model"},
-		{"no clock", config(m, false), nil, "no virtual clock"},
-		{"no batch", Config{Model: m, KVBlocks: 8, BlockSize: 16, MaxBatchTokens: 16}, vc, "max batch 0"},
-		{"no KV", Config{Model: m, MaxBatchSize: 1, BlockSize: 16, MaxBatchTokens: 16}, vc, "KVBlocks = 0"},
+		{"no model", rig.Config{MaxBatchSize: 1, KVBlocks: 8, BlockSize: 16, MaxBatchTokens: 16}, rig.CPU{}, vc, "no model"},
+		{"no clock", config(false), cpu(m), nil, "no virtual clock"},
+		{"no batch", rig.Config{KVBlocks: 8, BlockSize: 16, MaxBatchTokens: 16}, rig.CPU{Model: m}, vc, "max batch 0"},
+		{"no KV", rig.Config{MaxBatchSize: 1, BlockSize: 16, MaxBatchTokens: 16}, rig.CPU{Model: m}, vc, "KVBlocks = 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, _, err := New(tc.c, tc.virt)
+			_, _, _, err := rig.NewCPU(tc.c, tc.d, tc.virt)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}

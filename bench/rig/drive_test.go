@@ -1,4 +1,4 @@
-package drive
+package rig
 
 import (
 	"context"

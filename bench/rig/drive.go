@@ -1,8 +1,4 @@
-// Package drive holds what every workload driver in bench does to an
-// engine on a virtual clock: the engine interface the drivers consume,
-// draining a stream without blocking, and settling the engine after the
-// last request so retiring work is torn down before the audit.
-package drive
+package rig
 
 import (
 	"context"

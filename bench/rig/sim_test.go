@@ -1,4 +1,4 @@
-package simrig
+package rig
 
 import (
 	"context"
@@ -13,30 +13,30 @@ import (
 	"github.com/turnstile-llm/turnstile/sim"
 )
 
-func small() Config {
-	return Config{Cost: sim.H200Llama3_8B(false), MaxBatchSize: 4, KVBlocks: 64, BlockSize: 16, MaxContext: 512,
-		MaxBatchTokens: 256, Vocab: 512, Seed: 1}
+func small() (Config, Sim) {
+	return Config{MaxBatchSize: 4, KVBlocks: 64, BlockSize: 16, MaxBatchTokens: 256, Seed: 1},
+		Sim{Cost: sim.H200Llama3_8B(false), MaxContext: 512, Vocab: 512}
 }
 
-func TestNew(t *testing.T) {
+func TestNewSim(t *testing.T) {
 	tests := []struct {
 		name    string
-		edit    func(*Config)
+		edit    func(*Config, *Sim)
 		wantErr string
 	}{
-		{"plain", func(*Config) {}, ""},
-		{"overlap, charging", func(c *Config) { c.Overlap, c.ChargeRetiring = true, true }, ""},
-		{"eos", func(c *Config) { c.EOSAfter = 3 }, ""},
-		{"tiny vocab", func(c *Config) { c.Vocab = 3 }, "vocab 3 leaves no ids"},
-		{"no batch", func(c *Config) { c.MaxBatchSize = 0 }, "seats for max batch 0"},
-		{"no blocks", func(c *Config) { c.KVBlocks = 0 }, "simrig: "},
+		{"plain", func(*Config, *Sim) {}, ""},
+		{"overlap, charging", func(c *Config, _ *Sim) { c.Overlap, c.ChargeRetiring = true, true }, ""},
+		{"eos", func(_ *Config, d *Sim) { d.EOSAfter = 3 }, ""},
+		{"tiny vocab", func(_ *Config, d *Sim) { d.Vocab = 3 }, "vocab 3 leaves no ids"},
+		{"no batch", func(c *Config, _ *Sim) { c.MaxBatchSize = 0 }, "seats for max batch 0"},
+		{"no blocks", func(c *Config, _ *Sim) { c.KVBlocks = 0 }, "rig: "},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := small()
-			tc.edit(&c)
+			c, dev := small()
+			tc.edit(&c, &dev)
 			vc := clock.NewVirtual(time.Unix(0, 0))
-			eng, capTokens, err := New(c, vc)
+			eng, capTokens, err := NewSim(c, dev, vc)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return
@@ -59,12 +59,12 @@ func TestNew(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, ok)
 			want := 5
-			if c.EOSAfter > 0 {
-				want = c.EOSAfter
+			if dev.EOSAfter > 0 {
+				want = dev.EOSAfter
 			}
 			require.Equal(t, want, d.Usage.Completion)
 			for _, id := range d.TokenIDs {
-				require.True(t, id >= TokenMin && id < int32(c.Vocab) || id == EOS, "token %d", id)
+				require.True(t, id >= TokenMin && id < int32(dev.Vocab) || id == EOS, "token %d", id)
 			}
 			// The step cost went on the virtual clock: one step per
 			// generated token, each at least the H200 profile's 4.48 ms
