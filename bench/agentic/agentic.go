@@ -49,7 +49,7 @@ type Batch struct {
 	// measured rows); 0 means none.
 	Deadline time.Duration
 	// MaxSteps bounds the engine steps, a guard against a livelock; 0 means
-	// 10,000,000.
+	// rig.DefaultMaxSteps (10,000,000).
 	MaxSteps int
 	// CheckEveryStep runs the engine's accounting check (Engine.Check)
 	// after every step, as tests do; otherwise it runs once the batch has
@@ -139,7 +139,7 @@ func Run(ctx context.Context, b Batch) (Result, error) {
 		return Result{}, fmt.Errorf("agentic: batch needs an engine and a virtual clock")
 	}
 	if b.MaxSteps == 0 {
-		b.MaxSteps = 10_000_000
+		b.MaxSteps = rig.DefaultMaxSteps
 	}
 	origin := b.Clock.Now()
 	now := func() time.Duration { return b.Clock.Now().Sub(origin) }
@@ -278,15 +278,11 @@ func Run(ctx context.Context, b Batch) (Result, error) {
 			return fail("%v", err)
 		}
 	}
-	switch {
-	case res.EngineGenerated != res.Received:
+	if res.EngineGenerated != res.Received {
 		return fail("engine generated %d tokens, driver received %d", res.EngineGenerated, res.Received)
-	case after.Running+after.Waiting+after.Retiring != 0:
-		return fail("engine still holds %d running, %d waiting, %d retiring requests", after.Running, after.Waiting, after.Retiring)
-	case after.SeatsLive+after.SeatsRetiring != 0:
-		return fail("leaked seats: %d live, %d retiring", after.SeatsLive, after.SeatsRetiring)
-	case after.KVBlocksUsed != 0:
-		return fail("leaked KV blocks: %d still referenced", after.KVBlocksUsed)
+	}
+	if err := rig.Idle(after); err != nil {
+		return fail("%v", err)
 	}
 	return res, nil
 }

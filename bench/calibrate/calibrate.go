@@ -18,6 +18,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/bench/rig"
 	"github.com/turnstile-llm/turnstile/bench/traffic"
 	"github.com/turnstile-llm/turnstile/bench/workload"
 	"github.com/turnstile-llm/turnstile/executor"
@@ -53,14 +54,10 @@ type Device struct {
 // Factory builds a fresh runner for one pass on the pass's virtual clock.
 type Factory func(s Sizes, virt *clock.Virtual) (Device, error)
 
-// Token ids of the traffic: workload's default range, which fits the
-// smallest vocabulary in use (stories260K: 512) and leaves 0..2 (unknown,
-// BOS, EOS) alone.
-const (
-	simVocab = workload.DefaultTokenMax
-	simBOS   = 1
-	simEOS   = 2
-)
+// simVocab bounds the traffic's token ids: workload's default range, which
+// fits the smallest vocabulary in use (stories260K: 512) and leaves 0..2
+// (unknown, rig.BOS, rig.EOS) alone.
+const simVocab = workload.DefaultTokenMax
 
 // CPU is the factory of the real CPU runner on m with workers cores (0:
 // GOMAXPROCS). The caller keeps m open for the run.
@@ -98,12 +95,12 @@ func Sim(cost sim.CostModel, maxContext int) Factory {
 		r, err := sim.New(sim.Config{
 			Capacity: step.Capacity{Seats: s.Seats, KVBlocks: s.KVBlocks, BlockSize: s.BlockSize, MaxContext: maxContext,
 				MaxBatchTokens: s.MaxBatchTokens, Vocab: simVocab},
-			Cost: cost, Clock: virt, Seed: 1, EOS: simEOS, TokenMin: workload.DefaultTokenMin, TokenMax: simVocab,
+			Cost: cost, Clock: virt, Seed: 1, EOS: rig.EOS, TokenMin: workload.DefaultTokenMin, TokenMax: simVocab,
 		})
 		if err != nil {
 			return Device{}, err
 		}
-		tok, err := sim.NewTokenizer(simVocab, simBOS, simEOS)
+		tok, err := sim.NewTokenizer(simVocab, rig.BOS, rig.EOS)
 		if err != nil {
 			return Device{}, err
 		}

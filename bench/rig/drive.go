@@ -39,6 +39,10 @@ func Drain(st *executor.Stream, seen func(d *executor.Delta)) (*executor.Delta, 
 	}
 }
 
+// DefaultMaxSteps bounds a driver's engine steps when its run sets no
+// bound: a guard against a livelock, far above any row's steps.
+const DefaultMaxSteps = 10_000_000
+
 // maxSettleSteps bounds Settle: a finished workload leaves at most one
 // step of teardown per request in flight, far below this.
 const maxSettleSteps = 1000
@@ -57,4 +61,19 @@ func Settle(e Engine) error {
 		}
 	}
 	return fmt.Errorf("engine still busy %d steps after the last request finished", maxSettleSteps)
+}
+
+// Idle audits an engine's metrics m after a driver settled it: no request
+// running, waiting or retiring, and no seat or KV block held. The error is
+// the reason, for the driver's audit.
+func Idle(m executor.Metrics) error {
+	switch {
+	case m.Running+m.Waiting+m.Retiring != 0:
+		return fmt.Errorf("engine still holds %d running, %d waiting, %d retiring requests", m.Running, m.Waiting, m.Retiring)
+	case m.SeatsLive+m.SeatsRetiring != 0:
+		return fmt.Errorf("leaked seats: %d live, %d retiring", m.SeatsLive, m.SeatsRetiring)
+	case m.KVBlocksUsed != 0:
+		return fmt.Errorf("leaked KV blocks: %d still referenced", m.KVBlocksUsed)
+	}
+	return nil
 }

@@ -53,3 +53,26 @@ func TestSettle(t *testing.T) {
 		})
 	}
 }
+
+func TestIdle(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		m    executor.Metrics
+		want string
+	}{
+		{"idle", executor.Metrics{Steps: 3, GeneratedTokens: 9}, ""},
+		{"running", executor.Metrics{Running: 1, Waiting: 2}, "engine still holds 1 running, 2 waiting, 0 retiring requests"},
+		{"retiring", executor.Metrics{Retiring: 1}, "engine still holds 0 running, 0 waiting, 1 retiring requests"},
+		{"seat", executor.Metrics{SeatsRetiring: 2}, "leaked seats: 0 live, 2 retiring"},
+		{"block", executor.Metrics{KVBlocksUsed: 4}, "leaked KV blocks: 4 still referenced"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Idle(tc.m)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tc.want)
+		})
+	}
+}

@@ -41,7 +41,8 @@ type Run struct {
 	SamplingSeed uint64
 	// Deadline bounds the run in virtual time; 0 means none.
 	Deadline time.Duration
-	// MaxSteps guards against a livelock; 0 means 10,000,000.
+	// MaxSteps guards against a livelock; 0 means
+	// rig.DefaultMaxSteps (10,000,000).
 	MaxSteps int
 	// CheckEveryStep runs Engine.Check after every step (tests); otherwise
 	// once, after the run has drained.
@@ -112,7 +113,7 @@ func Drive(ctx context.Context, r Run) (Result, error) {
 		return Result{}, fmt.Errorf("traffic: run needs an engine and a virtual clock")
 	}
 	if r.MaxSteps == 0 {
-		r.MaxSteps = 10_000_000
+		r.MaxSteps = rig.DefaultMaxSteps
 	}
 	origin := r.Clock.Now()
 	now := func() time.Duration { return r.Clock.Now().Sub(origin) }
@@ -222,15 +223,11 @@ func Drive(ctx context.Context, r Run) (Result, error) {
 		return fail("engine accounting after the run: %v", err)
 	}
 	after := r.Engine.Snapshot()
-	switch {
-	case int(after.GeneratedTokens-before.GeneratedTokens) != res.Generated:
+	if int(after.GeneratedTokens-before.GeneratedTokens) != res.Generated {
 		return fail("engine generated %d tokens, requests report %d", after.GeneratedTokens-before.GeneratedTokens, res.Generated)
-	case after.Running+after.Waiting+after.Retiring != 0:
-		return fail("engine still holds %d running, %d waiting, %d retiring requests", after.Running, after.Waiting, after.Retiring)
-	case after.SeatsLive+after.SeatsRetiring != 0:
-		return fail("leaked seats: %d live, %d retiring", after.SeatsLive, after.SeatsRetiring)
-	case after.KVBlocksUsed != 0:
-		return fail("leaked KV blocks: %d still referenced", after.KVBlocksUsed)
+	}
+	if err := rig.Idle(after); err != nil {
+		return fail("%v", err)
 	}
 	return res, nil
 }
