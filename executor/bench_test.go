@@ -39,8 +39,8 @@ func (r *noopRunner) Execute(b *step.Batch, out *step.Output) error {
 // of the steady state.
 //
 // With waiting=64, 64 more requests with 2,048-token prompts sharing a
-// 2,000-token prefix (an agentic program's context) queue behind an
-// admission hook that caps running requests at 256: the head of the queue
+// 2,000-token prefix (an agentic program's context) queue behind the
+// tests' running cap (Engine.testRunningCap) of 256: the head of the queue
 // is looked up in the prefix cache at every step it stays refused.
 //
 // With programs=B, every request is a turn of its own agentic program under
@@ -67,8 +67,9 @@ func BenchmarkStepHost(b *testing.B) {
 			r := &noopRunner{capy: step.Capacity{Seats: seats, KVBlocks: 2 * total * (life + 2048 + 64) / 16,
 				BlockSize: 16, MaxContext: 4096, MaxBatchTokens: 4096, Vocab: testVocab}}
 			eng, err := New(Config{MaxBatchSize: total, Overlap: ovl, Clock: clock.Real{},
-				Admission: runningCap(running), Programs: pc}, r, newByteTokenizer())
+				Programs: pc}, r, newByteTokenizer())
 			require.NoError(b, err)
+			eng.testRunningCap = running
 			defer eng.Close()
 			streams := make([]*Stream, total)
 			submit := func(i, maxTokens int) {
@@ -129,12 +130,6 @@ func BenchmarkStepHost(b *testing.B) {
 		})
 	}
 }
-
-// runningCap admits while fewer than its value are running.
-type runningCap int
-
-func (c runningCap) Admit(cd *Candidate) bool { return cd.Running < int(c) }
-func (runningCap) Release(*Candidate)         {}
 
 // BenchmarkRunnerIdle: the runner's idle fraction between steps, overlap on
 // vs off, with a simulated runner that spends 2 ms of wall time per step and

@@ -28,38 +28,6 @@ type Collector interface {
 	Collected() error
 }
 
-// Candidate is what the Admission hook sees of a request about to be
-// admitted. The engine has already checked that a seat, the step budgets
-// and (approximately, before the prefix lookup) blocks allow it.
-type Candidate struct {
-	ID        uint64 // arrival order, unique per engine
-	ProgramID string
-	// Tokens is the request's context to (re)compute: the prompt, plus the
-	// tokens generated so far when Preempted.
-	Tokens       int
-	CachedTokens int // prefix-cache hit (from kvpool.PeekChain)
-	BlocksNeeded int // new blocks the first chunk allocates
-	Preempted    bool
-	// Engine state at the decision.
-	Running, Retiring, AvailableBlocks int
-}
-
-// Admission is the hook policy implements. Admit decides and takes the
-// request's charge when it returns true; Release returns that charge when
-// the admitted request stops running (finished, aborted or preempted), with
-// the same Candidate. Both are called from the loop goroutine.
-type Admission interface {
-	Admit(c *Candidate) bool
-	Release(c *Candidate)
-}
-
-// AdmitAll is the default Admission: admit whenever seats, budgets and
-// blocks allow (the engine checks those itself).
-type AdmitAll struct{}
-
-func (AdmitAll) Admit(*Candidate) bool { return true }
-func (AdmitAll) Release(*Candidate)    {}
-
 // Config configures an Engine. KV blocks, block size, vocab and context come
 // from the Runner's Capacity.
 type Config struct {
@@ -78,11 +46,9 @@ type Config struct {
 	ChargeRetiring bool
 	// Clock is the time source; nil means clock.Real.
 	Clock clock.Clock
-	// Admission is the admission hook; nil means AdmitAll.
-	Admission Admission
-	// Programs, when set, enables program-aware admission (package
-	// policy) for requests with a ProgramID; requests without one bypass
-	// it. New builds the Controller over the engine's KV pool with the
+	// Programs, when set, enables program admission (package policy), the
+	// engine's one admission decision beyond seats, budgets and blocks, for
+	// requests with a ProgramID; requests without one bypass it. New builds the Controller over the engine's KV pool with the
 	// engine's clock; MaxActive 0 means MaxBatchSize (the sequences one
 	// step runs), and a larger value is refused. Nil: no program policy.
 	Programs *policy.Config
@@ -148,7 +114,6 @@ type seq struct {
 	started  bool   // the seat has seen Start
 	lastStep uint64 // the last step this request is in
 	everRan  bool
-	cand     Candidate
 	text     textMatcher
 	arrival  time.Time
 	lastTok  time.Time
@@ -190,13 +155,17 @@ type Engine struct {
 	tok       Tokenizer
 	capacity  step.Capacity
 	clock     clock.Clock
-	adm       Admission
 	kv        *kvpool.Pool
 	seats     *seatpool.Pool
 	rows      [][]int32 // block-table row per seat
 	pipe      *overlap.Pipeline[*stepRecord]
 	steps     [overlap.MaxInFlight]stepRecord
 	tokBudget int
+	// testRunningCap, set only by this package's tests, refuses admission
+	// (after the prefix lookup) while that many requests run; 0: no cap.
+	// It is a test seam, not an admission interface: program admission
+	// (Config.Programs) is the engine's one admission decision.
+	testRunningCap int
 	// spacePrefix: the tokenizer prepends a space to the text it encodes
 	// (SentencePiece's add_space_prefix), so a first word's token carries a
 	// leading space that stands for no text. Output that follows a prompt
@@ -279,9 +248,6 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	if cfg.Admission == nil {
-		cfg.Admission = AdmitAll{}
-	}
 	kv, err := kvpool.New(kvpool.Config{NumBlocks: capy.KVBlocks, BlockSize: capy.BlockSize})
 	if err != nil {
 		return nil, fmt.Errorf("executor: KV pool from runner capacity: %w", err)
@@ -295,7 +261,7 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	e := &Engine{
-		cfg: cfg, runner: runner, tok: tok, capacity: capy, clock: cfg.Clock, adm: cfg.Admission,
+		cfg: cfg, runner: runner, tok: tok, capacity: capy, clock: cfg.Clock,
 		kv: kv, seats: seats, rows: make([][]int32, n), tokBudget: cfg.MaxNumBatchedTokens,
 		wake: make(chan struct{}, 1),
 	}
@@ -414,8 +380,7 @@ func (e *Engine) abort(s *seq) {
 	e.Wake()
 }
 
-// Wake makes a blocked Run loop look for work again (e.g. after an
-// Admission hook's state changed).
+// Wake makes a blocked Run loop look for work again.
 func (e *Engine) Wake() {
 	select {
 	case e.wake <- struct{}{}:

@@ -71,7 +71,6 @@ type opts struct {
 	eosAfter                     int
 	tokMin, tokMax               int32
 	seatsDelta                   int
-	adm                          Admission
 	programs                     *policy.Config
 	clk                          clock.Clock
 	cost                         sim.CostModel
@@ -116,7 +115,7 @@ func newSetup(t testing.TB, o opts) *setup {
 	})
 	require.NoError(t, err)
 	eng, err := New(Config{MaxBatchSize: o.mbs, Overlap: o.overlap, ChargeRetiring: o.charge,
-		Clock: clk, Admission: o.adm, Programs: o.programs, Model: "test", Seed: 1}, r, newByteTokenizer())
+		Clock: clk, Programs: o.programs, Model: "test", Seed: 1}, r, newByteTokenizer())
 	require.NoError(t, err)
 	return &setup{eng: eng, runner: r, clock: vc}
 }
@@ -443,35 +442,16 @@ func TestPrefixCacheReuse(t *testing.T) {
 	}
 }
 
-// countingAdmission checks the hook's Admit/Release balance per request.
-type countingAdmission struct {
-	held   map[uint64]int
-	admits int
-	limit  int // refuse while this many are held (0: no limit)
-}
-
-func (c *countingAdmission) Admit(cd *Candidate) bool {
-	if c.limit > 0 && len(c.held) >= c.limit {
-		return false
-	}
-	c.held[cd.ID]++
-	c.admits++
-	return true
-}
-
-func (c *countingAdmission) Release(cd *Candidate) {
-	c.held[cd.ID]--
-	if c.held[cd.ID] == 0 {
-		delete(c.held, cd.ID)
-	}
-}
-
-func TestAdmissionHook(t *testing.T) {
-	adm := &countingAdmission{held: map[uint64]int{}, limit: 1}
-	s := newSetup(t, opts{adm: adm, mbs: 4})
+// TestAdmissionOneAtATime: program admission (the policy with one ACTIVE
+// program) lets one request run at a time; every admission is matched by
+// one release, and all three requests run to their length.
+func TestAdmissionOneAtATime(t *testing.T) {
+	pc := policy.DefaultConfig(policy.ArmB, 1)
+	s := newSetup(t, opts{programs: &pc, mbs: 4})
 	var streams []*Stream
-	for range 3 {
-		st, err := s.eng.Submit(context.Background(), &Request{Prompt: "abc", MaxTokens: 4, Params: greedy()})
+	for i := range 3 {
+		st, err := s.eng.Submit(context.Background(), &Request{Prompt: "abc", MaxTokens: 4, Params: greedy(),
+			ProgramID: fmt.Sprint("p", i), ProgramRelease: true})
 		require.NoError(t, err)
 		streams = append(streams, st)
 	}
@@ -479,7 +459,7 @@ func TestAdmissionHook(t *testing.T) {
 		progressed, err := s.eng.Step()
 		require.NoError(t, err)
 		require.NoError(t, s.eng.Check())
-		require.LessOrEqual(t, s.eng.Snapshot().Running, 1, "the hook allows one at a time")
+		require.LessOrEqual(t, s.eng.Snapshot().Running, 1, "program admission allows one at a time")
 		if !progressed {
 			break
 		}
@@ -487,8 +467,10 @@ func TestAdmissionHook(t *testing.T) {
 	for _, st := range streams {
 		require.Equal(t, FinishLength, collect(t, st).FinishReason)
 	}
-	require.Empty(t, adm.held, "every Admit must be matched by one Release")
-	require.Equal(t, 3, adm.admits)
+	m := s.eng.Snapshot().Programs
+	require.Zero(t, m.Waiting+m.Active+m.Paused, "every admission must be matched by one release")
+	require.Equal(t, uint64(3), m.Admitted)
+	require.Equal(t, uint64(3), m.Released)
 	require.NoError(t, s.eng.Close())
 }
 
@@ -504,9 +486,8 @@ func TestStress(t *testing.T) {
 	}{{"overlap", true, false, 1000}, {"plain", false, false, 300}, {"charge-retiring", true, true, 200}} {
 		t.Run(mode.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(42, uint64(mode.n)))
-			adm := &countingAdmission{held: map[uint64]int{}}
 			s := newSetup(t, opts{overlap: mode.overlap, charge: mode.charge, mbs: 8, tokens: 48,
-				blocks: 40, bs: 4, ctx: 96, eosAfter: 50, adm: adm})
+				blocks: 40, bs: 4, ctx: 96, eosAfter: 50})
 			type sub struct {
 				st     *Stream
 				cancel context.CancelFunc
@@ -581,8 +562,8 @@ func TestStress(t *testing.T) {
 			if mode.overlap {
 				require.Positive(t, m.Reservations, "futures open blocks under overlap")
 			}
+			// Every admission's charge (its seat, its blocks) was returned.
 			require.Equal(t, 0, m.Running+m.Waiting+m.Retiring+m.KVBlocksUsed+m.SeatsLive+m.SeatsRetiring)
-			require.Empty(t, adm.held)
 			require.NoError(t, s.eng.Close())
 			require.NoError(t, s.eng.Check())
 			t.Logf("%s: %d finished, %d aborted, %d preemptions, %d reservations, %d prefix-hit tokens, %d steps",

@@ -35,8 +35,6 @@ type Config struct {
 	Overlap, ChargeRetiring bool
 	// Seed is the engine's base for request seeds.
 	Seed uint64
-	// Admission is the engine's admission hook; nil admits all.
-	Admission executor.Admission
 	// Programs enables program-level admission (seed 000's arms A, B, C);
 	// nil: none.
 	Programs *policy.Config
@@ -89,7 +87,7 @@ func New(c Config, virt *clock.Virtual) (*Engine, *sim.Recorder, int, error) {
 	}
 	rec.SpendOn(virt)
 	eng, err := executor.New(executor.Config{MaxBatchSize: c.MaxBatchSize, Overlap: c.Overlap, ChargeRetiring: c.ChargeRetiring,
-		Clock: virt, Admission: c.Admission, Programs: c.Programs, Model: "cpu", Seed: c.Seed}, rec, c.Model.Tokenizer())
+		Clock: virt, Programs: c.Programs, Model: "cpu", Seed: c.Seed}, rec, c.Model.Tokenizer())
 	if err != nil {
 		return nil, nil, 0, errors.Join(fmt.Errorf("cpurig: %w", err), run.Close())
 	}

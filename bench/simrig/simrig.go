@@ -42,8 +42,6 @@ type Config struct {
 	EOSAfter int
 	// Seed is mixed into generated tokens and the engine's request seeds.
 	Seed uint64
-	// Admission is the engine's admission hook; nil admits all.
-	Admission executor.Admission
 	// Programs enables program-level admission (seed 000's arms A, B, C);
 	// nil: none.
 	Programs *policy.Config
@@ -73,7 +71,7 @@ func New(c Config, clk clock.Clock) (*executor.Engine, int, error) {
 		return nil, 0, fmt.Errorf("simrig: %w", err)
 	}
 	eng, err := executor.New(executor.Config{MaxBatchSize: c.MaxBatchSize, Overlap: c.Overlap, ChargeRetiring: c.ChargeRetiring,
-		Clock: clk, Admission: c.Admission, Programs: c.Programs, Model: "sim", Seed: c.Seed}, dev, tok)
+		Clock: clk, Programs: c.Programs, Model: "sim", Seed: c.Seed}, dev, tok)
 	if err != nil {
 		return nil, 0, fmt.Errorf("simrig: %w", err)
 	}
