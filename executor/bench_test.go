@@ -11,7 +11,6 @@ import (
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/policy"
-	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
 	"github.com/turnstile-llm/turnstile/step"
 )
@@ -62,11 +61,10 @@ func BenchmarkStepHost(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			ovl, total := bc.ovl, running+bc.waiting
-			seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: total, Overlap: ovl, DeferredTeardown: ovl})
-			require.NoError(b, err)
+			seats := testSeats(b, total, ovl)
 			r := &noopRunner{capy: step.Capacity{Seats: seats, KVBlocks: 2 * total * (life + 2048 + 64) / 16,
 				BlockSize: 16, MaxContext: 4096, MaxBatchTokens: 4096, Vocab: testVocab}}
-			eng, err := New(Config{MaxBatchSize: total, Overlap: ovl, Clock: clock.Real{},
+			eng, err := New(Config{MaxBatchSize: total, Seats: seats, Overlap: ovl, Clock: clock.Real{},
 				Programs: pc}, r, newByteTokenizer())
 			require.NoError(b, err)
 			eng.testRunningCap = running
@@ -138,15 +136,14 @@ func BenchmarkRunnerIdle(b *testing.B) {
 	const running = 256
 	for _, ovl := range []bool{false, true} {
 		b.Run(fmt.Sprintf("overlap=%v", ovl), func(b *testing.B) {
-			seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: running, Overlap: ovl, DeferredTeardown: ovl})
-			require.NoError(b, err)
+			seats := testSeats(b, running, ovl)
 			r, err := sim.New(sim.Config{
 				Capacity: step.Capacity{Seats: seats, KVBlocks: running * 2048 / 16, BlockSize: 16,
 					MaxContext: 2048, MaxBatchTokens: 8192, Vocab: testVocab},
 				Cost: sim.Fixed(2 * time.Millisecond), Clock: clock.Real{}, EOS: testEOS, TokenMin: 'a', TokenMax: 'z',
 			})
 			require.NoError(b, err)
-			eng, err := New(Config{MaxBatchSize: running, Overlap: ovl, Clock: clock.Real{}}, r, newByteTokenizer())
+			eng, err := New(Config{MaxBatchSize: running, Seats: seats, Overlap: ovl, Clock: clock.Real{}}, r, newByteTokenizer())
 			require.NoError(b, err)
 			defer eng.Close()
 			for i := range running {

@@ -31,9 +31,13 @@ type Collector interface {
 // Config configures an Engine. KV blocks, block size, vocab and context come
 // from the Runner's Capacity.
 type Config struct {
-	// MaxBatchSize is the most sequences one step schedules (> 0); seats
-	// are derived from it by seatpool.Seats.
+	// MaxBatchSize is the most sequences one step schedules (> 0).
 	MaxBatchSize int
+	// Seats is the seat count, derived once at start-up by whoever builds
+	// the engine: seatpool.Seats for MaxBatchSize with Overlap (teardown is
+	// deferred exactly when Overlap is on), the same number the runner's
+	// Capacity.Seats was sized from. New checks it against both.
+	Seats int
 	// MaxNumBatchedTokens is the step's token budget; 0 means the runner's
 	// Capacity.MaxBatchTokens, which it may not exceed.
 	MaxNumBatchedTokens int
@@ -215,9 +219,10 @@ type Engine struct {
 }
 
 // New validates cfg against the runner and builds the engine: kvpool from
-// the runner's KV capacity, seatpool sized by seatpool.Seats, and the
-// start-up check of every slot-indexed consumer (the runner's buffers, the
-// engine's block-table rows) against the seat pool in both directions.
+// the runner's KV capacity, seatpool of cfg.Seats seats, and the start-up
+// check, once, of the seat count in both directions: cfg.Seats against its
+// definition (seatpool.Seats), and every slot-indexed consumer (the runner's
+// buffers, the engine's block-table rows) against the seat pool.
 func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 	if runner == nil || tok == nil {
 		return nil, errors.New("executor: runner and tokenizer are required")
@@ -252,10 +257,17 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor: KV pool from runner capacity: %w", err)
 	}
-	n, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: cfg.MaxBatchSize, Overlap: cfg.Overlap, DeferredTeardown: cfg.Overlap})
+	// The seat count is the builder's; here it is only checked: against its
+	// definition, then (Validate) against every slot-indexed consumer.
+	want, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: cfg.MaxBatchSize, Overlap: cfg.Overlap, DeferredTeardown: cfg.Overlap})
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
+	if cfg.Seats != want {
+		return nil, fmt.Errorf("executor: Seats %d, but seatpool.Seats derives %d for MaxBatchSize %d with overlap %v",
+			cfg.Seats, want, cfg.MaxBatchSize, cfg.Overlap)
+	}
+	n := cfg.Seats
 	seats, err := seatpool.New(n)
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)

@@ -86,7 +86,7 @@ func New(c Config, virt *clock.Virtual) (*Engine, *sim.Recorder, int, error) {
 		return nil, nil, 0, errors.Join(fmt.Errorf("cpurig: %w", err), run.Close())
 	}
 	rec.SpendOn(virt)
-	eng, err := executor.New(executor.Config{MaxBatchSize: c.MaxBatchSize, Overlap: c.Overlap, ChargeRetiring: c.ChargeRetiring,
+	eng, err := executor.New(executor.Config{MaxBatchSize: c.MaxBatchSize, Seats: seats, Overlap: c.Overlap, ChargeRetiring: c.ChargeRetiring,
 		Clock: virt, Programs: c.Programs, Model: "cpu", Seed: c.Seed}, rec, c.Model.Tokenizer())
 	if err != nil {
 		return nil, nil, 0, errors.Join(fmt.Errorf("cpurig: %w", err), run.Close())

@@ -70,7 +70,7 @@ func New(c Config, clk clock.Clock) (*executor.Engine, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("simrig: %w", err)
 	}
-	eng, err := executor.New(executor.Config{MaxBatchSize: c.MaxBatchSize, Overlap: c.Overlap, ChargeRetiring: c.ChargeRetiring,
+	eng, err := executor.New(executor.Config{MaxBatchSize: c.MaxBatchSize, Seats: seats, Overlap: c.Overlap, ChargeRetiring: c.ChargeRetiring,
 		Clock: clk, Programs: c.Programs, Model: "sim", Seed: c.Seed}, dev, tok)
 	if err != nil {
 		return nil, 0, fmt.Errorf("simrig: %w", err)
