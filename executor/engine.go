@@ -88,7 +88,9 @@ type seq struct {
 	// release ends the program when this request ends (Request.ProgramRelease).
 	release bool
 	// inPolicy: this request holds its program's turn in the Controller
-	// (Admit was called for it), until TurnEnded; polLive: the Controller
+	// (Admit was called for it), until TurnEnded or the program's end; at
+	// most one request per program, exactly while the Controller's HasTurn
+	// says so (Check proves it). polLive: the Controller
 	// was told its sequence (Started), so Grew and a pin at TurnEnded apply.
 	inPolicy, polLive bool
 	maxTokens         int
@@ -191,12 +193,9 @@ type Engine struct {
 	aborts    []*seq
 	releases  []string
 
-	// Program policy (nil ctl: none). Loop-owned.
+	// Program policy (nil ctl: none), the owner of program state: the
+	// engine keeps none of its own (see programs.go). Loop-owned.
 	ctl *policy.Controller
-	// turns maps a program id to the request holding its turn in ctl
-	// (inPolicy): a program runs one turn at a time, so its other
-	// requests wait (skipped, not blocking the queue) until it ends.
-	turns map[string]*seq
 	// polErr is the first lifecycle call ctl refused: an engine bug that
 	// Check reports (the loop goes on; nothing is leaked by it).
 	polErr error
@@ -208,14 +207,17 @@ type Engine struct {
 	nextID  uint64
 	pub     Metrics
 	wake    chan struct{}
-	// releaseQ holds ReleaseProgram calls for the loop. progKnown mirrors
-	// the ids ctl knows (updated by the loop after each call that may
-	// change them); progReqs counts requests per program id in the engine
-	// (with or without a policy: attention-DP routing reads it too).
-	// Together they answer ReleaseProgram's found without the loop.
-	releaseQ  []string
-	progKnown map[string]struct{}
-	progReqs  map[string]int
+	// releaseQ holds ReleaseProgram calls for the loop.
+	releaseQ []string
+	// progReqs counts the engine's requests (running, waiting, not yet
+	// drained) per program id, with or without a policy: an index of the
+	// engine's own requests, not program state. It is kept because
+	// attention-DP's program-aware routing asks HoldsProgram for every
+	// request of a window on every rank at each gather
+	// (adp.BenchmarkGatherRoute/ProgramAware), where a scan of the
+	// engine's requests would cost O(requests) per lookup; ReleaseProgram
+	// reads it off the loop. Check proves it equals a recount.
+	progReqs map[string]int
 }
 
 // New validates cfg against the runner and builds the engine: kvpool from
@@ -309,8 +311,6 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 		if e.ctl, err = policy.New(pc, kv); err != nil {
 			return nil, fmt.Errorf("executor: program policy: %w", err)
 		}
-		e.turns = make(map[string]*seq)
-		e.progKnown = make(map[string]struct{})
 	}
 	e.progReqs = make(map[string]int)
 	e.m.KVBlocksTotal = kv.NumBlocks()

@@ -158,7 +158,7 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 		return 0, refused, fmt.Errorf("executor: request %d: prefix chain covers %d tokens of %d", s.id, s.chain.Tokens(), len(s.tokens))
 	}
 	hit := e.kv.PeekChain(&s.chain)
-	if e.ctl != nil && s.programID != "" && e.polAdmit(s, hit) {
+	if e.ctl != nil && s.programID != "" && e.admitTurn(s, hit) {
 		return 0, held, nil
 	}
 	chunk := min(budget, len(s.tokens)-hit)
