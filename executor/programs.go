@@ -316,7 +316,7 @@ func (e *Engine) ProgramStates() (byState map[string]int, pauses, resumes uint64
 	if e.ctl == nil {
 		return nil, 0, 0
 	}
-	return map[string]int{"waiting": m.Waiting, "active": m.Active, "paused": m.Paused}, m.Pauses, m.Resumes
+	return m.ByState(), m.Pauses, m.Resumes
 }
 
 // checkProgramCounts recounts requests per program id (running, waiting,

@@ -168,6 +168,16 @@ func (c *Controller) Pins(dst []kvpool.SeqID) []kvpool.SeqID {
 	return dst
 }
 
+// ByState counts programs by state, keyed "waiting", "active" and "paused"
+// (the server's /metrics labels); nil for the zero Metrics (no Controller).
+// On a merged snapshot (Merge) it counts every rank's programs.
+func (m *Metrics) ByState() map[string]int {
+	if m.Arm == 0 {
+		return nil
+	}
+	return map[string]int{"waiting": m.Waiting, "active": m.Active, "paused": m.Paused}
+}
+
 // Merge adds another Controller's snapshot into m (one per attention-DP
 // rank): counts, capacities and used tokens add; the longest wait is the
 // larger; Arm is kept (every rank runs the same arm).
