@@ -169,12 +169,9 @@ func (c *Controller) Pins(dst []kvpool.SeqID) []kvpool.SeqID {
 }
 
 // ByState counts programs by state, keyed "waiting", "active" and "paused"
-// (the server's /metrics labels); nil for the zero Metrics (no Controller).
-// On a merged snapshot (Merge) it counts every rank's programs.
+// (the server's /metrics labels). On a merged snapshot (Merge) it counts
+// every rank's programs.
 func (m *Metrics) ByState() map[string]int {
-	if m.Arm == 0 {
-		return nil
-	}
 	return map[string]int{"waiting": m.Waiting, "active": m.Active, "paused": m.Paused}
 }
 
