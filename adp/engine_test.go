@@ -62,6 +62,7 @@ func engineRanks(t testing.TB, dp int, cfg executor.Config, eosAfter int) ([]Ran
 		})
 		require.NoError(t, err)
 		c := cfg
+		c.Seats = seats
 		c.Clock = vc
 		c.Model = "m"
 		e, err := executor.New(c, r, byteTok{})
@@ -323,7 +324,7 @@ func BenchmarkGatherRouteEngine(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e, err := executor.New(executor.Config{MaxBatchSize: 320, Overlap: true, Clock: vc, Model: "m"}, r, byteTok{})
+		e, err := executor.New(executor.Config{MaxBatchSize: 320, Seats: 640, Overlap: true, Clock: vc, Model: "m"}, r, byteTok{})
 		if err != nil {
 			b.Fatal(err)
 		}

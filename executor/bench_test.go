@@ -11,7 +11,6 @@ import (
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/policy"
-	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
 	"github.com/turnstile-llm/turnstile/step"
 )
@@ -39,8 +38,8 @@ func (r *noopRunner) Execute(b *step.Batch, out *step.Output) error {
 // of the steady state.
 //
 // With waiting=64, 64 more requests with 2,048-token prompts sharing a
-// 2,000-token prefix (an agentic program's context) queue behind an
-// admission hook that caps running requests at 256: the head of the queue
+// 2,000-token prefix (an agentic program's context) queue behind the
+// tests' running cap (Engine.testRunningCap) of 256: the head of the queue
 // is looked up in the prefix cache at every step it stays refused.
 //
 // With programs=B, every request is a turn of its own agentic program under
@@ -62,13 +61,13 @@ func BenchmarkStepHost(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			ovl, total := bc.ovl, running+bc.waiting
-			seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: total, Overlap: ovl, DeferredTeardown: ovl})
-			require.NoError(b, err)
+			seats := testSeats(b, total, ovl)
 			r := &noopRunner{capy: step.Capacity{Seats: seats, KVBlocks: 2 * total * (life + 2048 + 64) / 16,
 				BlockSize: 16, MaxContext: 4096, MaxBatchTokens: 4096, Vocab: testVocab}}
-			eng, err := New(Config{MaxBatchSize: total, Overlap: ovl, Clock: clock.Real{},
-				Admission: runningCap(running), Programs: pc}, r, newByteTokenizer())
+			eng, err := New(Config{MaxBatchSize: total, Seats: seats, Overlap: ovl, Clock: clock.Real{},
+				Programs: pc}, r, newByteTokenizer())
 			require.NoError(b, err)
+			eng.testRunningCap = running
 			defer eng.Close()
 			streams := make([]*Stream, total)
 			submit := func(i, maxTokens int) {
@@ -130,12 +129,6 @@ func BenchmarkStepHost(b *testing.B) {
 	}
 }
 
-// runningCap admits while fewer than its value are running.
-type runningCap int
-
-func (c runningCap) Admit(cd *Candidate) bool { return cd.Running < int(c) }
-func (runningCap) Release(*Candidate)         {}
-
 // BenchmarkRunnerIdle: the runner's idle fraction between steps, overlap on
 // vs off, with a simulated runner that spends 2 ms of wall time per step and
 // 256 decoding sequences. One op is one step. Run with -benchtime=300x.
@@ -143,15 +136,14 @@ func BenchmarkRunnerIdle(b *testing.B) {
 	const running = 256
 	for _, ovl := range []bool{false, true} {
 		b.Run(fmt.Sprintf("overlap=%v", ovl), func(b *testing.B) {
-			seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: running, Overlap: ovl, DeferredTeardown: ovl})
-			require.NoError(b, err)
+			seats := testSeats(b, running, ovl)
 			r, err := sim.New(sim.Config{
 				Capacity: step.Capacity{Seats: seats, KVBlocks: running * 2048 / 16, BlockSize: 16,
 					MaxContext: 2048, MaxBatchTokens: 8192, Vocab: testVocab},
 				Cost: sim.Fixed(2 * time.Millisecond), Clock: clock.Real{}, EOS: testEOS, TokenMin: 'a', TokenMax: 'z',
 			})
 			require.NoError(b, err)
-			eng, err := New(Config{MaxBatchSize: running, Overlap: ovl, Clock: clock.Real{}}, r, newByteTokenizer())
+			eng, err := New(Config{MaxBatchSize: running, Seats: seats, Overlap: ovl, Clock: clock.Real{}}, r, newByteTokenizer())
 			require.NoError(b, err)
 			defer eng.Close()
 			for i := range running {

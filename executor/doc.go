@@ -10,9 +10,8 @@
 //	ABORTED from any state (request context cancelled, or engine shut down)
 //
 // Every transition releases exactly what the request holds: its seat
-// (seatpool), its KV sequence (kvpool), its admission charge (the
-// Admission hook's Release) and its program turn (see Programs), each
-// exactly once. Engine.Check proves it.
+// (seatpool), its KV sequence (kvpool) and its program turn (see Programs),
+// each exactly once. Engine.Check proves it.
 //
 // # Scheduler, per step
 //
@@ -20,8 +19,8 @@
 // (MaxBatchSize). Running requests are served first, oldest admission first:
 // decodes (one token each), then the next chunk of partially prefilled ones;
 // then waiting requests are admitted in arrival order (preempted ones go back
-// to the front), each with a kvpool prefix lookup, the program policy and
-// the Admission hook, while the token budget, the sequence budget, seats and
+// to the front), each with a kvpool prefix lookup and program admission
+// (the program policy), while the token budget, the sequence budget, seats and
 // blocks allow (a turn the program policy holds back is skipped). When a
 // running request cannot get a block, the newest running request not already
 // in this step is preempted by recompute (its blocks and seat are released,

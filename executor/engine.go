@@ -28,44 +28,16 @@ type Collector interface {
 	Collected() error
 }
 
-// Candidate is what the Admission hook sees of a request about to be
-// admitted. The engine has already checked that a seat, the step budgets
-// and (approximately, before the prefix lookup) blocks allow it.
-type Candidate struct {
-	ID        uint64 // arrival order, unique per engine
-	ProgramID string
-	// Tokens is the request's context to (re)compute: the prompt, plus the
-	// tokens generated so far when Preempted.
-	Tokens       int
-	CachedTokens int // prefix-cache hit (from kvpool.PeekChain)
-	BlocksNeeded int // new blocks the first chunk allocates
-	Preempted    bool
-	// Engine state at the decision.
-	Running, Retiring, AvailableBlocks int
-}
-
-// Admission is the hook policy implements. Admit decides and takes the
-// request's charge when it returns true; Release returns that charge when
-// the admitted request stops running (finished, aborted or preempted), with
-// the same Candidate. Both are called from the loop goroutine.
-type Admission interface {
-	Admit(c *Candidate) bool
-	Release(c *Candidate)
-}
-
-// AdmitAll is the default Admission: admit whenever seats, budgets and
-// blocks allow (the engine checks those itself).
-type AdmitAll struct{}
-
-func (AdmitAll) Admit(*Candidate) bool { return true }
-func (AdmitAll) Release(*Candidate)    {}
-
 // Config configures an Engine. KV blocks, block size, vocab and context come
 // from the Runner's Capacity.
 type Config struct {
-	// MaxBatchSize is the most sequences one step schedules (> 0); seats
-	// are derived from it by seatpool.Seats.
+	// MaxBatchSize is the most sequences one step schedules (> 0).
 	MaxBatchSize int
+	// Seats is the seat count, derived once at start-up by whoever builds
+	// the engine: seatpool.Seats for MaxBatchSize with Overlap (teardown is
+	// deferred exactly when Overlap is on), the same number the runner's
+	// Capacity.Seats was sized from. New checks it against both.
+	Seats int
 	// MaxNumBatchedTokens is the step's token budget; 0 means the runner's
 	// Capacity.MaxBatchTokens, which it may not exceed.
 	MaxNumBatchedTokens int
@@ -78,11 +50,9 @@ type Config struct {
 	ChargeRetiring bool
 	// Clock is the time source; nil means clock.Real.
 	Clock clock.Clock
-	// Admission is the admission hook; nil means AdmitAll.
-	Admission Admission
-	// Programs, when set, enables program-aware admission (package
-	// policy) for requests with a ProgramID; requests without one bypass
-	// it. New builds the Controller over the engine's KV pool with the
+	// Programs, when set, enables program admission (package policy), the
+	// engine's one admission decision beyond seats, budgets and blocks, for
+	// requests with a ProgramID; requests without one bypass it. New builds the Controller over the engine's KV pool with the
 	// engine's clock; MaxActive 0 means MaxBatchSize (the sequences one
 	// step runs), and a larger value is refused. Nil: no program policy.
 	Programs *policy.Config
@@ -118,7 +88,9 @@ type seq struct {
 	// release ends the program when this request ends (Request.ProgramRelease).
 	release bool
 	// inPolicy: this request holds its program's turn in the Controller
-	// (Admit was called for it), until TurnEnded; polLive: the Controller
+	// (Admit was called for it), until TurnEnded or the program's end; at
+	// most one request per program, exactly while the Controller's HasTurn
+	// says so (Check proves it). polLive: the Controller
 	// was told its sequence (Started), so Grew and a pin at TurnEnded apply.
 	inPolicy, polLive bool
 	maxTokens         int
@@ -148,7 +120,6 @@ type seq struct {
 	started  bool   // the seat has seen Start
 	lastStep uint64 // the last step this request is in
 	everRan  bool
-	cand     Candidate
 	text     textMatcher
 	arrival  time.Time
 	lastTok  time.Time
@@ -190,13 +161,17 @@ type Engine struct {
 	tok       Tokenizer
 	capacity  step.Capacity
 	clock     clock.Clock
-	adm       Admission
 	kv        *kvpool.Pool
 	seats     *seatpool.Pool
 	rows      [][]int32 // block-table row per seat
 	pipe      *overlap.Pipeline[*stepRecord]
 	steps     [overlap.MaxInFlight]stepRecord
 	tokBudget int
+	// testRunningCap, set only by this package's tests, refuses admission
+	// (after the prefix lookup) while that many requests run; 0: no cap.
+	// It is a test seam, not an admission interface: program admission
+	// (Config.Programs) is the engine's one admission decision.
+	testRunningCap int
 	// spacePrefix: the tokenizer prepends a space to the text it encodes
 	// (SentencePiece's add_space_prefix), so a first word's token carries a
 	// leading space that stands for no text. Output that follows a prompt
@@ -218,12 +193,9 @@ type Engine struct {
 	aborts    []*seq
 	releases  []string
 
-	// Program policy (nil ctl: none). Loop-owned.
+	// Program policy (nil ctl: none), the owner of program state: the
+	// engine keeps none of its own (see programs.go). Loop-owned.
 	ctl *policy.Controller
-	// turns maps a program id to the request holding its turn in ctl
-	// (inPolicy): a program runs one turn at a time, so its other
-	// requests wait (skipped, not blocking the queue) until it ends.
-	turns map[string]*seq
 	// polErr is the first lifecycle call ctl refused: an engine bug that
 	// Check reports (the loop goes on; nothing is leaked by it).
 	polErr error
@@ -235,20 +207,25 @@ type Engine struct {
 	nextID  uint64
 	pub     Metrics
 	wake    chan struct{}
-	// releaseQ holds ReleaseProgram calls for the loop. progKnown mirrors
-	// the ids ctl knows (updated by the loop after each call that may
-	// change them); progReqs counts requests per program id in the engine
-	// (with or without a policy: attention-DP routing reads it too).
-	// Together they answer ReleaseProgram's found without the loop.
-	releaseQ  []string
-	progKnown map[string]struct{}
-	progReqs  map[string]int
+	// releaseQ holds ReleaseProgram calls for the loop.
+	releaseQ []string
+	// progReqs counts the engine's requests (running, waiting, not yet
+	// drained) per program id, with or without a policy: an index of the
+	// engine's own requests, not program state. It is kept because
+	// attention-DP's program-aware routing asks HoldsProgram for every
+	// request of a window on every rank at each gather: in
+	// adp.BenchmarkGatherRouteEngine/ProgramAware (8 ranks × 256
+	// requests, a window of 64) a scan of the requests instead takes the
+	// iteration from about 20 to about 72 µs of CPU. ReleaseProgram reads
+	// it off the loop. Check proves it equals a recount.
+	progReqs map[string]int
 }
 
 // New validates cfg against the runner and builds the engine: kvpool from
-// the runner's KV capacity, seatpool sized by seatpool.Seats, and the
-// start-up check of every slot-indexed consumer (the runner's buffers, the
-// engine's block-table rows) against the seat pool in both directions.
+// the runner's KV capacity, seatpool of cfg.Seats seats, and the start-up
+// check, once, of the seat count in both directions: cfg.Seats against its
+// definition (seatpool.Seats), and every slot-indexed consumer (the runner's
+// buffers, the engine's block-table rows) against the seat pool.
 func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 	if runner == nil || tok == nil {
 		return nil, errors.New("executor: runner and tokenizer are required")
@@ -279,23 +256,27 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	if cfg.Admission == nil {
-		cfg.Admission = AdmitAll{}
-	}
 	kv, err := kvpool.New(kvpool.Config{NumBlocks: capy.KVBlocks, BlockSize: capy.BlockSize})
 	if err != nil {
 		return nil, fmt.Errorf("executor: KV pool from runner capacity: %w", err)
 	}
-	n, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: cfg.MaxBatchSize, Overlap: cfg.Overlap, DeferredTeardown: cfg.Overlap})
+	// The seat count is the builder's; here it is only checked: against its
+	// definition, then (Validate) against every slot-indexed consumer.
+	want, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: cfg.MaxBatchSize, Overlap: cfg.Overlap, DeferredTeardown: cfg.Overlap})
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
+	if cfg.Seats != want {
+		return nil, fmt.Errorf("executor: Seats %d, but seatpool.Seats derives %d for MaxBatchSize %d with overlap %v",
+			cfg.Seats, want, cfg.MaxBatchSize, cfg.Overlap)
+	}
+	n := cfg.Seats
 	seats, err := seatpool.New(n)
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	e := &Engine{
-		cfg: cfg, runner: runner, tok: tok, capacity: capy, clock: cfg.Clock, adm: cfg.Admission,
+		cfg: cfg, runner: runner, tok: tok, capacity: capy, clock: cfg.Clock,
 		kv: kv, seats: seats, rows: make([][]int32, n), tokBudget: cfg.MaxNumBatchedTokens,
 		wake: make(chan struct{}, 1),
 	}
@@ -331,8 +312,6 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 		if e.ctl, err = policy.New(pc, kv); err != nil {
 			return nil, fmt.Errorf("executor: program policy: %w", err)
 		}
-		e.turns = make(map[string]*seq)
-		e.progKnown = make(map[string]struct{})
 	}
 	e.progReqs = make(map[string]int)
 	e.m.KVBlocksTotal = kv.NumBlocks()
@@ -414,8 +393,7 @@ func (e *Engine) abort(s *seq) {
 	e.Wake()
 }
 
-// Wake makes a blocked Run loop look for work again (e.g. after an
-// Admission hook's state changed).
+// Wake makes a blocked Run loop look for work again.
 func (e *Engine) Wake() {
 	select {
 	case e.wake <- struct{}{}:

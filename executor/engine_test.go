@@ -71,7 +71,6 @@ type opts struct {
 	eosAfter                     int
 	tokMin, tokMax               int32
 	seatsDelta                   int
-	adm                          Admission
 	programs                     *policy.Config
 	clk                          clock.Clock
 	cost                         sim.CostModel
@@ -106,8 +105,7 @@ func newSetup(t testing.TB, o opts) *setup {
 	if cost == nil {
 		cost = sim.Fixed(time.Millisecond)
 	}
-	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: o.mbs, Overlap: o.overlap, DeferredTeardown: o.overlap})
-	require.NoError(t, err)
+	seats := testSeats(t, o.mbs, o.overlap)
 	r, err := sim.New(sim.Config{
 		Capacity: step.Capacity{Seats: seats + o.seatsDelta, KVBlocks: o.blocks, BlockSize: o.bs,
 			MaxContext: o.ctx, MaxBatchTokens: o.tokens, Vocab: testVocab},
@@ -115,8 +113,8 @@ func newSetup(t testing.TB, o opts) *setup {
 		TokenMin: o.tokMin, TokenMax: o.tokMax,
 	})
 	require.NoError(t, err)
-	eng, err := New(Config{MaxBatchSize: o.mbs, Overlap: o.overlap, ChargeRetiring: o.charge,
-		Clock: clk, Admission: o.adm, Programs: o.programs, Model: "test", Seed: 1}, r, newByteTokenizer())
+	eng, err := New(Config{MaxBatchSize: o.mbs, Seats: seats, Overlap: o.overlap, ChargeRetiring: o.charge,
+		Clock: clk, Programs: o.programs, Model: "test", Seed: 1}, r, newByteTokenizer())
 	require.NoError(t, err)
 	return &setup{eng: eng, runner: r, clock: vc}
 }
@@ -134,6 +132,15 @@ func (s *setup) drive(t testing.TB, maxSteps int) int {
 	}
 	t.Fatalf("engine still busy after %d steps", maxSteps)
 	return 0
+}
+
+// testSeats is the seat count, derived once by seatpool.Seats, that an
+// engine of mbs with overlap ovl and its runner are built with.
+func testSeats(tb testing.TB, mbs int, ovl bool) int {
+	tb.Helper()
+	n, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: mbs, Overlap: ovl, DeferredTeardown: ovl})
+	require.NoError(tb, err)
+	return n
 }
 
 func greedy() sampling.Params { return sampling.DefaultParams() }
@@ -289,7 +296,7 @@ func TestStartupValidation(t *testing.T) {
 				Clock: clock.NewVirtual(time.Unix(0, 0)),
 			})
 			require.NoError(t, err)
-			_, err = New(Config{MaxBatchSize: 4, Overlap: true}, r, newByteTokenizer())
+			_, err = New(Config{MaxBatchSize: 4, Seats: 8, Overlap: true}, r, newByteTokenizer())
 			for _, w := range tc.want {
 				require.ErrorContains(t, err, w)
 			}
@@ -305,13 +312,16 @@ func TestStartupValidation(t *testing.T) {
 		{Config{MaxBatchSize: 0}, "MaxBatchSize must be > 0, got 0"},
 		{Config{MaxBatchSize: 4, MaxNumBatchedTokens: 33}, "MaxNumBatchedTokens 33 exceeds the runner's MaxBatchTokens 32"},
 		{Config{MaxBatchSize: 4, BlockSize: 16}, "BlockSize 16 differs from the runner's 4"},
-		{Config{MaxBatchSize: 4, Overlap: true}, "runner buffers"},
+		{Config{MaxBatchSize: 4, Seats: 8, Overlap: true}, "runner buffers"},
+		{Config{MaxBatchSize: 4, Seats: 4, Overlap: true}, "Seats 4, but seatpool.Seats derives 8 for MaxBatchSize 4 with overlap true"},
+		{Config{MaxBatchSize: 4, Seats: 8}, "Seats 8, but seatpool.Seats derives 4 for MaxBatchSize 4 with overlap false"},
+		{Config{MaxBatchSize: 4}, "Seats 0, but seatpool.Seats derives 4"},
 	}
 	for _, c := range cfgErrs {
 		_, err := New(c.cfg, r, newByteTokenizer())
 		require.ErrorContains(t, err, c.want)
 	}
-	_, err = New(Config{MaxBatchSize: 4}, r, newByteTokenizer())
+	_, err = New(Config{MaxBatchSize: 4, Seats: 4}, r, newByteTokenizer())
 	require.NoError(t, err)
 }
 
@@ -443,35 +453,16 @@ func TestPrefixCacheReuse(t *testing.T) {
 	}
 }
 
-// countingAdmission checks the hook's Admit/Release balance per request.
-type countingAdmission struct {
-	held   map[uint64]int
-	admits int
-	limit  int // refuse while this many are held (0: no limit)
-}
-
-func (c *countingAdmission) Admit(cd *Candidate) bool {
-	if c.limit > 0 && len(c.held) >= c.limit {
-		return false
-	}
-	c.held[cd.ID]++
-	c.admits++
-	return true
-}
-
-func (c *countingAdmission) Release(cd *Candidate) {
-	c.held[cd.ID]--
-	if c.held[cd.ID] == 0 {
-		delete(c.held, cd.ID)
-	}
-}
-
-func TestAdmissionHook(t *testing.T) {
-	adm := &countingAdmission{held: map[uint64]int{}, limit: 1}
-	s := newSetup(t, opts{adm: adm, mbs: 4})
+// TestAdmissionOneAtATime: program admission (the policy with one ACTIVE
+// program) lets one request run at a time; every admission is matched by
+// one release, and all three requests run to their length.
+func TestAdmissionOneAtATime(t *testing.T) {
+	pc := policy.DefaultConfig(policy.ArmB, 1)
+	s := newSetup(t, opts{programs: &pc, mbs: 4})
 	var streams []*Stream
-	for range 3 {
-		st, err := s.eng.Submit(context.Background(), &Request{Prompt: "abc", MaxTokens: 4, Params: greedy()})
+	for i := range 3 {
+		st, err := s.eng.Submit(context.Background(), &Request{Prompt: "abc", MaxTokens: 4, Params: greedy(),
+			ProgramID: fmt.Sprint("p", i), ProgramRelease: true})
 		require.NoError(t, err)
 		streams = append(streams, st)
 	}
@@ -479,7 +470,7 @@ func TestAdmissionHook(t *testing.T) {
 		progressed, err := s.eng.Step()
 		require.NoError(t, err)
 		require.NoError(t, s.eng.Check())
-		require.LessOrEqual(t, s.eng.Snapshot().Running, 1, "the hook allows one at a time")
+		require.LessOrEqual(t, s.eng.Snapshot().Running, 1, "program admission allows one at a time")
 		if !progressed {
 			break
 		}
@@ -487,8 +478,10 @@ func TestAdmissionHook(t *testing.T) {
 	for _, st := range streams {
 		require.Equal(t, FinishLength, collect(t, st).FinishReason)
 	}
-	require.Empty(t, adm.held, "every Admit must be matched by one Release")
-	require.Equal(t, 3, adm.admits)
+	m := s.eng.Snapshot().Programs
+	require.Zero(t, m.Waiting+m.Active+m.Paused, "every admission must be matched by one release")
+	require.Equal(t, uint64(3), m.Admitted)
+	require.Equal(t, uint64(3), m.Released)
 	require.NoError(t, s.eng.Close())
 }
 
@@ -504,9 +497,8 @@ func TestStress(t *testing.T) {
 	}{{"overlap", true, false, 1000}, {"plain", false, false, 300}, {"charge-retiring", true, true, 200}} {
 		t.Run(mode.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(42, uint64(mode.n)))
-			adm := &countingAdmission{held: map[uint64]int{}}
 			s := newSetup(t, opts{overlap: mode.overlap, charge: mode.charge, mbs: 8, tokens: 48,
-				blocks: 40, bs: 4, ctx: 96, eosAfter: 50, adm: adm})
+				blocks: 40, bs: 4, ctx: 96, eosAfter: 50})
 			type sub struct {
 				st     *Stream
 				cancel context.CancelFunc
@@ -581,8 +573,8 @@ func TestStress(t *testing.T) {
 			if mode.overlap {
 				require.Positive(t, m.Reservations, "futures open blocks under overlap")
 			}
+			// Every admission's charge (its seat, its blocks) was returned.
 			require.Equal(t, 0, m.Running+m.Waiting+m.Retiring+m.KVBlocksUsed+m.SeatsLive+m.SeatsRetiring)
-			require.Empty(t, adm.held)
 			require.NoError(t, s.eng.Close())
 			require.NoError(t, s.eng.Check())
 			t.Logf("%s: %d finished, %d aborted, %d preemptions, %d reservations, %d prefix-hit tokens, %d steps",
@@ -710,7 +702,7 @@ func TestFutureOpensBlockWithoutCopy(t *testing.T) {
 		t.Run(fmt.Sprintf("bs=%d", bs), func(t *testing.T) {
 			s := newSetup(t, opts{overlap: true, bs: bs})
 			cc := &copyCounter{Runner: s.runner}
-			eng, err := New(Config{MaxBatchSize: 4, Overlap: true, Clock: s.clock, Model: "test", Seed: 1}, cc, newByteTokenizer())
+			eng, err := New(Config{MaxBatchSize: 4, Seats: testSeats(t, 4, true), Overlap: true, Clock: s.clock, Model: "test", Seed: 1}, cc, newByteTokenizer())
 			require.NoError(t, err)
 			prompt := []int32{testBOS, 'x'}
 			p := greedy()
@@ -817,7 +809,7 @@ func TestStartNumOutput(t *testing.T) {
 		t.Run(fmt.Sprintf("overlap=%v", ovl), func(t *testing.T) {
 			s := newSetup(t, opts{overlap: ovl, bs: 4, blocks: 10, mbs: 2})
 			rec := &startRecorder{Runner: s.runner}
-			eng, err := New(Config{MaxBatchSize: 2, Overlap: ovl, Clock: s.clock, Model: "test"}, rec, newByteTokenizer())
+			eng, err := New(Config{MaxBatchSize: 2, Seats: testSeats(t, 2, ovl), Overlap: ovl, Clock: s.clock, Model: "test"}, rec, newByteTokenizer())
 			require.NoError(t, err)
 			prompts := map[uint64][]int32{}
 			var streams []*Stream
@@ -888,7 +880,7 @@ func TestLeadingSpace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSetup(t, opts{tokMin: ' ', tokMax: ' ' + 1}) // the sim always answers a space
-			eng, err := New(Config{MaxBatchSize: 4, Clock: s.clock, Model: "test"}, s.runner, tc.tok)
+			eng, err := New(Config{MaxBatchSize: 4, Seats: testSeats(t, 4, false), Clock: s.clock, Model: "test"}, s.runner, tc.tok)
 			require.NoError(t, err)
 			st, err := eng.Submit(context.Background(), &Request{PromptTokens: tc.prompt, MaxTokens: 4, IgnoreEOS: true, Params: greedy()})
 			require.NoError(t, err)

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/model"
-	"github.com/turnstile-llm/turnstile/seatpool"
 )
 
 // TestRealModelOverlapOnOff runs stories260K on the CPU runner through the
@@ -30,11 +29,10 @@ func TestRealModelOverlapOnOff(t *testing.T) {
 	var got [2][]Delta
 	for mode, ovl := range []bool{false, true} {
 		const mbs = 4
-		seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: mbs, Overlap: ovl, DeferredTeardown: ovl})
-		require.NoError(t, err)
+		seats := testSeats(t, mbs, ovl)
 		r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: seats, KVBlocks: 64, BlockSize: 16, MaxBatchTokens: 64, Workers: 1})
 		require.NoError(t, err)
-		eng, err := New(Config{MaxBatchSize: mbs, Overlap: ovl, MaxNumBatchedTokens: 24}, r, tok)
+		eng, err := New(Config{MaxBatchSize: mbs, Seats: seats, Overlap: ovl, MaxNumBatchedTokens: 24}, r, tok)
 		require.NoError(t, err)
 		var streams []*Stream
 		for i := range reqs {

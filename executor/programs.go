@@ -4,39 +4,42 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 
 	"github.com/turnstile-llm/turnstile/policy"
 )
 
-// This file drives the program policy (Config.Programs): the engine's calls
+// This file drives program admission (Config.Programs): the engine's calls
 // into policy.Controller at each point of a request's lifecycle, and the
 // policy's face to the server (ReleaseProgram, ProgramStates). Every method
 // here but those two is loop-owned and a no-op for requests without a
 // program id or an engine without a policy.
+//
+// Program state has one owner, the Controller: the engine keeps no copy of
+// it. Which programs exist and whether a program has a turn registered are
+// the Controller's answers (Known, HasTurn, IDs, MostPinned); the engine
+// keeps only, per request, whether that request is the one holding its
+// program's turn (seq.inPolicy), and Check proves the two agree. The one
+// index the engine keeps, progReqs, is of its own requests, not of
+// programs (see HoldsProgram).
 
 // tick runs the policy's step-boundary decisions. Nothing needs applying:
 // admission asks Runnable per request, so a paused program's turn waits and
-// a resumed one runs from this step on.
+// a resumed one runs from this step on; a program ended by its lease is
+// between turns (no request holds a turn of it: Check proves it).
 func (e *Engine) tick() {
 	if e.ctl == nil {
 		return
 	}
-	d := e.ctl.Tick()
-	for _, id := range d.Expired {
-		// A program with a turn registered is never on a lease; be safe.
-		e.forgetTurn(id)
-		e.noteProgram(id)
-	}
+	e.ctl.Tick()
 }
 
-// polAdmit asks the policy whether waiting s may start now and reports
-// whether it is held back. The first ask registers s as its program's turn;
-// later asks are made only while the program is ACTIVE (Runnable), so a
-// held turn costs O(1) per step.
-func (e *Engine) polAdmit(s *seq, hit int) (hold bool) {
+// admitTurn is program admission: it asks the policy whether waiting s may
+// start now and reports whether it is held back. The first ask registers s
+// as its program's turn; later asks are made only while the program is
+// ACTIVE (Runnable), so a held turn costs O(1) per step.
+func (e *Engine) admitTurn(s *seq, hit int) (hold bool) {
 	pid := s.programID
-	if t := e.turns[pid]; t != nil && t != s {
+	if !s.inPolicy && e.ctl.HasTurn(pid) {
 		return true // one turn per program: it waits for the current one
 	}
 	if s.inPolicy && !e.ctl.Runnable(pid) {
@@ -49,17 +52,13 @@ func (e *Engine) polAdmit(s *seq, hit int) (hold bool) {
 		e.polFail(fmt.Errorf("request %d: admit: %w", s.id, err))
 		return false
 	}
-	if !s.inPolicy {
-		s.inPolicy = true
-		e.turns[pid] = s
-		e.noteProgram(pid)
-	}
+	s.inPolicy = true
 	return !ok
 }
 
-// polUnstart tells the policy that s, admitted by polAdmit, did not start
-// (blocks, the Admission hook, or an error): its turn stays REASONING and is
-// asked again.
+// polUnstart tells the policy that s, admitted by admitTurn, did not start
+// (blocks, an error, or the tests' running cap): its turn stays REASONING
+// and is asked again.
 func (e *Engine) polUnstart(s *seq) {
 	if s.inPolicy && !s.polLive {
 		if err := e.ctl.Preempted(s.programID); err != nil {
@@ -115,8 +114,6 @@ func (e *Engine) turnEnded(s *seq) {
 		e.polFail(fmt.Errorf("request %d: end turn: %w", s.id, err))
 	}
 	s.inPolicy, s.polLive = false, false
-	delete(e.turns, pid)
-	e.noteProgram(pid)
 }
 
 // endProgramRequest is end's part: the turn ends (if not already), the
@@ -141,11 +138,20 @@ func (e *Engine) endProgramRequest(s *seq) {
 }
 
 // forgetTurn detaches the request holding id's turn from the policy; it
-// goes on (running) or asks again as a new program's turn (waiting).
+// goes on (running) or asks again as a new program's turn (waiting). The
+// Controller says whether there is one; finding it is O(requests), once
+// per program ended with a turn registered (not per step).
 func (e *Engine) forgetTurn(id string) {
-	if t := e.turns[id]; t != nil {
-		t.inPolicy, t.polLive = false, false
-		delete(e.turns, id)
+	if !e.ctl.HasTurn(id) {
+		return
+	}
+	for _, list := range [...][]*seq{e.running, e.waiting} {
+		for _, s := range list {
+			if s.inPolicy && s.programID == id {
+				s.inPolicy, s.polLive = false, false
+				return
+			}
+		}
 	}
 }
 
@@ -153,7 +159,6 @@ func (e *Engine) forgetTurn(id string) {
 func (e *Engine) releaseProgram(id string) {
 	e.forgetTurn(id)
 	e.ctl.Release(id)
-	e.noteProgram(id)
 }
 
 // releaseAllPrograms ends every program (Close): nothing stays pinned.
@@ -161,8 +166,7 @@ func (e *Engine) releaseAllPrograms() {
 	if e.ctl == nil {
 		return
 	}
-	// The loop is progKnown's only writer: reading it here needs no lock.
-	for _, id := range slices.Sorted(maps.Keys(e.progKnown)) {
+	for _, id := range e.ctl.IDs(nil) {
 		e.releaseProgram(id)
 	}
 }
@@ -176,30 +180,13 @@ func (e *Engine) dropPin() bool {
 	if e.ctl == nil {
 		return false
 	}
-	best, most := "", -1
-	for id := range e.progKnown {
-		if p, ok := e.ctl.Program(id); ok && p.Pinned && (p.Tokens > most || p.Tokens == most && id < best) {
-			best, most = id, p.Tokens
-		}
-	}
-	if most < 0 {
+	best, ok := e.ctl.MostPinned()
+	if !ok {
 		return false
 	}
 	e.releaseProgram(best)
 	e.m.PinsDropped++
 	return true
-}
-
-// noteProgram mirrors whether the policy knows id, for ReleaseProgram.
-func (e *Engine) noteProgram(id string) {
-	_, known := e.ctl.Program(id)
-	e.mu.Lock()
-	if known {
-		e.progKnown[id] = struct{}{}
-	} else {
-		delete(e.progKnown, id)
-	}
-	e.mu.Unlock()
 }
 
 func (e *Engine) polFail(err error) {
@@ -216,8 +203,10 @@ func (e *Engine) holdsPrograms() bool {
 }
 
 // checkPrograms is Check's part for the policy: the Controller's own Check,
-// and the engine's side of the protocol (one registered request per
-// program, handed-over sequences that are live, the mirrors exact).
+// and the engine's side of the protocol against the Controller, the owner:
+// a request holds a program's turn exactly when the Controller says the
+// program has one (HasTurn), one request per program; handed-over sequences
+// are live; progReqs equals a recount of the engine's requests.
 func (e *Engine) checkPrograms() error {
 	if e.polErr != nil {
 		return e.polErr
@@ -228,7 +217,7 @@ func (e *Engine) checkPrograms() error {
 	if err := e.ctl.Check(); err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	registered, reqs := 0, make(map[string]int)
+	registered, reqs, holder := 0, make(map[string]int), make(map[string]uint64)
 	check := func(s *seq) error {
 		reqs[s.programID]++
 		if !s.inPolicy {
@@ -239,11 +228,16 @@ func (e *Engine) checkPrograms() error {
 		}
 		registered++
 		info, ok := e.ctl.Program(s.programID)
+		other, dup := holder[s.programID]
+		holder[s.programID] = s.id
 		switch {
-		case e.turns[s.programID] != s:
-			return fmt.Errorf("executor: request %d holds a turn of program %q that is filed under another request", s.id, s.programID)
+		case dup:
+			return fmt.Errorf("executor: requests %d and %d both hold the turn of program %q", other, s.id, s.programID)
 		case !ok:
 			return fmt.Errorf("executor: request %d holds a turn of program %q, which the policy does not know", s.id, s.programID)
+		case !e.ctl.HasTurn(s.programID):
+			return fmt.Errorf("executor: request %d holds a turn of program %q, which has none in the policy (%v/%v)",
+				s.id, s.programID, info.State, info.Status)
 		case s.polLive != info.Running || (s.polLive && (s.state != StateRunning || !s.hasKV)):
 			return fmt.Errorf("executor: request %d (state %d) of program %q: handed over %v, the policy sees a live turn %v",
 				s.id, s.state, s.programID, s.polLive, info.Running)
@@ -262,23 +256,23 @@ func (e *Engine) checkPrograms() error {
 			}
 		}
 	}
-	if registered != len(e.turns) {
-		return fmt.Errorf("executor: %d requests hold program turns, %d turns filed", registered, len(e.turns))
+	turns := 0
+	for _, id := range e.ctl.IDs(nil) {
+		if e.ctl.HasTurn(id) {
+			if _, ok := holder[id]; !ok {
+				return fmt.Errorf("executor: program %q has a turn in the policy that no request holds", id)
+			}
+			turns++
+		}
 	}
-	m := e.ctl.Metrics()
+	if registered != turns {
+		return fmt.Errorf("executor: %d requests hold program turns, the policy has %d", registered, turns)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, s := range e.submitQ {
 		if s.programID != "" {
 			reqs[s.programID]++
-		}
-	}
-	if n := m.Waiting + m.Active + m.Paused; n != len(e.progKnown) {
-		return fmt.Errorf("executor: the policy knows %d programs, the engine's mirror %d", n, len(e.progKnown))
-	}
-	for id := range e.progKnown {
-		if _, ok := e.ctl.Program(id); !ok {
-			return fmt.Errorf("executor: program %q is mirrored but unknown to the policy", id)
 		}
 	}
 	if !maps.Equal(reqs, e.progReqs) {
@@ -301,8 +295,8 @@ func (e *Engine) ReleaseProgram(id string) (found bool, err error) {
 	if e.ctl == nil {
 		return false, ErrNoPrograms
 	}
+	known := e.ctl.Known(id) // the one Controller method safe off the loop
 	e.mu.Lock()
-	_, known := e.progKnown[id]
 	found = known || e.progReqs[id] > 0
 	if found && !e.closed {
 		e.releaseQ = append(e.releaseQ, id)
@@ -322,7 +316,7 @@ func (e *Engine) ProgramStates() (byState map[string]int, pauses, resumes uint64
 	if e.ctl == nil {
 		return nil, 0, 0
 	}
-	return map[string]int{"waiting": m.Waiting, "active": m.Active, "paused": m.Paused}, m.Pauses, m.Resumes
+	return m.ByState(), m.Pauses, m.Resumes
 }
 
 // checkProgramCounts recounts requests per program id (running, waiting,

@@ -94,6 +94,10 @@ func (e *Engine) PeekPrompt(pc *PromptChain) int {
 
 // HoldsProgram reports whether the engine holds a request (waiting,
 // running or not yet drained) of program id: O(1), for program-aware routing.
+// It is request residency, with or without a program policy, not program
+// state: a program between turns that the policy keeps pinned holds no
+// request here (the policy's view is ReleaseProgram's and
+// ProgramStates').
 func (e *Engine) HoldsProgram(id string) bool {
 	if id == "" {
 		return false

@@ -14,7 +14,6 @@ import (
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
-	"github.com/turnstile-llm/turnstile/seatpool"
 )
 
 // storyPrompts are eight different prompts for stories260K. Prompts 5 and
@@ -92,13 +91,12 @@ type arrangement struct {
 // engine's final metrics.
 func runArrangement(t *testing.T, m *model.Llama, a arrangement, ovl bool, reqs []Request) ([]Delta, Metrics) {
 	t.Helper()
-	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: a.mbs, Overlap: ovl, DeferredTeardown: ovl})
-	require.NoError(t, err)
+	seats := testSeats(t, a.mbs, ovl)
 	r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: seats, KVBlocks: a.kvBlocks, BlockSize: 8,
 		MaxBatchTokens: 64, Workers: 1})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close()) }()
-	eng, err := New(Config{MaxBatchSize: a.mbs, MaxNumBatchedTokens: a.budget, Overlap: ovl}, r, m.Tokenizer())
+	eng, err := New(Config{MaxBatchSize: a.mbs, Seats: seats, MaxNumBatchedTokens: a.budget, Overlap: ovl}, r, m.Tokenizer())
 	require.NoError(t, err)
 	defer func() { require.NoError(t, eng.Close()) }()
 
@@ -229,14 +227,13 @@ func BenchmarkEndToEnd(b *testing.B) {
 }
 
 func benchEndToEnd(b *testing.B, m *model.Llama, conc int, ovl bool, maxTokens int) {
-	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: conc, Overlap: ovl, DeferredTeardown: ovl})
-	require.NoError(b, err)
+	seats := testSeats(b, conc, ovl)
 	// Longest prompt plus output is under 96 tokens: 6 blocks of 16.
 	r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: seats, KVBlocks: 8 * seats, BlockSize: 16,
 		MaxBatchTokens: 512})
 	require.NoError(b, err)
 	defer func() { require.NoError(b, r.Close()) }()
-	eng, err := New(Config{MaxBatchSize: conc, Overlap: ovl, Clock: clock.Real{}}, r, m.Tokenizer())
+	eng, err := New(Config{MaxBatchSize: conc, Seats: seats, Overlap: ovl, Clock: clock.Real{}}, r, m.Tokenizer())
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	runErr := make(chan error, 1)

@@ -58,7 +58,7 @@ type Request struct {
 	CacheSalt string
 	// ProgramID groups requests of one agentic program: for the program
 	// policy (Config.Programs), which runs one turn of a program at a time,
-	// and for the Admission hook.
+	// and for attention-DP's program-aware routing (Engine.HoldsProgram).
 	ProgramID string
 	// ProgramRelease ends the program when this request ends (finished or
 	// aborted): its pinned KV is unpinned and its charge dropped. It

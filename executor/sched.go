@@ -146,7 +146,7 @@ const (
 	admitted admitOutcome = iota
 	held                  // the program policy holds it back: skip it
 	noBlocks              // too few free blocks
-	refused               // the Admission hook said no
+	refused               // an error, or the tests' running cap
 )
 
 // admit tries to start waiting[i] with a first chunk of at most budget new
@@ -158,20 +158,16 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 		return 0, refused, fmt.Errorf("executor: request %d: prefix chain covers %d tokens of %d", s.id, s.chain.Tokens(), len(s.tokens))
 	}
 	hit := e.kv.PeekChain(&s.chain)
-	if e.ctl != nil && s.programID != "" && e.polAdmit(s, hit) {
+	if e.ctl != nil && s.programID != "" && e.admitTurn(s, hit) {
 		return 0, held, nil
 	}
 	chunk := min(budget, len(s.tokens)-hit)
-	s.cand = Candidate{
-		ID: s.id, ProgramID: s.programID, Tokens: len(s.tokens), CachedTokens: hit,
-		BlocksNeeded: (hit+chunk+bs-1)/bs - hit/bs, Preempted: s.everRan,
-		Running: len(e.running), Retiring: e.retiring, AvailableBlocks: e.kv.Available(),
-	}
-	if s.cand.BlocksNeeded > s.cand.AvailableBlocks {
+	// The first chunk's new blocks (approximate: before the prefix match).
+	if need := (hit+chunk+bs-1)/bs - hit/bs; need > e.kv.Available() {
 		e.polUnstart(s)
 		return 0, noBlocks, nil
 	}
-	if !e.adm.Admit(&s.cand) {
+	if e.testRunningCap > 0 && len(e.running) >= e.testRunningCap {
 		e.polUnstart(s)
 		return 0, refused, nil
 	}
@@ -179,14 +175,12 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 	got, err := e.kv.MatchChain(kvs, &s.chain)
 	if err != nil {
 		e.kv.Release(kvs)
-		e.adm.Release(&s.cand)
 		e.polUnstart(s)
 		return 0, refused, fmt.Errorf("executor: prefix lookup for request %d: %w", s.id, err)
 	}
 	chunk = min(budget, len(s.tokens)-got)
 	if err := e.kv.Append(kvs, s.tokens[got:got+chunk]); err != nil {
 		e.kv.Release(kvs)
-		e.adm.Release(&s.cand)
 		e.polUnstart(s)
 		if errors.Is(err, kvpool.ErrOutOfBlocks) {
 			return 0, noBlocks, nil
@@ -196,7 +190,6 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 	seat, err := e.seats.Acquire()
 	if err != nil {
 		e.kv.Release(kvs)
-		e.adm.Release(&s.cand)
 		e.polUnstart(s)
 		return 0, refused, fmt.Errorf("executor: admitting request %d with %d running and %d retiring: %w",
 			s.id, len(e.running), e.retiring, err)
@@ -356,7 +349,7 @@ func (e *Engine) leave(s *seq, reason FinishReason) {
 }
 
 // detach takes running s off the running list and gives back what it holds:
-// its admission charge now; its seat and blocks now, unless a step in
+// its seat and blocks now, unless a step in
 // flight still uses them, in which case the seat retires until that step's
 // teardown (and the blocks with it, unless releaseKVNow).
 func (e *Engine) detach(s *seq, releaseKVNow bool) {
@@ -369,7 +362,6 @@ func (e *Engine) detach(s *seq, releaseKVNow bool) {
 			break
 		}
 	}
-	e.adm.Release(&s.cand)
 	if releaseKVNow && s.hasKV {
 		e.kv.Release(s.kvSeq)
 		s.hasKV = false

@@ -9,7 +9,6 @@ import (
 
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/sampling"
-	"github.com/turnstile-llm/turnstile/seatpool"
 )
 
 // TestRealModelTopLogprobs runs stories260K through the engine with top
@@ -37,12 +36,11 @@ func TestRealModelTopLogprobs(t *testing.T) {
 		{Prompt: "Once upon a time", MaxTokens: 20, Params: withTop(greedy(), 1)}, // drained incrementally
 	}
 	const mbs = 5
-	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: mbs, Overlap: true, DeferredTeardown: true})
-	require.NoError(t, err)
+	seats := testSeats(t, mbs, true)
 	r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: seats, KVBlocks: 64, BlockSize: 16, MaxBatchTokens: 64, Workers: 1})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close()) }()
-	eng, err := New(Config{MaxBatchSize: mbs, Overlap: true, MaxNumBatchedTokens: 24}, r, tok)
+	eng, err := New(Config{MaxBatchSize: mbs, Seats: seats, Overlap: true, MaxNumBatchedTokens: 24}, r, tok)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, eng.Close()) }()
 	var streams []*Stream

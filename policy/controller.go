@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/turnstile-llm/turnstile/kvpool"
@@ -105,9 +106,13 @@ func (d *Decisions) reset() {
 	d.Forced = 0
 }
 
-// Controller is the program-level admission state machine. The engine drives
-// it with lifecycle calls (Admit, Started, Grew, Preempted, TurnEnded,
-// Release) and calls Tick at every step boundary. Not safe for concurrent use.
+// Controller is the program-level admission state machine and the one owner
+// of program state: which programs exist, their states, and whether a
+// program has a turn registered (HasTurn). The engine drives it with
+// lifecycle calls (Admit, Started, Grew, Preempted, TurnEnded, Release) and
+// calls Tick at every step boundary; other packages ask it (through the
+// engine) rather than keep their own copies. Not safe for concurrent use,
+// except Known, which any goroutine may call.
 type Controller struct {
 	cfg      Config
 	pool     *kvpool.Pool
@@ -115,6 +120,9 @@ type Controller struct {
 	bs       int
 	capacity int // tokens: pool.NumBlocks() × pool.BlockSize()
 
+	// progs is written only by the driving goroutine, under mu, so Known
+	// may read it from any goroutine; the driver reads it without mu.
+	mu      sync.Mutex
 	progs   map[string]*program
 	nextOrd uint64
 
@@ -197,7 +205,9 @@ func (c *Controller) Admit(id string, tokens, cached int) (bool, error) {
 		p = &program{id: id, ord: c.nextOrd, state: StateWaiting, pending: true, tokens: tokens, cached: cached,
 			handle: kvpool.InvalidSeq, waitStart: now, hIdx: -1, rIdx: -1}
 		c.nextOrd++
+		c.mu.Lock()
 		c.progs[id] = p
+		c.mu.Unlock()
 		c.queues[classNew].push(p)
 		// Nobody queued ahead of it: decide now rather than a step later.
 		if c.queues[classPending].n == 0 && c.queues[classNew].n == 1 && c.fits(p) {
@@ -318,7 +328,7 @@ func (c *Controller) TurnEnded(id string) error {
 	switch p.state {
 	case StateWaiting:
 		c.dequeue(p)
-		delete(c.progs, id)
+		c.forget(id)
 		return nil
 	case StatePaused:
 		if !p.pending {
@@ -594,7 +604,14 @@ func (c *Controller) terminate(p *program) {
 	if p.links[linkLease].list != nil {
 		c.lease.remove(p)
 	}
-	delete(c.progs, p.id)
+	c.forget(p.id)
+}
+
+// forget deletes id's record (under mu: Known reads it concurrently).
+func (c *Controller) forget(id string) {
+	c.mu.Lock()
+	delete(c.progs, id)
+	c.mu.Unlock()
 }
 
 // dequeue takes queued p out of its resume class (before its state or

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"time"
 
 	"github.com/turnstile-llm/turnstile/kvpool"
@@ -104,6 +105,56 @@ func (c *Controller) Program(id string) (ProgramInfo, bool) {
 		Pinned: p.handle != kvpool.InvalidSeq && !p.live, Running: p.live}, true
 }
 
+// Known reports whether the Controller knows program id (in any state). It
+// is the one method safe from any goroutine, concurrently with the driver:
+// the server's DELETE asks it without waiting for a step boundary. O(1).
+func (c *Controller) Known(id string) bool {
+	c.mu.Lock()
+	_, ok := c.progs[id]
+	c.mu.Unlock()
+	return ok
+}
+
+// HasTurn reports whether program id has a turn registered: admitted, in
+// flight, or pending admission (its Status is REASONING) — from the Admit
+// that registers a turn until its TurnEnded or the program's end. A
+// program runs one turn at a time, so an engine holds a program's other
+// requests back while this is true. O(1); false for unknown programs.
+func (c *Controller) HasTurn(id string) bool {
+	p := c.progs[id]
+	if p == nil {
+		return false
+	}
+	if p.state == StateActive {
+		return p.status == StatusReasoning
+	}
+	return p.pending
+}
+
+// IDs appends the ids of every program the Controller knows to dst, sorted.
+// O(programs log programs); for shutdown and checks, not the step path.
+func (c *Controller) IDs(dst []string) []string {
+	n := len(dst)
+	for id := range c.progs {
+		dst = append(dst, id)
+	}
+	slices.Sort(dst[n:])
+	return dst
+}
+
+// MostPinned is the program holding a pin (between turns, its KV kept)
+// with the most tokens, the smallest id on ties; false when none holds a
+// pin. O(programs), for an engine that must free blocks only pins hold.
+func (c *Controller) MostPinned() (id string, ok bool) {
+	most := -1
+	for pid, p := range c.progs {
+		if p.handle != kvpool.InvalidSeq && !p.live && (p.tokens > most || p.tokens == most && pid < id) {
+			id, most = pid, p.tokens
+		}
+	}
+	return id, most >= 0
+}
+
 // Pins appends to dst the kvpool handles of the pins the Controller holds
 // (one per program between turns that keeps its KV), so an engine can prove
 // that every referenced block has an owner. O(programs); for checks, not
@@ -115,6 +166,13 @@ func (c *Controller) Pins(dst []kvpool.SeqID) []kvpool.SeqID {
 		}
 	}
 	return dst
+}
+
+// ByState counts programs by state, keyed "waiting", "active" and "paused"
+// (the server's /metrics labels). On a merged snapshot (Merge) it counts
+// every rank's programs.
+func (m *Metrics) ByState() map[string]int {
+	return map[string]int{"waiting": m.Waiting, "active": m.Active, "paused": m.Paused}
 }
 
 // Merge adds another Controller's snapshot into m (one per attention-DP

@@ -12,7 +12,10 @@
 // than admission assumes leaves admitted work without a seat (it is deferred
 // straight back: lost throughput). [Seats] is the only place the number is
 // derived, and [Pool.Validate] checks every consumer against it in both
-// directions at start-up.
+// directions at start-up. Whoever builds an engine calls [Seats] once and
+// delivers the number to every consumer (the runner's Capacity.Seats,
+// executor.Config.Seats); executor.New checks it against [Seats] and
+// validates the consumers, once.
 //
 // # The derivation
 //

@@ -11,7 +11,6 @@ import (
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
-	"github.com/turnstile-llm/turnstile/seatpool"
 )
 
 // storiesEngine builds an engine over the CPU runner and stories260K. The
@@ -24,12 +23,11 @@ func storiesEngine(t testing.TB, overlap bool) (*executor.Engine, *model.Llama) 
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, m.Close()) })
 	const mbs = 4
-	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: mbs, Overlap: overlap, DeferredTeardown: overlap})
-	require.NoError(t, err)
+	seats := testSeats(t, mbs, overlap)
 	r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: seats, KVBlocks: 256, BlockSize: 16, MaxBatchTokens: 256, Workers: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.Close()) })
-	eng, err := executor.New(executor.Config{MaxBatchSize: mbs, Overlap: overlap, Model: testModel}, r, m.Tokenizer())
+	eng, err := executor.New(executor.Config{MaxBatchSize: mbs, Seats: seats, Overlap: overlap, Model: testModel}, r, m.Tokenizer())
 	require.NoError(t, err)
 	return eng, m
 }

@@ -17,9 +17,10 @@ type Engine interface {
 }
 
 // ProgramReleaser is implemented by engines whose admission policy tracks
-// agentic programs (requests grouped by Request.ProgramID). ReleaseProgram
-// ends program id (its pinned state is dropped); found is false when the
-// engine does not know it. Without it, or when it returns
+// agentic programs (requests grouped by Request.ProgramID), the owner of
+// program state. ReleaseProgram ends program id (its pinned state is
+// dropped); found is false when the engine does not know it, and DELETE
+// then answers 404 program_not_found. Without it, or when it returns
 // executor.ErrNoPrograms (an engine built without a program policy),
 // DELETE /v1/programs/{id} answers 404 not_supported.
 type ProgramReleaser interface {

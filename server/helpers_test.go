@@ -63,6 +63,15 @@ type simOpts struct {
 
 // newSimEnv serves the sim runner (deterministic tokens among stories260K's
 // ordinary pieces) with the real tokenizer.
+// testSeats is the seat count, derived once by seatpool.Seats, that an
+// engine of mbs with overlap ovl and its runner are built with.
+func testSeats(tb testing.TB, mbs int, ovl bool) int {
+	tb.Helper()
+	n, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: mbs, Overlap: ovl, DeferredTeardown: ovl})
+	require.NoError(tb, err)
+	return n
+}
+
 func newSimEnv(t testing.TB, o simOpts) *env {
 	t.Helper()
 	tok := storiesTokenizer(t)
@@ -75,8 +84,7 @@ func newSimEnv(t testing.TB, o simOpts) *env {
 	if o.maxInFlight == 0 {
 		o.maxInFlight = 16
 	}
-	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: o.mbs, Overlap: true, DeferredTeardown: true})
-	require.NoError(t, err)
+	seats := testSeats(t, o.mbs, true)
 	r, err := sim.New(sim.Config{
 		Capacity: step.Capacity{Seats: seats, KVBlocks: 512, BlockSize: 16, MaxContext: o.maxContext,
 			MaxBatchTokens: 256, Vocab: tok.VocabSize()},
@@ -84,7 +92,7 @@ func newSimEnv(t testing.TB, o simOpts) *env {
 		TokenMin: 259, TokenMax: int32(tok.VocabSize()), EOS: tok.EOS(),
 	})
 	require.NoError(t, err)
-	eng, err := executor.New(executor.Config{MaxBatchSize: o.mbs, Overlap: true, Model: testModel, Seed: 1, Programs: o.programs}, r, tok)
+	eng, err := executor.New(executor.Config{MaxBatchSize: o.mbs, Seats: seats, Overlap: true, Model: testModel, Seed: 1, Programs: o.programs}, r, tok)
 	require.NoError(t, err)
 	return startEnv(t, eng, tok, Config{Model: testModel, MaxContext: o.maxContext, Tokenizer: tok,
 		ChatTemplate: o.template, APIKeys: o.keys, MaxBodyBytes: o.maxBody, MaxInFlight: o.maxInFlight})

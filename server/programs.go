@@ -8,11 +8,15 @@ import (
 // maxProgramID bounds a program id's length, bytes.
 const maxProgramID = 256
 
-// programs is the server's view of agentic programs: each known id with its
-// requests in flight. A program is "active" while it has requests in flight
-// and "idle" between them, until released. The table is bounded: when full,
-// idle programs are forgotten first, and ids beyond the bound are served but
-// not tracked.
+// programs is HTTP-only state: the program ids of HTTP requests with their
+// requests in flight at the server, for /metrics' active/idle view when the
+// engine has no program policy of its own. It is not program state, which
+// the engine's policy owns (policy.Controller): with a policy, /metrics
+// exports the engine's ProgramStates and DELETE /v1/programs/{id} answers
+// from the engine's ReleaseProgram, never from this table. A program is
+// "active" while it has requests in flight and "idle" between them, until
+// released. The table is bounded: when full, idle programs are forgotten
+// first, and ids beyond the bound are served but not tracked.
 type programs struct {
 	mu    sync.Mutex
 	max   int

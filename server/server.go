@@ -226,8 +226,10 @@ func (s *Server) handleDeleteProgram(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &APIError{Status: http.StatusInternalServerError, Type: errServer, Message: fmt.Sprintf("program %q: %v", id, err)})
 		return
 	}
-	known := s.progs.release(id)
-	if !found && !known {
+	// The engine's policy owns program state: its answer decides. The
+	// server's table only forgets its HTTP view of id.
+	s.progs.release(id)
+	if !found {
 		writeError(w, &APIError{Status: http.StatusNotFound, Type: errInvalidRequest, Param: "id", Code: "program_not_found",
 			Message: fmt.Sprintf("program %q is not known", id)})
 		return

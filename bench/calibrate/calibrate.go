@@ -407,7 +407,7 @@ func (c Config) runPass(ctx context.Context, p pass, seed uint64, n int) (sample
 	if dev.RealTime {
 		rec.SpendOn(virt)
 	}
-	eng, err := executor.New(executor.Config{MaxBatchSize: p.mbs, Clock: virt, Model: "calibrate", Seed: seed}, rec, dev.Tokenizer)
+	eng, err := executor.New(executor.Config{MaxBatchSize: p.mbs, Seats: seats, Clock: virt, Model: "calibrate", Seed: seed}, rec, dev.Tokenizer)
 	if err != nil {
 		return nil, err
 	}

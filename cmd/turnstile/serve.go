@@ -452,13 +452,10 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 				}
 			}
 		}
-		eng, err := executor.New(executor.Config{MaxBatchSize: o.maxBatchSize, MaxNumBatchedTokens: o.maxBatched,
+		eng, err := executor.New(executor.Config{MaxBatchSize: o.maxBatchSize, Seats: sz.seats, MaxNumBatchedTokens: o.maxBatched,
 			BlockSize: o.blockSize, Overlap: sz.overlap, ChargeRetiring: o.chargeRetiring, Model: name, Programs: sz.programs}, runner, tok)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
-		}
-		if eng.Seats() != sz.seats {
-			return fmt.Errorf("serve: the engine has %d seats, the runner was sized for %d", eng.Seats(), sz.seats)
 		}
 		engines = append(engines, eng)
 	}
