@@ -51,11 +51,10 @@ test: deps
 ## seed 004's attention-DP ladder. Everything lands in out/.
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
-	mkdir -p out/bench-calibrate
-	./$(BIN) bench calibrate --max-batch-size 32 --out out/bench-calibrate/cpu.json
+	./$(BIN) bench calibrate --max-batch-size 32 --out out/bench-calibrate
 	./$(BIN) bench agentic --blocks 4 --secondary-blocks 2 --out out/bench-agentic/seed000
 	./$(BIN) bench adp --out out/bench-adp
-	./$(BIN) bench agentic --runner sim,cpu --profile out/bench-calibrate/cpu.json --blocks 4 --secondary-blocks 2 \
+	./$(BIN) bench agentic --device sim,cpu --profile out/bench-calibrate/profile.json --blocks 4 --secondary-blocks 2 \
 	  --out out/bench-agentic/small
 
 lint: fmt

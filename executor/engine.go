@@ -34,9 +34,9 @@ type Config struct {
 	// MaxBatchSize is the most sequences one step schedules (> 0).
 	MaxBatchSize int
 	// Seats is the seat count, derived once at start-up by whoever builds
-	// the engine: seatpool.Seats for MaxBatchSize with Overlap (teardown is
-	// deferred exactly when Overlap is on), the same number the runner's
-	// Capacity.Seats was sized from. New checks it against both.
+	// the engine (Config.DeriveSeats) and delivered both here and to the
+	// runner, whose Capacity.Seats was sized from it. New checks it against
+	// both.
 	Seats int
 	// MaxNumBatchedTokens is the step's token budget; 0 means the runner's
 	// Capacity.MaxBatchTokens, which it may not exceed.
@@ -262,9 +262,9 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 	}
 	// The seat count is the builder's; here it is only checked: against its
 	// definition, then (Validate) against every slot-indexed consumer.
-	want, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: cfg.MaxBatchSize, Overlap: cfg.Overlap, DeferredTeardown: cfg.Overlap})
+	want, err := cfg.DeriveSeats()
 	if err != nil {
-		return nil, fmt.Errorf("executor: %w", err)
+		return nil, err
 	}
 	if cfg.Seats != want {
 		return nil, fmt.Errorf("executor: Seats %d, but seatpool.Seats derives %d for MaxBatchSize %d with overlap %v",
@@ -320,6 +320,25 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 }
 
 func (e *Engine) execute(st *stepRecord) error { return e.runner.Execute(&st.batch, &st.out) }
+
+// SeatSizing is what the engine of this configuration needs of the seat
+// pool: MaxBatchSize sequences, with overlap headroom and deferred teardown
+// exactly when Overlap is on (a retiring request keeps its seat for one
+// step).
+func (c Config) SeatSizing() seatpool.Sizing {
+	return seatpool.Sizing{MaxBatchSize: c.MaxBatchSize, Overlap: c.Overlap, DeferredTeardown: c.Overlap}
+}
+
+// DeriveSeats is the seat count of an engine of this configuration
+// (seatpool.Seats of SeatSizing): the builder calls it once at start-up and
+// delivers the number to the runner and to Config.Seats.
+func (c Config) DeriveSeats() (int, error) {
+	n, err := seatpool.Seats(c.SeatSizing())
+	if err != nil {
+		return 0, fmt.Errorf("executor: seats for max batch %d: %w", c.MaxBatchSize, err)
+	}
+	return n, nil
+}
 
 // Seats is the seat pool's size (MaxBatchSize plus the overlap headroom).
 func (e *Engine) Seats() int { return e.seats.Seats() }

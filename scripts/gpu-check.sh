@@ -15,7 +15,7 @@
 # The CUDA runner (model package): stories260K greedy text against the CPU
 # runner, mixed batches, the bf16 cache, the memory plan, and decode tok/s of
 # a Llama-3-8B-shaped model at batch 1 and 64 against the bandwidth roofline,
-# then `turnstile bench calibrate --runner cuda` (the simulator's cost model
+# then `turnstile bench calibrate --device cuda` (the simulator's cost model
 # fitted to the CUDA runner, with its held-out error).
 # The model tests need testdata/models/stories260K.gguf (make model) next to
 # the binaries: carry it to the GPU machine with bin/gpu-check.
@@ -71,8 +71,8 @@ run() {
 		echo "## CUDA runner decode throughput, Llama-3-8B shape"
 		(cd model && timeout 240 "../$BIN/model.test" -test.run '^$' -test.bench 'CUDADecode8B' -test.benchtime 512x -test.benchmem) || status=1
 		echo "## simulator cost model fitted to the CUDA runner (stories260K)"
-		timeout 90 "$BIN/turnstile" bench calibrate --runner cuda --model testdata/models/stories260K.gguf \
-			--max-batch-size 32 --requests 64 --out "$out/cuda-profile.json" || status=1
+		timeout 90 "$BIN/turnstile" bench calibrate --device cuda --model testdata/models/stories260K.gguf \
+			--max-batch-size 32 --requests 64 --out "$out/cuda-profile" || status=1
 		if [ "$status" = 0 ]; then echo "gpu-check: PASS"; else echo "gpu-check: FAIL"; fi
 		[ "$status" = 0 ]
 	} 2>&1 | tee "$report"

@@ -42,7 +42,6 @@ import (
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/sampling"
-	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
 )
 
@@ -267,9 +266,9 @@ func (w *row) build(overlap, charge bool, seed uint64) (int, error) {
 	for _, q := range w.reqs {
 		longest = max(longest, len(q.Prompt))
 	}
-	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: c.MaxBatchSize, Overlap: true, DeferredTeardown: true})
+	seats, err := executor.Config{MaxBatchSize: c.MaxBatchSize, Overlap: true}.DeriveSeats()
 	if err != nil {
-		return 0, fmt.Errorf("adprun: seats for max batch %d: %w", c.MaxBatchSize, err)
+		return 0, fmt.Errorf("adprun: %w", err)
 	}
 	maxContext := longest + c.OutputTokens + 1
 	perSeq := (maxContext + blockSize - 1) / blockSize

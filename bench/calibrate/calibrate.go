@@ -25,7 +25,6 @@ import (
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/internal/stats"
 	"github.com/turnstile-llm/turnstile/model"
-	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
 	"github.com/turnstile-llm/turnstile/step"
 )
@@ -379,9 +378,9 @@ func (c Config) runPass(ctx context.Context, p pass, seed uint64, n int) (sample
 		}
 		longest = max(longest, len(r.Prompt)+r.MaxTokens)
 	}
-	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: p.mbs})
+	seats, err := executor.Config{MaxBatchSize: p.mbs}.DeriveSeats()
 	if err != nil {
-		return nil, fmt.Errorf("seats for batch %d: %w", p.mbs, err)
+		return nil, err
 	}
 	perSeq := (longest + c.BlockSize - 1) / c.BlockSize
 	sizes := Sizes{Seats: seats, KVBlocks: seats * (perSeq + 1), BlockSize: c.BlockSize, MaxBatchTokens: c.MaxBatchTokens}

@@ -22,7 +22,6 @@ import (
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/policy"
-	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/sim"
 	"github.com/turnstile-llm/turnstile/step"
 )
@@ -47,9 +46,9 @@ type Config struct {
 
 // seats sizes the runner's seats for the batch size and overlap.
 func (c Config) seats() (int, error) {
-	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: c.MaxBatchSize, Overlap: c.Overlap, DeferredTeardown: c.Overlap})
+	seats, err := executor.Config{MaxBatchSize: c.MaxBatchSize, Overlap: c.Overlap}.DeriveSeats()
 	if err != nil {
-		return 0, fmt.Errorf("rig: seats for max batch %d: %w", c.MaxBatchSize, err)
+		return 0, fmt.Errorf("rig: %w", err)
 	}
 	return seats, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/turnstile-llm/turnstile/adp"
 	"github.com/turnstile-llm/turnstile/bench/adprun"
 	"github.com/turnstile-llm/turnstile/bench/report"
 	"github.com/turnstile-llm/turnstile/internal/stats"
@@ -22,23 +23,31 @@ import (
 
 // benchADPOptions are the flags of `turnstile bench adp`.
 type benchADPOptions struct {
+	// engineFlags: --max-batch-size (every rank's; default seed 004's),
+	// --seed (the workload of block 0, and the bootstrap) and --out.
+	engineFlags
 	dps             []int
 	arms            []string
 	blocks          int
 	requestsPerRank int
 	isl             int
-	maxBatchSize    int
 	late            string // "K" or "all"
 	rank0Late       bool
-	seed            uint64
-	out             string // "" = no files
 }
 
-// maxADPRanks bounds --dp: each rank is an engine and a goroutine.
-const maxADPRanks = 64
+// benchADPEngineFlags are the engine flags bench adp registers.
+const benchADPEngineFlags = flagMaxBatchSize | flagSeed | flagOut
+
+// newBenchADPOptions are bench adp's defaults: seed 004's (package adprun).
+func newBenchADPOptions() benchADPOptions {
+	o := benchADPOptions{engineFlags: defaultEngineFlags(), dps: []int{2, 4}, arms: []string{adprun.BASE, adprun.FIX, adprun.OVLOFF},
+		blocks: 3, requestsPerRank: adprun.DefaultRequestsPerRank, isl: adprun.DefaultInputTokens, late: strconv.Itoa(adprun.DefaultLate)}
+	o.maxBatchSize = adprun.DefaultMaxBatchSize
+	return o
+}
 
 func newBenchADPCmd() *cobra.Command {
-	o := benchADPOptions{}
+	o := newBenchADPOptions()
 	cmd := &cobra.Command{
 		Use:   "adp [--dp 2,4] [--arms BASE,FIX,OVLOFF] [--blocks N] [--requests-per-rank N] [--isl N] [--max-batch-size N] [--late K|all] [--seed N] [--out DIR]",
 		Short: "Seed 004's attention-DP campaign on the simulated device (BASE, FIX, OVLOFF)",
@@ -64,16 +73,14 @@ func newBenchADPCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntSliceVar(&o.dps, "dp", []int{2, 4}, "attention-DP widths, one campaign each")
-	f.StringSliceVar(&o.arms, "arms", []string{adprun.BASE, adprun.FIX, adprun.OVLOFF}, "arms to run (FIX, the reference, must be among them)")
-	f.IntVar(&o.blocks, "blocks", 3, "paired blocks per dp")
-	f.IntVar(&o.requestsPerRank, "requests-per-rank", adprun.DefaultRequestsPerRank, "requests offered per rank in every row")
-	f.IntVar(&o.isl, "isl", adprun.DefaultInputTokens, "nominal input length in tokens (each request ± 10%)")
-	f.IntVar(&o.maxBatchSize, "max-batch-size", adprun.DefaultMaxBatchSize, "every rank's max batch size")
-	f.StringVar(&o.late, "late", strconv.Itoa(adprun.DefaultLate), "late ranks: a count K (the last K ranks) or 'all'")
-	f.BoolVar(&o.rank0Late, "rank0-late", false, "make the first K ranks late (rank 0 among them) instead of the last K")
-	f.Uint64Var(&o.seed, "seed", 1, "workload seed of block 0 (block b uses seed+b); also seeds the bootstrap")
-	f.StringVar(&o.out, "out", "", "directory for rows.csv, summary.json, table.md, rank0_share.png (created if missing)")
+	o.register(f, benchADPEngineFlags)
+	f.IntSliceVar(&o.dps, "dp", o.dps, "attention-DP widths, one campaign each")
+	f.StringSliceVar(&o.arms, "arms", o.arms, "arms to run (FIX, the reference, must be among them)")
+	f.IntVar(&o.blocks, "blocks", o.blocks, "paired blocks per dp")
+	f.IntVar(&o.requestsPerRank, "requests-per-rank", o.requestsPerRank, "requests offered per rank in every row")
+	f.IntVar(&o.isl, "isl", o.isl, "nominal input length in tokens (each request ± 10%)")
+	f.StringVar(&o.late, "late", o.late, "late ranks: a count K (the last K ranks) or 'all'")
+	f.BoolVar(&o.rank0Late, "rank0-late", o.rank0Late, "make the first K ranks late (rank 0 among them) instead of the last K")
 	return cmd
 }
 
@@ -92,6 +99,9 @@ func (o *benchADPOptions) lateK() (int, error) {
 // validate checks every flag, naming the offending value, and creates
 // --out.
 func (o *benchADPOptions) validate() error {
+	if err := o.engineFlags.validate("bench adp"); err != nil {
+		return err
+	}
 	switch {
 	case len(o.dps) == 0:
 		return errors.New("bench adp: --dp is empty")
@@ -101,8 +111,6 @@ func (o *benchADPOptions) validate() error {
 		return fmt.Errorf("bench adp: --requests-per-rank %d: must be >= 1", o.requestsPerRank)
 	case o.isl < 1:
 		return fmt.Errorf("bench adp: --isl %d: must be >= 1", o.isl)
-	case o.maxBatchSize < 1:
-		return fmt.Errorf("bench adp: --max-batch-size %d: must be >= 1", o.maxBatchSize)
 	}
 	k, err := o.lateK()
 	if err != nil {
@@ -110,8 +118,8 @@ func (o *benchADPOptions) validate() error {
 	}
 	for i, dp := range o.dps {
 		switch {
-		case dp < 1 || dp > maxADPRanks:
-			return fmt.Errorf("bench adp: --dp %d: must be in [1, %d]", dp, maxADPRanks)
+		case dp < 1 || dp > adp.MaxRanks:
+			return fmt.Errorf("bench adp: --dp %d: must be in [1, %d]", dp, adp.MaxRanks)
 		case slices.Contains(o.dps[:i], dp):
 			return fmt.Errorf("bench adp: --dp %d is repeated", dp)
 		case k > dp:

@@ -100,8 +100,9 @@ func TestBenchADPRuns(t *testing.T) {
 // stdout; --late all and --rank0-late reach the rows (every rank late:
 // rank 0's BASE share is 1/dp).
 func TestBenchADPStreams(t *testing.T) {
-	o := benchADPOptions{dps: []int{2}, arms: []string{"BASE", "FIX"}, blocks: 1, requestsPerRank: 8, isl: 64,
-		maxBatchSize: 2, late: "all", rank0Late: true, seed: 3}
+	o := newBenchADPOptions()
+	o.dps, o.arms, o.blocks, o.requestsPerRank, o.isl = []int{2}, []string{"BASE", "FIX"}, 1, 8, 64
+	o.maxBatchSize, o.late, o.rank0Late, o.seed = 2, "all", true, 3
 	require.NoError(t, o.validate())
 	var stdout, stderr bytes.Buffer
 	require.NoError(t, runBenchADP(context.Background(), o, &stdout, &stderr))

@@ -29,58 +29,18 @@ import (
 	"github.com/turnstile-llm/turnstile/sim"
 )
 
-// Presets of `turnstile bench agentic`: the workload, engine and arm
-// parameters of a campaign. Flags given explicitly override them.
-const (
-	presetSeed000 = "seed000" // seed 000 at its scale, for the simulated device
-	presetSmall   = "small"   // 1/64 of its token lengths, for the CPU runner and stories260K
-)
-
-// agenticPreset holds every parameter a preset sets.
-type agenticPreset struct {
-	context, output, tool       int
-	toolWait, jitter, phase     time.Duration
-	deadline                    time.Duration
-	blockSize, kvBlocks         int
-	maxBatchTokens, maxContext  int
-	scale                       float64 // of seed 000's token lengths (arm buffers and reserves follow)
-	calibrationSeed, validation uint64
-}
-
-// presetNamed returns a preset: seed000 is the study's batch — 32 programs whose turn-0
-// context (16,384 tokens) makes arm A admit 28 of 32 at 468,736 KV tokens
-// (28 × 16,484 ≤ 468,736 < 29 × 16,484), 256 output tokens per turn, 1 s
-// tool waits with 5 ms jitter, a 240 s deadline, seeds 520 (calibration)
-// and 700.. (validation). Two parameters the seed does not state are
-// inferred from its rows: every program starts at the origin (under B its
-// P50, P95 and batch time are equal, which staggered arrivals cannot
-// produce), and tool outputs are 384 tokens (the seed saw no preemption in
-// any row; with 512, A's 28 programs outgrow the physically full pool in
-// mid-turn and every arm preempts at zero sharing). small divides the token
-// lengths and the KV capacity by 64 so the same admission arithmetic holds
-// (A admits 28: 28 × 258 ≤ 7,312 < 29 × 258) within stories260K's 512-token
-// context, and divides times by 30, about the ratio of a stories260K step
-// on two CPU cores to an 8B step on an H200.
-func presetNamed(name string) (agenticPreset, bool) {
-	p, ok := map[string]agenticPreset{
-		presetSeed000: {context: 16384, output: 256, tool: 384, toolWait: time.Second, jitter: 5 * time.Millisecond,
-			phase: 0, deadline: 240 * time.Second, blockSize: 16, kvBlocks: 29296,
-			maxBatchTokens: 8192, maxContext: 32768, scale: 1, calibrationSeed: 520, validation: 700},
-		presetSmall: {context: 256, output: 4, tool: 6, toolWait: time.Second / 30, jitter: 5 * time.Millisecond / 30,
-			phase: 0, deadline: 240 * time.Second / 30, blockSize: 16, kvBlocks: 457,
-			maxBatchTokens: 512, maxContext: 512, scale: 1.0 / 64, calibrationSeed: 520, validation: 700},
-	}[name]
-	return p, ok
-}
-
 // benchAgenticOptions are the flags of `turnstile bench agentic`.
 type benchAgenticOptions struct {
+	// engineFlags: --model (the CPU runner's), --device (sim, cpu or a list
+	// of both), --block-size and --max-num-batched-tokens (0: the
+	// preset's), --workers, --no-overlap and --out.
+	engineFlags
 	arms            []string
 	shares          []float64
 	programs, turns int
-	runners         []string
+	devices         []string // --device as a list (sim, cpu)
 	preset          string
-	p               agenticPreset
+	p               agentic.Preset
 	blocks          int // at the last (primary) share
 	secondary       int // at every other share
 	calibrate       bool
@@ -88,21 +48,23 @@ type benchAgenticOptions struct {
 	bootSeed        uint64
 	profile         string        // sim cost profile from `bench calibrate`; "" = built-in H200
 	stepFixed       time.Duration // overrides the sim cost model's fixed time per step; 0 = keep
-	noOverlap       bool
-	model           string
-	workers         int
-	out             string
 	checkEveryStep  bool
 }
 
+// benchAgenticEngineFlags are the engine flags bench agentic registers.
+const benchAgenticEngineFlags = flagModel | flagDevice | flagBlockSize | flagMaxBatched | flagWorkers | flagNoOverlap | flagOut
+
 func newBenchAgenticCmd() *cobra.Command {
-	o := benchAgenticOptions{}
+	o := benchAgenticOptions{engineFlags: defaultEngineFlags(), programs: 32, turns: 3, blocks: 12, secondary: 3, calibrate: true,
+		samplingSeed: 1, bootSeed: stats.DefaultSeed}
+	o.dev.device, o.out = simDevice, "out/bench-agentic"
+	o.blockSize, o.maxBatched = 0, 0 // the preset's
 	var (
-		shares, arms, runners []string
-		p                     agenticPreset
+		shares, arms []string
+		p            agentic.Preset
 	)
 	cmd := &cobra.Command{
-		Use:   "agentic [--arms A,B,C] [--share 0,0.5,0.9] [--programs 32] [--turns 3] [--runner sim|cpu|sim,cpu] [--out DIR]",
+		Use:   "agentic [--arms A,B,C] [--share 0,0.5,0.9] [--programs 32] [--turns 3] [--device sim|cpu|sim,cpu] [--out DIR]",
 		Short: "Seed 000's A/B/C program-admission campaign on the simulated device or the CPU runner",
 		Long: "agentic runs seed 000's campaign: arms A (Σ tokens + buffer), B (distinct blocks + growth reserve) and\n" +
 			"C (A with pause/resume thresholds) on paired blocks of agentic programs. Calibration runs every B and C\n" +
@@ -110,21 +72,24 @@ func newBenchAgenticCmd() *cobra.Command {
 			"no preemptions, counters match) and freezes the fastest eligible one; validation then runs held-out seeds\n" +
 			"700.. with --blocks paired blocks at the highest share and --secondary-blocks at the others. Ratios are\n" +
 			"geometric means of paired batch ratios with 10,000-resample bootstrap intervals over whole blocks.\n\n" +
-			"--runner sim runs the simulated device on a virtual clock (the built-in H200 Llama-3-8B profile, or a\n" +
-			"profile fitted by `turnstile bench calibrate --out`); --runner cpu runs the real CPU runner on stories260K,\n" +
-			"its measured step times spent on the virtual clock (tool waits cost no wall time); --runner sim,cpu runs\n" +
+			"--device sim runs the simulated device on a virtual clock (the built-in H200 Llama-3-8B profile, or a\n" +
+			"profile fitted by `turnstile bench calibrate --out DIR`, DIR/profile.json); --device cpu runs the real CPU\n" +
+			"runner on stories260K, its measured step times spent on the virtual clock (tool waits cost no wall time); --device sim,cpu runs\n" +
 			"both on the same workload and prints the simulator's prediction beside the CPU measurement.\n" +
 			"Presets: seed000 (the study's scale; default for sim) and small (1/64 of the token lengths, default when\n" +
-			"the CPU runner is used). Rows are written to DIR/<runner>/rows.csv as they complete.",
+			"the CPU runner is used). Rows are written to DIR/<device>/rows.csv as they complete.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.parsed(cmd.Flags())
 			o.arms = arms
-			o.runners = runners
 			var err error
 			if o.shares, err = parseShares(shares); err != nil {
 				return err
 			}
-			if err := o.resolvePreset(cmd, p); err != nil {
+			if o.devices, err = o.engineFlags.devices(simDevice, "cpu"); err != nil {
+				return err
+			}
+			if err := o.resolvePreset(p); err != nil {
 				return err
 			}
 			if err := o.validate(); err != nil {
@@ -136,34 +101,28 @@ func newBenchAgenticCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	o.register(f, benchAgenticEngineFlags)
 	f.StringSliceVar(&arms, "arms", []string{"A", "B", "C"}, "arms to run (A is the reference and required)")
 	f.StringSliceVar(&shares, "share", []string{"0", "0.5", "0.9"}, "validation sharing levels in [0, 1]; the last is primary")
-	f.IntVar(&o.programs, "programs", 32, "programs per batch")
-	f.IntVar(&o.turns, "turns", 3, "inference calls per program")
-	f.StringSliceVar(&runners, "runner", []string{"sim"}, "sim, cpu, or sim,cpu (prediction beside measurement)")
-	f.StringVar(&o.preset, "preset", "", "seed000 or small (default: seed000 for sim, small with cpu)")
-	f.IntVar(&p.context, "context-tokens", 0, "turn-0 prompt tokens (default: the preset's)")
-	f.IntVar(&p.output, "output-tokens", 0, "tokens generated per turn")
-	f.IntVar(&p.tool, "tool-tokens", 0, "tool-output tokens appended after each non-final turn")
-	f.DurationVar(&p.toolWait, "tool-wait", 0, "tool latency between turns (virtual time)")
-	f.DurationVar(&p.jitter, "jitter", 0, "tool-wait jitter, uniform ±")
-	f.DurationVar(&p.phase, "phase", 0, "arrival gap between programs")
-	f.DurationVar(&p.deadline, "deadline", 0, "per-batch deadline in virtual time")
-	f.IntVar(&p.kvBlocks, "kv-blocks", 0, "KV blocks (capacity = blocks × block size)")
-	f.IntVar(&p.blockSize, "block-size", 0, "KV block size in tokens")
-	f.IntVar(&p.maxBatchTokens, "max-num-batched-tokens", 0, "token budget of one step")
-	f.IntVar(&o.blocks, "blocks", 12, "paired validation blocks at the primary (last) share")
-	f.IntVar(&o.secondary, "secondary-blocks", 3, "paired validation blocks at every other share")
-	f.BoolVar(&o.calibrate, "calibrate", true, "calibrate B's and C's candidates before validation (else b2 and c2 are used)")
-	f.Uint64Var(&o.samplingSeed, "sampling-seed", 1, "base of the programs' sampling seeds")
-	f.Uint64Var(&o.bootSeed, "bootstrap-seed", stats.DefaultSeed, "seed of the bootstrap resampling")
-	f.StringVar(&o.profile, "profile", "", "sim cost profile JSON from `turnstile bench calibrate --out` (default: built-in H200 Llama-3-8B)")
-	f.DurationVar(&o.stepFixed, "step-fixed", 0, "override the sim cost model's fixed time per step (e.g. 9ms: an eager-mode GPU's launch overhead; 0: keep)")
-	f.BoolVar(&o.noOverlap, "no-overlap", false, "run the engines without the overlap scheduler")
-	f.StringVar(&o.model, "model", defaultModelPath(), "GGUF model for --runner cpu")
-	f.IntVar(&o.workers, "workers", 0, "cores the CPU kernels use (0: GOMAXPROCS)")
-	f.StringVar(&o.out, "out", "out/bench-agentic", "directory for rows.csv, summary.json, table.md and throughput.png (\"\": none)")
-	f.BoolVar(&o.checkEveryStep, "check-every-step", false, "run the engine's accounting check after every step (slow; always after every row)")
+	f.IntVar(&o.programs, "programs", o.programs, "programs per batch")
+	f.IntVar(&o.turns, "turns", o.turns, "inference calls per program")
+	f.StringVar(&o.preset, "preset", o.preset, "seed000 or small (default: seed000 for sim, small with cpu)")
+	f.IntVar(&p.ContextTokens, "context-tokens", 0, "turn-0 prompt tokens (default: the preset's)")
+	f.IntVar(&p.OutputTokens, "output-tokens", 0, "tokens generated per turn")
+	f.IntVar(&p.ToolTokens, "tool-tokens", 0, "tool-output tokens appended after each non-final turn")
+	f.DurationVar(&p.ToolWait, "tool-wait", 0, "tool latency between turns (virtual time)")
+	f.DurationVar(&p.Jitter, "jitter", 0, "tool-wait jitter, uniform ±")
+	f.DurationVar(&p.Phase, "phase", 0, "arrival gap between programs")
+	f.DurationVar(&p.Deadline, "deadline", 0, "per-batch deadline in virtual time")
+	f.IntVar(&p.KVBlocks, "kv-blocks", 0, "KV blocks (capacity = blocks × block size)")
+	f.IntVar(&o.blocks, "blocks", o.blocks, "paired validation blocks at the primary (last) share")
+	f.IntVar(&o.secondary, "secondary-blocks", o.secondary, "paired validation blocks at every other share")
+	f.BoolVar(&o.calibrate, "calibrate", o.calibrate, "calibrate B's and C's candidates before validation (else b2 and c2 are used)")
+	f.Uint64Var(&o.samplingSeed, "sampling-seed", o.samplingSeed, "base of the programs' sampling seeds")
+	f.Uint64Var(&o.bootSeed, "bootstrap-seed", o.bootSeed, "seed of the bootstrap resampling")
+	f.StringVar(&o.profile, "profile", o.profile, "sim cost `FILE`: the profile.json that bench calibrate --out DIR writes (default: the built-in H200 Llama-3-8B profile)")
+	f.DurationVar(&o.stepFixed, "step-fixed", o.stepFixed, "override the sim cost model's fixed time per step (e.g. 9ms: an eager-mode GPU's launch overhead; 0: keep)")
+	f.BoolVar(&o.checkEveryStep, "check-every-step", o.checkEveryStep, "run the engine's accounting check after every step (slow; always after every row)")
 	return cmd
 }
 
@@ -186,37 +145,41 @@ func parseShares(in []string) ([]float64, error) {
 	return out, nil
 }
 
-// resolvePreset fills o.p from the preset and the flags set explicitly.
-func (o *benchAgenticOptions) resolvePreset(cmd *cobra.Command, flags agenticPreset) error {
+// resolvePreset fills o.p from the preset and the flags given.
+func (o *benchAgenticOptions) resolvePreset(flags agentic.Preset) error {
 	if o.preset == "" {
-		o.preset = presetSeed000
-		if slices.Contains(o.runners, "cpu") {
-			o.preset = presetSmall
+		o.preset = agentic.PresetSeed000
+		if slices.Contains(o.devices, "cpu") {
+			o.preset = agentic.PresetSmall
 		}
 	}
-	p, ok := presetNamed(o.preset)
-	if !ok {
-		return fmt.Errorf("--preset %q: want %s or %s", o.preset, presetSeed000, presetSmall)
+	p, err := agentic.PresetNamed(o.preset)
+	if err != nil {
+		return err
 	}
-	set := cmd.Flags().Changed
 	for _, f := range []struct {
-		name     string
-		dst, src any
+		name string
+		dst  *int
+		src  int
 	}{
-		{"context-tokens", &p.context, flags.context}, {"output-tokens", &p.output, flags.output},
-		{"tool-tokens", &p.tool, flags.tool}, {"tool-wait", &p.toolWait, flags.toolWait},
-		{"jitter", &p.jitter, flags.jitter}, {"phase", &p.phase, flags.phase}, {"deadline", &p.deadline, flags.deadline},
-		{"kv-blocks", &p.kvBlocks, flags.kvBlocks}, {"block-size", &p.blockSize, flags.blockSize},
-		{"max-num-batched-tokens", &p.maxBatchTokens, flags.maxBatchTokens},
+		{"context-tokens", &p.ContextTokens, flags.ContextTokens}, {"output-tokens", &p.OutputTokens, flags.OutputTokens},
+		{"tool-tokens", &p.ToolTokens, flags.ToolTokens}, {"kv-blocks", &p.KVBlocks, flags.KVBlocks},
+		{"block-size", &p.BlockSize, o.blockSize}, {"max-num-batched-tokens", &p.MaxBatchTokens, o.maxBatched},
 	} {
-		if !set(f.name) {
-			continue
+		if o.set[f.name] {
+			*f.dst = f.src
 		}
-		switch d := f.dst.(type) {
-		case *int:
-			*d = f.src.(int)
-		case *time.Duration:
-			*d = f.src.(time.Duration)
+	}
+	for _, f := range []struct {
+		name string
+		dst  *time.Duration
+		src  time.Duration
+	}{
+		{"tool-wait", &p.ToolWait, flags.ToolWait}, {"jitter", &p.Jitter, flags.Jitter}, {"phase", &p.Phase, flags.Phase},
+		{"deadline", &p.Deadline, flags.Deadline},
+	} {
+		if o.set[f.name] {
+			*f.dst = f.src
 		}
 	}
 	o.p = p
@@ -225,46 +188,41 @@ func (o *benchAgenticOptions) resolvePreset(cmd *cobra.Command, flags agenticPre
 
 func (o *benchAgenticOptions) validate() error {
 	p := o.p
-	for _, r := range o.runners {
-		if r != "sim" && r != "cpu" {
-			return fmt.Errorf("--runner %q: want sim, cpu or sim,cpu", r)
-		}
-	}
-	if len(o.runners) == 0 || len(o.runners) > 2 || len(o.runners) == 2 && o.runners[0] == o.runners[1] {
-		return fmt.Errorf("--runner %v: want sim, cpu or sim,cpu", o.runners)
-	}
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"--programs", o.programs}, {"--turns", o.turns}, {"--context-tokens", p.context}, {"--output-tokens", p.output},
-		{"--kv-blocks", p.kvBlocks}, {"--block-size", p.blockSize}, {"--max-num-batched-tokens", p.maxBatchTokens},
+	}{{"--programs", o.programs}, {"--turns", o.turns}, {"--context-tokens", p.ContextTokens}, {"--output-tokens", p.OutputTokens},
+		{"--kv-blocks", p.KVBlocks}, {"--block-size", p.BlockSize}, {"--max-num-batched-tokens", p.MaxBatchTokens},
 		{"--blocks", o.blocks}, {"--secondary-blocks", o.secondary}} {
 		if c.v < 1 {
 			return fmt.Errorf("%s %d: must be ≥ 1", c.name, c.v)
 		}
 	}
-	if o.turns > 1 && p.tool < 1 {
-		return fmt.Errorf("--tool-tokens %d: must be ≥ 1 with %d turns", p.tool, o.turns)
+	if o.turns > 1 && p.ToolTokens < 1 {
+		return fmt.Errorf("--tool-tokens %d: must be ≥ 1 with %d turns", p.ToolTokens, o.turns)
 	}
 	for _, c := range []struct {
 		name string
 		v    time.Duration
-	}{{"--tool-wait", p.toolWait}, {"--jitter", p.jitter}, {"--phase", p.phase}} {
+	}{{"--tool-wait", p.ToolWait}, {"--jitter", p.Jitter}, {"--phase", p.Phase}} {
 		if c.v < 0 {
 			return fmt.Errorf("%s %v: must be ≥ 0", c.name, c.v)
 		}
 	}
-	if p.deadline <= 0 {
-		return fmt.Errorf("--deadline %v: must be > 0", p.deadline)
+	if p.Deadline <= 0 {
+		return fmt.Errorf("--deadline %v: must be > 0", p.Deadline)
 	}
-	if o.workers < 0 {
-		return fmt.Errorf("--workers %d: must be ≥ 0", o.workers)
+	// The engine flags, with the preset's sizes where none was given.
+	e := o.engineFlags
+	e.blockSize, e.maxBatched, e.maxBatchSize = p.BlockSize, p.MaxBatchTokens, o.programs
+	if err := e.validate("bench agentic"); err != nil {
+		return err
 	}
 	if o.stepFixed < 0 {
 		return fmt.Errorf("--step-fixed %v: must be ≥ 0", o.stepFixed)
 	}
-	if need := p.context + o.turns*p.output + (o.turns-1)*p.tool; need > p.maxContext && o.preset == presetSeed000 {
-		return fmt.Errorf("a program reaches %d tokens, past the engine's %d-token context", need, p.maxContext)
+	if need := p.ContextTokens + o.turns*p.OutputTokens + (o.turns-1)*p.ToolTokens; need > p.MaxContext && o.preset == agentic.PresetSeed000 {
+		return fmt.Errorf("a program reaches %d tokens, past the engine's %d-token context", need, p.MaxContext)
 	}
 	return nil
 }
@@ -278,7 +236,7 @@ type agenticRun struct {
 }
 
 func runBenchAgentic(ctx context.Context, o benchAgenticOptions, out, errOut io.Writer) error {
-	armSet := agentic.Seed000Arms(o.programs).Scaled(o.p.scale)
+	armSet := agentic.Seed000Arms(o.programs).Scaled(o.p.Scale)
 	campArms, err := armSet.Campaign(o.arms)
 	if err != nil {
 		return fmt.Errorf("--arms: %w", err)
@@ -291,8 +249,8 @@ func runBenchAgentic(ctx context.Context, o benchAgenticOptions, out, errOut io.
 		}
 	}
 	primary := len(o.shares) - 1
-	plan := campaign.Plan{Reference: "A", Arms: campArms, Shares: o.shares, ValidationSeed: o.p.validation,
-		CalibrationSeed: o.p.calibrationSeed}
+	plan := campaign.Plan{Reference: "A", Arms: campArms, Shares: o.shares, ValidationSeed: o.p.ValidationSeed,
+		CalibrationSeed: o.p.CalibrationSeed}
 	for k := range o.shares {
 		plan.ShareBlocks = append(plan.ShareBlocks, map[bool]int{true: o.blocks, false: o.secondary}[k == primary])
 	}
@@ -302,22 +260,22 @@ func runBenchAgentic(ctx context.Context, o benchAgenticOptions, out, errOut io.
 			plan.CalibrationShares = []float64{0}
 		}
 	}
-	wl := workload.AgenticConfig{Programs: o.programs, Turns: o.turns, ContextTokens: o.p.context, OutputTokens: o.p.output,
-		ToolTokens: o.p.tool, ToolWait: o.p.toolWait, Jitter: o.p.jitter, ArrivalGap: o.p.phase}
+	wl := workload.AgenticConfig{Programs: o.programs, Turns: o.turns, ContextTokens: o.p.ContextTokens, OutputTokens: o.p.OutputTokens,
+		ToolTokens: o.p.ToolTokens, ToolWait: o.p.ToolWait, Jitter: o.p.Jitter, ArrivalGap: o.p.Phase}
 	if o.turns == 1 {
 		wl.ToolTokens = 0
 	}
 
 	var llama *model.Llama
-	if slices.Contains(o.runners, "cpu") {
+	if slices.Contains(o.devices, "cpu") {
 		if llama, err = model.LoadLlama(o.model, model.LlamaOptions{}); err != nil {
 			return fmt.Errorf("bench agentic: --model %s: %w", o.model, err)
 		}
-		if maxCtx := llama.Config().ContextLength; maxCtx < o.p.maxContext {
-			o.p.maxContext = maxCtx
+		if maxCtx := llama.Config().ContextLength; maxCtx < o.p.MaxContext {
+			o.p.MaxContext = maxCtx
 		}
-		if need := o.p.context + o.turns*o.p.output + (o.turns-1)*o.p.tool; need > o.p.maxContext {
-			return fmt.Errorf("a program reaches %d tokens, past the model's %d-token context: lower --context-tokens", need, o.p.maxContext)
+		if need := o.p.ContextTokens + o.turns*o.p.OutputTokens + (o.turns-1)*o.p.ToolTokens; need > o.p.MaxContext {
+			return fmt.Errorf("a program reaches %d tokens, past the model's %d-token context: lower --context-tokens", need, o.p.MaxContext)
 		}
 		if v := llama.Config().Vocab; v < workload.DefaultTokenMax {
 			return fmt.Errorf("--model %s: vocabulary %d is smaller than the workload's token range [%d, %d)",
@@ -333,9 +291,9 @@ func runBenchAgentic(ctx context.Context, o benchAgenticOptions, out, errOut io.
 	}
 
 	var runs []agenticRun
-	for _, r := range o.runners {
+	for _, r := range o.devices {
 		setup := o.setup(r, armSet, cost, llama)
-		run := agentic.Runner{Workload: wl, Setup: setup, SamplingSeed: o.samplingSeed, Deadline: o.p.deadline,
+		run := agentic.Runner{Workload: wl, Setup: setup, SamplingSeed: o.samplingSeed, Deadline: o.p.Deadline,
 			CheckEveryStep: o.checkEveryStep}
 		ar := o.runCampaign(ctx, r, plan, run, errOut)
 		runs = append(runs, ar)
@@ -378,10 +336,10 @@ func (o *benchAgenticOptions) setup(r string, arms agentic.Arms, cost sim.Linear
 		if err != nil {
 			return agentic.Setup{}, err
 		}
-		c := rig.Config{MaxBatchSize: o.programs, KVBlocks: o.p.kvBlocks, BlockSize: o.p.blockSize,
-			MaxBatchTokens: o.p.maxBatchTokens, Overlap: !o.noOverlap, Seed: 3, Programs: pc}
-		if r == "sim" {
-			eng, capTokens, err := rig.NewSim(c, rig.Sim{Cost: cost, MaxContext: o.p.maxContext, Vocab: workload.DefaultTokenMax}, clk)
+		c := rig.Config{MaxBatchSize: o.programs, KVBlocks: o.p.KVBlocks, BlockSize: o.p.BlockSize,
+			MaxBatchTokens: o.p.MaxBatchTokens, Overlap: !o.noOverlap, Seed: 3, Programs: pc}
+		if r == simDevice {
+			eng, capTokens, err := rig.NewSim(c, rig.Sim{Cost: cost, MaxContext: o.p.MaxContext, Vocab: workload.DefaultTokenMax}, clk)
 			if err != nil {
 				return agentic.Setup{}, err
 			}
@@ -440,8 +398,8 @@ func (o *benchAgenticOptions) printHeader(out io.Writer, plan campaign.Plan, arm
 	_, err := fmt.Fprintf(out, "bench agentic: preset %s, runner %s, %d programs × %d turns, context %d, output %d, tool %d tokens; "+
 		"tool wait %v ± %v, phase %v, deadline %v; KV %d tokens (%d × %d), max batch %d, step budget %d tokens, overlap %v\n"+
 		"  sim cost: %s\n  plan: %d rows; calibration at %v (seed %d), validation at %v with %v blocks (seeds %d..)\n",
-		o.preset, strings.Join(o.runners, ","), o.programs, o.turns, p.context, p.output, p.tool, p.toolWait, p.jitter, p.phase,
-		p.deadline, p.kvBlocks*p.blockSize, p.kvBlocks, p.blockSize, o.programs, p.maxBatchTokens, !o.noOverlap,
+		o.preset, strings.Join(o.devices, ","), o.programs, o.turns, p.ContextTokens, p.OutputTokens, p.ToolTokens, p.ToolWait, p.Jitter, p.Phase,
+		p.Deadline, p.KVBlocks*p.BlockSize, p.KVBlocks, p.BlockSize, o.programs, p.MaxBatchTokens, !o.noOverlap,
 		costName, plan.Rows(), plan.CalibrationShares, plan.CalibrationSeed, plan.Shares, plan.ShareBlocks, plan.ValidationSeed)
 	if err != nil {
 		return err
@@ -540,23 +498,13 @@ func printAgentic(out io.Writer, ar agenticRun, sum report.Summary, primary floa
 		fmt.Fprintf(w, "  %s\t%s\n", a, strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(w, "\nseed 000's goals at share %.2f (B/A):\n", primary)
-	goals := []struct {
-		m     report.Metric
-		limit float64
-		above bool
-	}{{report.Throughput, 1.30, true}, {report.P95, 0.80, false}, {report.P50, 1.05, false}}
-	for _, g := range goals {
+	for _, g := range agentic.Seed000Goals() {
 		for _, c := range ar.comps {
-			if c.Num != "B" || c.Share != primary || c.Metric != g.m {
+			if c.Num != "B" || c.Share != primary || c.Metric != g.Metric {
 				continue
 			}
-			ok := c.Ratio.Point <= g.limit
-			rel := "≤"
-			if g.above {
-				ok, rel = c.Ratio.Point >= g.limit, "≥"
-			}
-			fmt.Fprintf(w, "  %s\t%.3f [%.3f–%.3f]\tgoal %s %.2f\t%s\n", g.m, c.Ratio.Point, c.Ratio.Lo, c.Ratio.Hi, rel, g.limit,
-				map[bool]string{true: "met", false: "MISSED"}[ok])
+			fmt.Fprintf(w, "  %s\t%.3f [%.3f–%.3f]\tgoal %s %.2f\t%s\n", g.Metric, c.Ratio.Point, c.Ratio.Lo, c.Ratio.Hi, g.Relation(), g.Limit,
+				map[bool]string{true: "met", false: "MISSED"}[g.Met(c.Ratio.Point)])
 		}
 	}
 	return w.Flush()
@@ -566,7 +514,7 @@ func printAgentic(out io.Writer, ar agenticRun, sum report.Summary, primary floa
 // the same workload: the ratio of ratios says how far the simulator's
 // arm comparisons can be trusted.
 func printPrediction(out io.Writer, simRun, cpuRun agenticRun) error {
-	if simRun.runner != "sim" {
+	if simRun.runner != simDevice {
 		simRun, cpuRun = cpuRun, simRun
 	}
 	type key struct {

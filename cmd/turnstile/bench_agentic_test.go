@@ -18,8 +18,8 @@ func TestBenchAgenticFlagErrors(t *testing.T) {
 	}{
 		{[]string{"--share", "1.5"}, `--share "1.5"`},
 		{[]string{"--share", "0,0"}, "--share 0 listed twice"},
-		{[]string{"--runner", "gpu"}, `--runner "gpu"`},
-		{[]string{"--runner", "sim,sim"}, "--runner [sim sim]"},
+		{[]string{"--device", "gpu"}, `--device "gpu"`},
+		{[]string{"--device", "sim,sim"}, "--device sim,sim"},
 		{[]string{"--arms", "B,C"}, "lack A"},
 		{[]string{"--arms", "A,D"}, `arm "D"`},
 		{[]string{"--preset", "huge"}, `--preset "huge"`},
@@ -30,7 +30,7 @@ func TestBenchAgenticFlagErrors(t *testing.T) {
 		{[]string{"--step-fixed", "-1ms"}, "--step-fixed -1ms"},
 		{[]string{"--context-tokens", "40000"}, "past the engine's 32768-token context"},
 		{[]string{"--profile", "/nonexistent/profile.json"}, "--profile"},
-		{[]string{"--runner", "cpu", "--context-tokens", "600"}, "past the model's"},
+		{[]string{"--device", "cpu", "--context-tokens", "600"}, "past the model's"},
 	} {
 		args := append([]string{"bench", "agentic", "--out", ""}, tc.args...)
 		_, err := runCLI(t, args...)
@@ -87,7 +87,7 @@ func TestBenchAgenticSim(t *testing.T) {
 // TestBenchAgenticPrediction runs the same tiny campaign on the simulated
 // device and the CPU runner (stories260K) and prints them side by side.
 func TestBenchAgenticPrediction(t *testing.T) {
-	out, err := runCLI(t, "bench", "agentic", "--runner", "sim,cpu", "--arms", "A,B", "--programs", "4", "--turns", "2",
+	out, err := runCLI(t, "bench", "agentic", "--device", "sim,cpu", "--arms", "A,B", "--programs", "4", "--turns", "2",
 		"--share", "0.9", "--blocks", "2", "--calibrate=false", "--kv-blocks", "64", "--out", "")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "== runner sim")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,24 +14,31 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/turnstile-llm/turnstile/bench/calibrate"
+	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/sim"
 )
 
 // benchCalibrateOptions are the flags of bench calibrate.
 type benchCalibrateOptions struct {
-	model        string
-	runner       string // cpu, cuda or sim
-	gpu          int    // CUDA device ordinal (--runner cuda)
-	workers      int
-	maxBatchSize int
-	seed         uint64
-	requests     int
-	out          string
-	// modelSet and workersSet: given on the command line (refused with
-	// --runner sim, which has neither).
-	modelSet, workersSet bool
+	// engineFlags: --model, --device (cpu, cuda[:N] or sim), --workers,
+	// --max-batch-size, --seed (the training traffic) and --out (the
+	// profile's directory).
+	engineFlags
+	requests int
+	runner   string         // cpu, cuda or sim: --device resolved by validate
+	gpu      cuda.Selection // the CUDA device (runner cuda)
 }
+
+// benchCalibrateEngineFlags are the engine flags bench calibrate registers.
+const benchCalibrateEngineFlags = flagModel | flagDevice | flagWorkers | flagMaxBatchSize | flagSeed | flagOut
+
+// calibrateProfileFile is the profile's name inside --out.
+const calibrateProfileFile = "profile.json"
+
+// calibrateMaxBatchSize bounds --max-batch-size: the decode passes run
+// every power of two up to it.
+const calibrateMaxBatchSize = 256
 
 // Calibration sizes that are not flags: the step's token budget (longer
 // prompts prefill in chunks), the KV block size and the simulated device's
@@ -53,9 +59,11 @@ const calibrateGoal = 0.10
 const calibrateCUDAWarmup = 4
 
 func newBenchCalibrateCmd() *cobra.Command {
-	o := benchCalibrateOptions{}
+	o := benchCalibrateOptions{engineFlags: defaultEngineFlags(), requests: 160}
+	o.dev.device = "cpu" // calibrate measures the runner it is told to, never a guess
+	o.maxBatchLimit = calibrateMaxBatchSize
 	cmd := &cobra.Command{
-		Use:   "calibrate [--model FILE] [--runner cpu|cuda|sim] [--gpu N] [--workers N] [--max-batch-size N] [--seed N] [--requests N] [--out profile.json]",
+		Use:   "calibrate [--model FILE] [--device cpu|cuda[:N]|sim] [--workers N] [--max-batch-size N] [--seed N] [--requests N] [--out DIR]",
 		Short: "Fit the simulated device's cost model to a runner and print its held-out error",
 		Long: "bench calibrate drives seeded traffic through an engine on a runner, recording every step's shape\n" +
 			"and time: chat at every decode batch size 1, 2, 4, … --max-batch-size, long outputs (growing\n" +
@@ -64,14 +72,14 @@ func newBenchCalibrateCmd() *cobra.Command {
 			"         + per prefill pair·(query, key) pairs of prefill attention\n" +
 			"by least squares on relative error over the training traffic (--seed) and prints the error |predicted − measured| / measured\n" +
 			"on held-out traffic of another seed, overall and for steps with prefill and decode-only steps.\n" +
-			"--runner cpu measures the CPU runner on --model (wall time), --runner cuda the CUDA runner on GPU --gpu\n" +
-			"(its first 4 steps of every pass, kernel compilation and graph capture, are not recorded);\n" +
-			"--runner sim calibrates the built-in\n" +
+			"--device cpu measures the CPU runner on --model (wall time), --device cuda[:N] the CUDA runner on\n" +
+			"that GPU (its first 4 steps of every pass, kernel compilation and graph capture, are not recorded);\n" +
+			"--device sim calibrates the built-in\n" +
 			"H200 Llama-3-8B profile on the simulated device, a self-check that the fit recovers it.\n" +
-			"--out writes the profile as JSON.",
+			"--out writes the profile as JSON to DIR/" + calibrateProfileFile + " (bench agentic --profile reads it).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.modelSet, o.workersSet = cmd.Flags().Changed("model"), cmd.Flags().Changed("workers")
+			o.parsed(cmd.Flags())
 			if err := o.validate(); err != nil {
 				return err
 			}
@@ -82,50 +90,50 @@ func newBenchCalibrateCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.model, "model", defaultModelPath(), "GGUF model file (llama architecture; --runner cpu)")
-	f.StringVar(&o.runner, "runner", "cpu", "runner to calibrate: cpu or cuda (real, wall time) or sim (the built-in H200 profile, a self-check)")
-	f.IntVar(&o.gpu, "gpu", 0, "CUDA device ordinal (--runner cuda)")
-	f.IntVar(&o.workers, "workers", 0, "cores the CPU kernels use (0: GOMAXPROCS; --runner cpu)")
-	f.IntVar(&o.maxBatchSize, "max-batch-size", 8, "largest engine batch; decode passes run 1, 2, 4, … up to it")
-	f.Uint64Var(&o.seed, "seed", 1, "seed of the training traffic (held-out traffic: seed + 1000003)")
-	f.IntVar(&o.requests, "requests", 160, "requests in each of the training and held-out sets")
-	f.StringVar(&o.out, "out", "", "write the fitted profile to this JSON file")
+	o.register(f, benchCalibrateEngineFlags)
+	f.IntVar(&o.requests, "requests", o.requests, "requests in each of the training and held-out sets (held-out traffic: --seed + 1000003)")
 	return cmd
 }
 
-// validate checks the flags that do not need the model.
+// validate checks the flags that do not need the model and resolves
+// --device to the runner.
 func (o *benchCalibrateOptions) validate() error {
+	const cmd = "bench calibrate"
+	if o.simulated() {
+		o.runner = simDevice
+	} else {
+		sel, err := o.dev.validate(cmd, false)
+		if err != nil {
+			return err
+		}
+		if sel.Backend == cuda.BackendAuto {
+			return fmt.Errorf("%s: --device %s: name the runner to calibrate: cpu, cuda, cuda:N or sim", cmd, o.dev.device)
+		}
+		o.runner, o.gpu = sel.Backend.String(), sel
+	}
 	switch {
-	case o.runner != "cpu" && o.runner != "cuda" && o.runner != "sim":
-		return fmt.Errorf("bench calibrate: --runner %q: want cpu, cuda or sim", o.runner)
-	case o.gpu < 0:
-		return fmt.Errorf("bench calibrate: --gpu %d: must be >= 0", o.gpu)
-	case o.runner == "cuda" && o.workersSet:
-		return fmt.Errorf("bench calibrate: --workers %d: applies to --runner cpu", o.workers)
-	case o.runner == "sim" && o.modelSet:
-		return fmt.Errorf("bench calibrate: --model %q: applies to --runner cpu (sim calibrates its built-in profile)", o.model)
-	case o.runner == "sim" && o.workersSet:
-		return fmt.Errorf("bench calibrate: --workers %d: applies to --runner cpu", o.workers)
-	case o.runner != "sim" && o.model == "":
-		return errors.New("bench calibrate: --model is empty")
-	case o.workers < 0:
-		return fmt.Errorf("bench calibrate: --workers %d: must be >= 0", o.workers)
-	case o.maxBatchSize < 1 || o.maxBatchSize > 256:
-		return fmt.Errorf("bench calibrate: --max-batch-size %d: must be in [1, 256]", o.maxBatchSize)
-	case o.requests < 8:
-		return fmt.Errorf("bench calibrate: --requests %d: must be >= 8 (every pass needs one)", o.requests)
+	case o.runner == "cuda" && o.set["workers"]:
+		return fmt.Errorf("%s: --workers %d: applies to --device cpu", cmd, o.workers)
+	case o.runner == simDevice && o.set["model"]:
+		return fmt.Errorf("%s: --model %q: applies to --device cpu or cuda (sim calibrates its built-in profile)", cmd, o.model)
+	case o.runner == simDevice && o.set["workers"]:
+		return fmt.Errorf("%s: --workers %d: applies to --device cpu", cmd, o.workers)
+	}
+	if err := o.engineFlags.validate(cmd); err != nil {
+		return err
+	}
+	if o.requests < 8 {
+		return fmt.Errorf("%s: --requests %d: must be >= 8 (every pass needs one)", cmd, o.requests)
 	}
 	if o.out != "" {
-		if dir := filepath.Dir(o.out); dir != "" {
-			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-				return fmt.Errorf("bench calibrate: --out %q: directory %q does not exist", o.out, dir)
-			}
+		if err := os.MkdirAll(o.out, 0o755); err != nil {
+			return fmt.Errorf("%s: --out %q: %w", cmd, o.out, err)
 		}
 	}
 	return nil
 }
 
-// simTruth is the profile --runner sim must recover: device time only,
+// simTruth is the profile --device sim must recover: device time only,
 // which is what a recorder sees.
 func simTruth() sim.Linear {
 	l := sim.H200Llama3_8B(false)
@@ -159,7 +167,7 @@ func runBenchCalibrate(ctx context.Context, o benchCalibrateOptions, out io.Writ
 		cfg.Device, cfg.MaxContext = calibrate.CPU(m, workers), m.MaxContext()
 		if o.runner == "cuda" {
 			workers = 0
-			cfg.Device, cfg.Warmup = calibrate.CUDA(m, o.gpu), calibrateCUDAWarmup
+			cfg.Device, cfg.Warmup = calibrate.CUDA(m, o.gpu.Index), calibrateCUDAWarmup
 		}
 	}
 	what := name
@@ -167,7 +175,7 @@ func runBenchCalibrate(ctx context.Context, o benchCalibrateOptions, out io.Writ
 	case "cpu":
 		what = fmt.Sprintf("%s, workers %d", name, workers)
 	case "cuda":
-		what = fmt.Sprintf("%s, GPU %d", name, o.gpu)
+		what = fmt.Sprintf("%s, GPU %d", name, o.gpu.Index)
 	}
 	if _, err := fmt.Fprintf(out, "calibrating the %s runner (%s): max batch %d, %d requests per set, seed %d\n",
 		o.runner, what, o.maxBatchSize, o.requests, o.seed); err != nil {
@@ -183,10 +191,11 @@ func runBenchCalibrate(ctx context.Context, o benchCalibrateOptions, out io.Writ
 		return p, err
 	}
 	if o.out != "" {
-		if err := p.WriteProfile(o.out); err != nil {
+		path := filepath.Join(o.out, calibrateProfileFile)
+		if err := p.WriteProfile(path); err != nil {
 			return p, fmt.Errorf("bench calibrate: --out %q: %w", o.out, err)
 		}
-		if _, err := fmt.Fprintf(out, "profile written to %s\n", o.out); err != nil {
+		if _, err := fmt.Fprintf(out, "profile written to %s\n", path); err != nil {
 			return p, err
 		}
 	}

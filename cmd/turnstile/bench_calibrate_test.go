@@ -11,16 +11,19 @@ import (
 )
 
 func TestBenchCalibrateFlagErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
 	for _, tc := range []struct {
 		name    string
 		args    []string
 		wantErr string
 	}{
-		{"runner", []string{"--runner", "tpu"}, `bench calibrate: --runner "tpu": want cpu, cuda or sim`},
-		{"gpu", []string{"--runner", "cuda", "--gpu", "-1"}, "bench calibrate: --gpu -1: must be >= 0"},
-		{"workers with cuda", []string{"--runner", "cuda", "--workers", "2"}, "bench calibrate: --workers 2: applies to --runner cpu"},
-		{"model with sim", []string{"--runner", "sim", "--model", "x.gguf"}, `bench calibrate: --model "x.gguf": applies to --runner cpu`},
-		{"workers with sim", []string{"--runner", "sim", "--workers", "2"}, "bench calibrate: --workers 2: applies to --runner cpu"},
+		{"device", []string{"--device", "tpu"}, `bench calibrate: --device "tpu": want auto, cpu, cuda or cuda:N`},
+		{"device auto", []string{"--device", "auto"}, "bench calibrate: --device auto: name the runner to calibrate"},
+		{"gpu", []string{"--device", "cuda:-1"}, `bench calibrate: --device "cuda:-1"`},
+		{"workers with cuda", []string{"--device", "cuda", "--workers", "2"}, "bench calibrate: --workers 2: applies to --device cpu"},
+		{"model with sim", []string{"--device", "sim", "--model", "x.gguf"}, `bench calibrate: --model "x.gguf": applies to --device cpu`},
+		{"workers with sim", []string{"--device", "sim", "--workers", "2"}, "bench calibrate: --workers 2: applies to --device cpu"},
 		{"workers", []string{"--workers", "-1"}, "bench calibrate: --workers -1: must be >= 0"},
 		{"batch", []string{"--max-batch-size", "0"}, "bench calibrate: --max-batch-size 0: must be in [1, 256]"},
 		{"batch huge", []string{"--max-batch-size", "1000"}, "bench calibrate: --max-batch-size 1000"},
@@ -28,7 +31,7 @@ func TestBenchCalibrateFlagErrors(t *testing.T) {
 		{"seed", []string{"--seed", "-1"}, `invalid argument "-1" for "--seed"`},
 		{"model empty", []string{"--model", ""}, "bench calibrate: --model is empty"},
 		{"missing model", []string{"--model", "/no/such.gguf"}, `bench calibrate: --model "/no/such.gguf"`},
-		{"out dir", []string{"--runner", "sim", "--out", "/no/such/dir/p.json"}, `bench calibrate: --out "/no/such/dir/p.json": directory "/no/such/dir" does not exist`},
+		{"out is a file", []string{"--device", "sim", "--out", filepath.Join(file, "sub")}, "bench calibrate: --out"},
 		{"args", []string{"extra"}, `unknown command "extra"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -41,8 +44,9 @@ func TestBenchCalibrateFlagErrors(t *testing.T) {
 // TestBenchCalibrateSim: the self-check recovers the built-in profile, and
 // the table and the profile say so.
 func TestBenchCalibrateSim(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sim.json")
-	out, err := runCLI(t, "bench", "calibrate", "--runner", "sim", "--max-batch-size", "4", "--requests", "16", "--out", path)
+	dir := filepath.Join(t.TempDir(), "sim")
+	path := filepath.Join(dir, calibrateProfileFile)
+	out, err := runCLI(t, "bench", "calibrate", "--device", "sim", "--max-batch-size", "4", "--requests", "16", "--out", dir)
 	require.NoError(t, err)
 	for _, want := range []string{"fitted µs", "true µs", "per context token", "decode-only", "with prefill",
 		"median step-time error 0.00% (goal ≤ 10%)", "profile written to " + path} {
@@ -62,8 +66,9 @@ func TestBenchCalibrateSim(t *testing.T) {
 // stories260K prints the table and writes a valid profile (its error is
 // wall-clock timing, so only its presence is checked).
 func TestBenchCalibrateCPU(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cpu.json")
-	out, err := runCLI(t, "bench", "calibrate", "--workers", "1", "--max-batch-size", "2", "--requests", "8", "--out", path)
+	dir := t.TempDir()
+	path := filepath.Join(dir, calibrateProfileFile)
+	out, err := runCLI(t, "bench", "calibrate", "--workers", "1", "--max-batch-size", "2", "--requests", "8", "--out", dir)
 	require.NoError(t, err)
 	require.Contains(t, out, "calibrating the cpu runner (stories260K.gguf, workers 1)")
 	require.Contains(t, out, "median step-time error")
@@ -77,14 +82,14 @@ func TestBenchCalibrateCPU(t *testing.T) {
 }
 
 // TestBenchCalibrateCUDAWithoutDriver: on a machine without the CUDA
-// driver --runner cuda fails with an error naming the runner and the
+// driver --device cuda fails with an error naming the runner and the
 // missing library, before any step is recorded. (On a GPU machine it
 // calibrates; that path has not run here.)
 func TestBenchCalibrateCUDAWithoutDriver(t *testing.T) {
 	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
 		t.Skip("a GPU is present")
 	}
-	out, err := runCLI(t, "bench", "calibrate", "--runner", "cuda", "--requests", "8", "--max-batch-size", "1")
+	out, err := runCLI(t, "bench", "calibrate", "--device", "cuda", "--requests", "8", "--max-batch-size", "1")
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "CUDA runner")
 	require.Contains(t, out, "calibrating the cuda runner (stories260K.gguf, GPU 0)")

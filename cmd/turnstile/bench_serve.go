@@ -19,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/turnstile-llm/turnstile/bench/serveload"
-	"github.com/turnstile-llm/turnstile/seatpool"
 )
 
 // benchServeFile is the JSON report's name inside --out.
@@ -27,23 +26,25 @@ const benchServeFile = "bench-serve.json"
 
 // benchServeOptions are the flags of `turnstile bench serve`.
 type benchServeOptions struct {
-	model        string
-	clients      []int
-	duration     time.Duration // per client level
-	warmup       time.Duration // at the largest level, before the first; 0 = none
-	maxRequests  int           // per client level
-	maxTokens    int
-	ignoreEOS    bool
-	seed         uint64
-	out          string // directory for the JSON report; "" = none
-	maxBatchSize int
-	kvTokens     int // 0: serve's default, seats × context
-	workers      int
-	timeout      time.Duration // per request
+	// engineFlags: --model, --device, --max-batch-size, --kv-cache-tokens,
+	// --workers, --seed (prompt and sampling-seed draws) and --out (the
+	// JSON report's directory); the rest of the server is serve's defaults.
+	engineFlags
+	clients     []int
+	duration    time.Duration // per client level
+	warmup      time.Duration // at the largest level, before the first; 0 = none
+	maxRequests int           // per client level
+	maxTokens   int
+	ignoreEOS   bool
+	timeout     time.Duration // per request
 }
 
+// benchServeEngineFlags are the engine flags bench serve registers.
+const benchServeEngineFlags = flagModel | flagDevice | flagMaxBatchSize | flagKVTokens | flagWorkers | flagSeed | flagOut
+
 func newBenchServeCmd() *cobra.Command {
-	o := benchServeOptions{}
+	o := benchServeOptions{engineFlags: newServeOptions().engineFlags, clients: []int{1, 16, 128}, duration: 30 * time.Second,
+		warmup: 2 * time.Second, maxRequests: 1_000_000, maxTokens: 64, ignoreEOS: true, timeout: serveload.DefaultRequestTimeout}
 	cmd := &cobra.Command{
 		Use:   "serve [--model FILE.gguf] [--clients 1,16,128] [--duration 30s] [--max-tokens 64] [--seed N] [--out DIR]",
 		Short: "Load-test an in-process server with concurrent streaming clients",
@@ -55,6 +56,7 @@ func newBenchServeCmd() *cobra.Command {
 			"JSON to DIR/" + benchServeFile + ". The exit status is non-zero if any request failed.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.parsed(cmd.Flags())
 			if err := o.validate(); err != nil {
 				return err
 			}
@@ -65,28 +67,24 @@ func newBenchServeCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.model, "model", defaultModelPath(), "GGUF model file (llama architecture)")
-	f.IntSliceVar(&o.clients, "clients", []int{1, 16, 128}, "concurrent clients, one level after another")
-	f.DurationVar(&o.duration, "duration", 30*time.Second, "how long each level sends requests")
-	f.DurationVar(&o.warmup, "warmup", 2*time.Second, "load at the largest --clients level before the first level, so RSS before/after compares steady states (0: none)")
-	f.IntVar(&o.maxRequests, "max-requests", 1_000_000, "most requests per level (also bounds the samples kept)")
-	f.IntVar(&o.maxTokens, "max-tokens", 64, "max_tokens of each request")
-	f.BoolVar(&o.ignoreEOS, "ignore-eos", true, "generate exactly --max-tokens per request (equal work per request)")
-	f.Uint64Var(&o.seed, "seed", 1, "seeds the prompt and sampling-seed draws of every client")
-	f.StringVar(&o.out, "out", "", "directory for the JSON report (created if missing)")
-	f.IntVar(&o.maxBatchSize, "max-batch-size", 8, "most sequences one step schedules")
-	f.IntVar(&o.kvTokens, "kv-cache-tokens", 0, "KV cache size, tokens (default: seats × model context, as serve)")
-	f.IntVar(&o.workers, "workers", 0, "cores the kernels use (0: GOMAXPROCS)")
-	f.DurationVar(&o.timeout, "request-timeout", serveload.DefaultRequestTimeout, "longest one request may take (then it is an error)")
+	o.register(f, benchServeEngineFlags)
+	f.IntSliceVar(&o.clients, "clients", o.clients, "concurrent clients, one level after another")
+	f.DurationVar(&o.duration, "duration", o.duration, "how long each level sends requests")
+	f.DurationVar(&o.warmup, "warmup", o.warmup, "load at the largest --clients level before the first level, so RSS before/after compares steady states (0: none)")
+	f.IntVar(&o.maxRequests, "max-requests", o.maxRequests, "most requests per level (also bounds the samples kept)")
+	f.IntVar(&o.maxTokens, "max-tokens", o.maxTokens, "max_tokens of each request")
+	f.BoolVar(&o.ignoreEOS, "ignore-eos", o.ignoreEOS, "generate exactly --max-tokens per request (equal work per request)")
+	f.DurationVar(&o.timeout, "request-timeout", o.timeout, "longest one request may take (then it is an error)")
 	return cmd
 }
 
 // validate checks every flag that does not need the model, and creates
 // --out so that a bad directory fails before minutes of load.
 func (o *benchServeOptions) validate() error {
+	if err := o.engineFlags.validate("bench serve"); err != nil {
+		return err
+	}
 	switch {
-	case o.model == "":
-		return errors.New("bench serve: --model is empty")
 	case len(o.clients) == 0:
 		return errors.New("bench serve: --clients is empty")
 	case o.duration <= 0:
@@ -97,12 +95,6 @@ func (o *benchServeOptions) validate() error {
 		return fmt.Errorf("bench serve: --max-requests %d: must be >= 1", o.maxRequests)
 	case o.maxTokens < 1:
 		return fmt.Errorf("bench serve: --max-tokens %d: must be >= 1", o.maxTokens)
-	case o.maxBatchSize < 1:
-		return fmt.Errorf("bench serve: --max-batch-size %d: must be >= 1", o.maxBatchSize)
-	case o.kvTokens < 0:
-		return fmt.Errorf("bench serve: --kv-cache-tokens %d: must be >= 0", o.kvTokens)
-	case o.workers < 0:
-		return fmt.Errorf("bench serve: --workers %d: must be >= 0", o.workers)
 	case o.timeout <= 0:
 		return fmt.Errorf("bench serve: --request-timeout %v: must be > 0", o.timeout)
 	}
@@ -123,19 +115,20 @@ func (o *benchServeOptions) validate() error {
 // connection, and the server's queue bound is raised to the largest level.
 const maxBenchClients = 4096
 
-// serveOptions is the in-process server: serve's defaults on a free
-// loopback port, quiet logs, and a queue bound that admits every client
-// (a 429 would be counted as an error).
+// serveOptions is the in-process server: serve's defaults (newServeOptions)
+// with this command's engine flags, on a free loopback port, with quiet
+// logs, a shorter drain and a queue bound that admits every client (a 429
+// would be counted as an error).
 func (o *benchServeOptions) serveOptions() (serveOptions, error) {
-	overlap := true
-	seats, err := seatpool.Seats(seatpool.Sizing{MaxBatchSize: o.maxBatchSize, Overlap: overlap, DeferredTeardown: overlap})
+	so := newServeOptions()
+	so.engineFlags = o.engineFlags
+	so.out = "" // bench serve's report directory, not the server's
+	seats, _, err := engineSeats(so.maxBatchSize, !so.noOverlap)
 	if err != nil {
 		return serveOptions{}, fmt.Errorf("bench serve: %w", err)
 	}
-	so := serveOptions{model: o.model, host: "127.0.0.1", port: 0, dp: 1, blockSize: 16,
-		maxBatchSize: o.maxBatchSize, maxBatched: 512, maxQueue: max(4*seats, slicesMax(o.clients)),
-		kvTokens: o.kvTokens, drain: 10 * time.Second, workers: o.workers, logFormat: "text", logLevel: "warn"}
-	if err := so.validate(false); err != nil {
+	so.port, so.maxQueue, so.drain, so.logLevel = 0, max(4*seats, slicesMax(o.clients)), 10*time.Second, "warn"
+	if err := so.validate(); err != nil {
 		return serveOptions{}, fmt.Errorf("bench %w", err)
 	}
 	return so, nil

@@ -4,17 +4,13 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/spf13/cobra"
-
 	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/step"
 )
 
-// defaultGPUMemoryFraction is --gpu-memory-fraction's default (vLLM's).
-const defaultGPUMemoryFraction = 0.9
-
-// deviceOptions are the --device flag and, for serve, --gpu-memory-fraction.
+// deviceOptions are --device and, for serve, --gpu-memory-fraction (registered
+// by engineFlags).
 //
 // --gpu-memory-fraction with an explicit --device cpu is refused (the CPU
 // runner sizes KV with --kv-cache-tokens, so accepting it would silently
@@ -28,18 +24,6 @@ type deviceOptions struct {
 	// probe says whether a CUDA device can be used; nil: cuda.ProbeCUDA.
 	// Tests inject one to pin the outcome on machines with a GPU.
 	probe cuda.Prober
-}
-
-// addDeviceFlag registers --device on cmd.
-func (d *deviceOptions) addDeviceFlag(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&d.device, "device", "auto",
-		"where the kernels run: auto (CUDA when the driver, a device and NVRTC are found, else the CPU), cpu, cuda or cuda:N")
-}
-
-// addFractionFlag registers --gpu-memory-fraction on cmd.
-func (d *deviceOptions) addFractionFlag(cmd *cobra.Command) {
-	cmd.Flags().Float64Var(&d.gpuFraction, "gpu-memory-fraction", defaultGPUMemoryFraction,
-		"share of GPU memory in (0, 1] for weights, activations and KV cache (CUDA; exclusive with --kv-cache-tokens; refused with --device cpu)")
 }
 
 // validate parses --device and checks --gpu-memory-fraction against it and

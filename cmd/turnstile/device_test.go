@@ -122,7 +122,7 @@ func TestServeAutoFallsBackToCPU(t *testing.T) {
 			o := defaultServeOptions()
 			o.kvTokens = 0 // seats × context on the CPU
 			o.dev = deviceOptions{device: "auto", gpuFraction: 0.7, fractionSet: fractionSet, probe: func(int) error { return errNoDriver }}
-			require.NoError(t, o.validate(false))
+			require.NoError(t, o.validate())
 			ctx, cancel := context.WithCancel(context.Background())
 			var out, logs syncBuffer
 			done := make(chan error, 1)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -8,45 +10,38 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/turnstile-llm/turnstile/cuda"
+	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/model"
-	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
-	"github.com/turnstile-llm/turnstile/step"
 )
-
-// generateBlockSize is the KV block size of the one sequence generate runs,
-// in tokens.
-const generateBlockSize = 16
-
-// generateMaxChunk is the most prompt tokens one prefill step computes.
-const generateMaxChunk = 512
 
 // generateOptions are the flags of `turnstile generate`.
 type generateOptions struct {
-	model       string
+	// engineFlags: --model, --device, --workers and --seed (the sampling
+	// seed); generate sizes its KV cache to the one sequence, so it has no
+	// --gpu-memory-fraction.
+	engineFlags
 	prompt      string
 	n           int
 	temperature float32
 	topP        float32
 	topK        int
-	seed        uint64
-	workers     int
-	// dev is --device; generate sizes its KV cache to the one sequence,
-	// so it has no --gpu-memory-fraction.
-	dev deviceOptions
 }
 
+// generateEngineFlags are the engine flags generate registers.
+const generateEngineFlags = flagModel | flagDevice | flagWorkers | flagSeed
+
 func newGenerateCmd() *cobra.Command {
-	o := generateOptions{}
+	o := generateOptions{engineFlags: defaultEngineFlags(), n: 64, topP: 1}
 	cmd := &cobra.Command{
 		Use:   "generate --prompt TEXT [-n N]",
 		Short: "Generate text from a prompt and report tokens/s",
-		Long: "generate loads a llama GGUF model, runs one sequence through the CPU or CUDA runner (--device)\n" +
-			"(prefill, then decode until -n tokens or end of sequence), prints the prompt and\n" +
-			"the generated text, and reports prefill and decode throughput separately on stderr.",
+		Long: "generate loads a llama GGUF model and runs one request through the engine on the CPU or CUDA\n" +
+			"runner (--device): prefill, then decode until -n tokens or end of sequence. It prints the prompt\n" +
+			"and the generated text, and reports prefill and decode throughput separately on stderr.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.parsed(cmd.Flags())
 			if err := o.validate(); err != nil {
 				return err
 			}
@@ -54,25 +49,13 @@ func newGenerateCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.model, "model", defaultModelPath(), "GGUF model file (llama architecture)")
-	f.StringVar(&o.prompt, "prompt", "", "prompt text (empty: start from BOS)")
-	f.IntVarP(&o.n, "n", "n", 64, "tokens to generate (≥ 1)")
-	f.Float32Var(&o.temperature, "temperature", 0, "sampling temperature (0: greedy)")
-	f.Float32Var(&o.topP, "top-p", 1, "nucleus sampling mass in (0, 1] (1: off)")
-	f.IntVar(&o.topK, "top-k", 0, "keep the K most likely tokens (0: off)")
-	f.Uint64Var(&o.seed, "seed", 0, "sampling seed")
-	f.IntVar(&o.workers, "workers", 0, "cores the CPU kernels use (0: GOMAXPROCS)")
-	o.dev.addDeviceFlag(cmd)
+	o.register(f, generateEngineFlags)
+	f.StringVar(&o.prompt, "prompt", o.prompt, "prompt text (empty: start from BOS)")
+	f.IntVarP(&o.n, "n", "n", o.n, "tokens to generate (≥ 1)")
+	f.Float32Var(&o.temperature, "temperature", o.temperature, "sampling temperature (0: greedy)")
+	f.Float32Var(&o.topP, "top-p", o.topP, "nucleus sampling mass in (0, 1] (1: off)")
+	f.IntVar(&o.topK, "top-k", o.topK, "keep the K most likely tokens (0: off)")
 	return cmd
-}
-
-// defaultModelPath is the stories260K test model when it can be found from
-// the working directory, else its path relative to the repository.
-func defaultModelPath() string {
-	if p, err := gguf.TestModelPath(); err == nil {
-		return p
-	}
-	return gguf.TestModelFile
 }
 
 // params converts the sampling flags.
@@ -86,7 +69,10 @@ func (o generateOptions) params() sampling.Params {
 // validate checks every flag that does not need the model, naming the
 // offending value.
 func (o generateOptions) validate() error {
-	if _, err := o.selection(); err != nil {
+	if err := o.engineFlags.validate("generate"); err != nil {
+		return err
+	}
+	if _, err := o.selectDevice("generate"); err != nil {
 		return err
 	}
 	switch {
@@ -98,10 +84,6 @@ func (o generateOptions) validate() error {
 		return fmt.Errorf("generate: --top-p %g: must be in (0, 1]", o.topP)
 	case o.topK < 0:
 		return fmt.Errorf("generate: --top-k %d: must be ≥ 0", o.topK)
-	case o.workers < 0:
-		return fmt.Errorf("generate: --workers %d: must be ≥ 0", o.workers)
-	case o.model == "":
-		return fmt.Errorf("generate: --model is empty")
 	}
 	p := o.params()
 	// Vocabulary-independent checks; the vocabulary is checked after loading.
@@ -111,18 +93,11 @@ func (o generateOptions) validate() error {
 	return nil
 }
 
-// selection is --device parsed.
-func (o generateOptions) selection() (cuda.Selection, error) {
-	d := o.dev
-	d.gpuFraction = defaultGPUMemoryFraction // not a generate flag; only checked
-	return d.validate("generate", false)
-}
-
-// runGenerate loads the model and drives one sequence through the runner of
-// the selected device directly, with its own block table (blocks 0, 1, ...
-// in order). When --device auto chose, one line on errOut says which and why.
+// runGenerate loads the model, builds an engine of one seat on the runner
+// of the selected device, submits the prompt and drains its stream. When
+// --device auto chose, one line on errOut says which and why.
 func runGenerate(out, errOut io.Writer, o generateOptions) error {
-	sel, err := o.selection()
+	sel, err := o.selectDevice("generate")
 	if err != nil {
 		return err
 	}
@@ -154,78 +129,79 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 	if err := p.Validate(m.Config().Vocab); err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	chunk := min(len(prompt), generateMaxChunk)
-	blocks := (total + generateBlockSize - 1) / generateBlockSize
-	r, _, err := newRunner("generate", device, m, runnerSizes{seats: 1, kvBlocks: blocks, blockSize: generateBlockSize,
-		maxBatchTokens: chunk, workers: o.workers})
+
+	// One sequence: one batch row, no overlap, a KV cache of its length.
+	cfg := o.executorConfig()
+	cfg.MaxBatchSize, cfg.Overlap = 1, false
+	cfg.MaxNumBatchedTokens = min(len(prompt), cfg.MaxNumBatchedTokens)
+	seats, _, err := engineSeats(cfg.MaxBatchSize, cfg.Overlap)
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	cfg.Seats = seats
+	r, _, err := newRunner("generate", device, m, runnerSizes{seats: seats, kvBlocks: (total + cfg.BlockSize - 1) / cfg.BlockSize,
+		blockSize: cfg.BlockSize, maxBatchTokens: cfg.MaxNumBatchedTokens, workers: o.workers})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	table := make([]int32, blocks)
-	for i := range table {
-		table[i] = int32(i)
+	eng, err := executor.New(cfg, r, tok)
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
 	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	loop := make(chan error, 1)
+	go func() { loop <- eng.Run(ctx) }()
 
 	if _, err := io.WriteString(out, o.prompt); err != nil {
 		return err
 	}
-	var b step.Batch
-	var res step.Output
 	t0 := time.Now()
-	// Prefill in chunks; only the last samples.
-	for at := 0; at < len(prompt); at += chunk {
-		end := min(at+chunk, len(prompt))
-		b.Reset()
-		for i := at; i < end; i++ {
-			b.Tokens = append(b.Tokens, prompt[i])
-			b.Positions = append(b.Positions, int32(i))
-		}
-		b.Seqs = append(b.Seqs, step.SeqBatch{
-			NumTokens: int32(end - at), ContextLen: int32(end), BlockTable: table,
-			Sample: end == len(prompt), Start: at == 0, Params: &p, History: prompt,
-		})
-		if err := r.Execute(&b, &res); err != nil {
-			return fmt.Errorf("generate: prefill tokens [%d, %d): %w", at, end, err)
-		}
+	text, err := eng.Submit(ctx, &executor.Request{PromptTokens: prompt, MaxTokens: o.n, Params: p})
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
 	}
-	prefill := time.Since(t0)
-
-	dec := tok.NewContinuation()
-	if len(prompt) == 1 && prompt[0] == tok.BOS() {
-		dec = tok.NewDecoder() // text starts here: drop the space prefix
-	}
-	generated, steps := 0, 0 // tokens printed, decode steps run
-	next := res.Tokens[0]
-	t1 := time.Now()
+	var t1 time.Time // the first token: prefill done
+	var usage executor.Usage
 	for {
-		if next == tok.EOS() {
+		d, err := text.Recv(ctx)
+		if errors.Is(err, io.EOF) {
 			break
 		}
-		generated++
-		if _, err := io.WriteString(out, dec.Add(next)); err != nil {
+		if err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+		if t1.IsZero() && len(d.TokenIDs) > 0 {
+			t1 = time.Now()
+		}
+		if _, err := io.WriteString(out, d.Text); err != nil {
 			return err
 		}
-		if generated == o.n {
-			break
+		if d.FinishReason != executor.FinishNone {
+			usage = d.Usage
 		}
-		ctx := int32(len(prompt) + generated)
-		b.Reset()
-		b.Tokens = append(b.Tokens, step.FutureToken)
-		b.Positions = append(b.Positions, ctx-1)
-		b.Seqs = append(b.Seqs, step.SeqBatch{NumTokens: 1, ContextLen: ctx, BlockTable: table, Sample: true})
-		if err := r.Execute(&b, &res); err != nil {
-			return fmt.Errorf("generate: decode at position %d: %w", ctx-1, err)
-		}
-		steps++
-		next = res.Tokens[0]
 	}
-	decode := time.Since(t1)
-	if _, err := fmt.Fprintln(out, dec.Flush()); err != nil {
+	t2 := time.Now()
+	stop()
+	if err := <-loop; err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("generate: %w", err)
+	}
+	if err := eng.Check(); err != nil {
+		return fmt.Errorf("generate: after the request: %w", err)
+	}
+	if _, err := fmt.Fprintln(out); err != nil {
 		return err
 	}
+	if t1.IsZero() {
+		t1 = t2
+	}
+	// The first token comes from the prefill step; every later one
+	// (a stop token included) from a decode step.
+	steps := max(usage.Completion-1, 0)
+	prefill, decode := t1.Sub(t0), t2.Sub(t1)
 	_, err = fmt.Fprintf(errOut, "prefill: %d tokens in %v (%.0f tok/s); decode: %d tokens in %v (%.0f tok/s)\n",
-		len(prompt), prefill.Round(time.Microsecond), rate(len(prompt), prefill),
+		usage.Prompt, prefill.Round(time.Microsecond), rate(usage.Prompt, prefill),
 		steps, decode.Round(time.Microsecond), rate(steps, decode))
 	return err
 }

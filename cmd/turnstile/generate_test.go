@@ -21,7 +21,7 @@ func TestGenerateFlagErrors(t *testing.T) {
 		{"zero top-p", []string{"generate", "--top-p", "0"}, "generate: --top-p 0: must be in (0, 1]"},
 		{"top-p above one", []string{"generate", "--top-p", "1.5"}, "generate: --top-p 1.5: must be in (0, 1]"},
 		{"negative top-k", []string{"generate", "--top-k", "-2"}, "generate: --top-k -2: must be ≥ 0"},
-		{"negative workers", []string{"generate", "--workers", "-1"}, "generate: --workers -1: must be ≥ 0"},
+		{"negative workers", []string{"generate", "--workers", "-1"}, "generate: --workers -1: must be >= 0"},
 		{"missing model", []string{"generate", "--model", "/no/such/model.gguf"}, "/no/such/model.gguf"},
 		{"too long", []string{"generate", "-n", "4000"}, "-n 4000 = 4001 exceeds the model's context of 2048 tokens"},
 		{"extra argument", []string{"generate", "extra"}, `unknown command "extra" for "turnstile generate"`},

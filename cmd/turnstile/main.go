@@ -1,5 +1,3 @@
-// Command turnstile is the CLI of the turnstile inference executor: it wires the
-// packages together and owns every flag.
 package main
 
 import (

@@ -116,8 +116,8 @@ func newModelSynthCmd() *cobra.Command {
 		c         gguf.LlamaConfig
 		typ       string
 		vocabFrom string
-		seed      uint64
 		out       string
+		e         = defaultEngineFlags() // --seed: the weights' seed
 	)
 	cmd := &cobra.Command{
 		Use:   "synth",
@@ -147,7 +147,7 @@ func newModelSynthCmd() *cobra.Command {
 				return fmt.Errorf("--vocab-from %s: %w", vocabFrom, err)
 			}
 			c.Vocab = tok.VocabSize()
-			w, err := gguf.SynthLlama(c, t, rand.New(rand.NewPCG(seed, 0x7475726e)))
+			w, err := gguf.SynthLlama(c, t, rand.New(rand.NewPCG(e.seed, 0x7475726e)))
 			if err != nil {
 				return err
 			}
@@ -172,7 +172,7 @@ func newModelSynthCmd() *cobra.Command {
 	fl.BoolVar(&c.TiedOutput, "tied", false, "omit output.weight (logits use token_embd.weight)")
 	fl.StringVar(&typ, "type", "f32", "weight type: f32, f16, bf16 or q8_0 (norms stay f32)")
 	fl.StringVar(&vocabFrom, "vocab-from", "", "GGUF file whose tokenizer metadata is copied")
-	fl.Uint64Var(&seed, "seed", 1, "random seed for the weights")
+	e.register(fl, flagSeed)
 	fl.StringVarP(&out, "output", "o", "", "output GGUF file")
 	return cmd
 }

@@ -35,7 +35,10 @@ type poolsOptions struct {
 }
 
 func newPoolsCmd() *cobra.Command {
-	o := poolsOptions{}
+	o := poolsOptions{sequences: 32, tokens: 2048}
+	// The engine's --block-size and --max-batch-size, sizing the demo's
+	// pools (whose bounds the demo checks: it allocates them).
+	e := defaultEngineFlags()
 	cmd := &cobra.Command{
 		Use:   "pools --demo",
 		Short: "Show seat sizing and KV prefix sharing, measured on the real pools",
@@ -46,6 +49,7 @@ func newPoolsCmd() *cobra.Command {
 			"and distinct-block (B) accounting would charge for them.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.blockSize, o.maxBatchSize = e.blockSize, e.maxBatchSize
 			if !o.demo {
 				return errors.New("pools: nothing to show without --demo")
 			}
@@ -57,10 +61,9 @@ func newPoolsCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.demo, "demo", false, "run the demonstration")
-	f.IntVar(&o.sequences, "sequences", 32, "sequences in the sharing table (1..4096)")
-	f.IntVar(&o.tokens, "tokens", 2048, "tokens per sequence (> 1)")
-	f.IntVar(&o.blockSize, "block-size", 16, "KV block size in tokens (a power of two in 1..256)")
-	f.IntVar(&o.maxBatchSize, "max-batch-size", 8, "sequences one step may schedule (1..4096)")
+	f.IntVar(&o.sequences, "sequences", o.sequences, "sequences in the sharing table (1..4096)")
+	f.IntVar(&o.tokens, "tokens", o.tokens, "tokens per sequence (> 1)")
+	e.register(f, flagBlockSize|flagMaxBatchSize)
 	return cmd
 }
 

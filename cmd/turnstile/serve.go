@@ -24,43 +24,44 @@ import (
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/policy"
-	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/server"
 )
 
-// serveOptions are the flags of `turnstile serve`.
+// serveOptions are the flags of `turnstile serve`: the engine configuration
+// and the server's own.
 type serveOptions struct {
-	model        string
+	engineFlags
 	modelName    string // served id; "" = the file's base name
 	chatTemplate string // a Jinja file overriding the GGUF's template
 	host         string
 	port         int
 	dp           int
-	blockSize    int
-	maxBatchSize int
-	maxBatched   int // tokens per step
-	kvTokens     int // 0: seats × context on the CPU, --gpu-memory-fraction on CUDA
-	dev          deviceOptions
 	selection    cuda.Selection // --device parsed by validate
 	admission    string         // A, B, C or none (validate normalizes it)
 	programs     programFlags
-	noOverlap    bool
 	// chargeRetiring restores seed 004's BASE accounting (experiments only).
 	chargeRetiring bool
 	apiKeys        []string
 	maxQueue       int // 0: 4 × seats
 	drain          time.Duration
-	workers        int
 	logFormat      string
 	logLevel       string
 }
 
-// programFlagNames are the program policy's parameter flags.
-var programFlagNames = []string{"admission-buffer", "admission-reserve", "acting-token-weight", "pause-threshold",
-	"pause-target", "resume-hysteresis", "aging-tau", "forced-resume", "program-lease"}
+// newServeOptions is serve's configuration before any flag: the engine's
+// defaults and the server's, stated once (bench serve starts from it too).
+func newServeOptions() serveOptions {
+	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, admission: "A",
+		programs: newProgramFlags(), drain: 30 * time.Second, logFormat: "text", logLevel: "info"}
+}
+
+// serveEngineFlags are the engine flags serve registers.
+const serveEngineFlags = flagModel | flagDevice | flagGPUFraction | flagMaxBatchSize | flagMaxBatched | flagBlockSize |
+	flagKVTokens | flagWorkers | flagNoOverlap
 
 // programFlags are the program policy's parameters. Those not given on the
-// command line (set) take the arm's defaults (policy.DefaultConfig).
+// command line (set) take the arm's defaults (policy.DefaultConfig); the
+// policy validates them (policy.Config.Validate).
 type programFlags struct {
 	buffer, reserve                               int
 	actingWeight                                  float64
@@ -69,8 +70,38 @@ type programFlags struct {
 	set                                           map[string]bool
 }
 
+// newProgramFlags holds arm A's defaults, which the flags' help shows.
+func newProgramFlags() programFlags {
+	d := policy.DefaultConfig(policy.ArmA, 1)
+	return programFlags{buffer: d.Buffer, reserve: d.Reserve, actingWeight: d.ActingTokenWeight, pauseThreshold: d.PauseThreshold,
+		pauseTarget: d.PauseTarget, resumeHysteresis: d.ResumeHysteresis, agingTau: d.AgingTau, forcedResume: d.ForcedResume, lease: d.Lease}
+}
+
+// programParam is one program policy flag: its name, its value as given,
+// and how it sets the policy's configuration.
+type programParam struct {
+	name, value string
+	apply       func(*policy.Config)
+}
+
+// params lists the program policy flags in the order they are applied (a
+// threshold before the target and hysteresis it bounds).
+func (p *programFlags) params() []programParam {
+	return []programParam{
+		{"admission-buffer", strconv.Itoa(p.buffer), func(c *policy.Config) { c.Buffer = p.buffer }},
+		{"admission-reserve", strconv.Itoa(p.reserve), func(c *policy.Config) { c.Reserve = p.reserve }},
+		{"acting-token-weight", fmt.Sprint(p.actingWeight), func(c *policy.Config) { c.ActingTokenWeight = p.actingWeight }},
+		{"pause-threshold", fmt.Sprint(p.pauseThreshold), func(c *policy.Config) { c.PauseThreshold = p.pauseThreshold }},
+		{"pause-target", fmt.Sprint(p.pauseTarget), func(c *policy.Config) { c.PauseTarget = p.pauseTarget }},
+		{"resume-hysteresis", fmt.Sprint(p.resumeHysteresis), func(c *policy.Config) { c.ResumeHysteresis = p.resumeHysteresis }},
+		{"aging-tau", p.agingTau.String(), func(c *policy.Config) { c.AgingTau = p.agingTau }},
+		{"forced-resume", p.forcedResume.String(), func(c *policy.Config) { c.ForcedResume = p.forcedResume }},
+		{"program-lease", p.lease.String(), func(c *policy.Config) { c.Lease = p.lease }},
+	}
+}
+
 func newServeCmd() *cobra.Command {
-	o := serveOptions{}
+	o := newServeOptions()
 	cmd := &cobra.Command{
 		Use:   "serve [--model FILE.gguf] [--host 127.0.0.1] [--port 8080]",
 		Short: "Serve a model over the OpenAI-compatible HTTP API",
@@ -82,12 +113,9 @@ func newServeCmd() *cobra.Command {
 			"--drain-timeout, aborts the rest and exits 0.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.programs.set = map[string]bool{}
-			for _, name := range programFlagNames {
-				o.programs.set[name] = cmd.Flags().Changed(name)
-			}
-			o.dev.fractionSet = cmd.Flags().Changed("gpu-memory-fraction")
-			if err := o.validate(cmd.Flags().Changed("kv-cache-tokens")); err != nil {
+			o.parsed(cmd.Flags())
+			o.programs.set = o.set
+			if err := o.validate(); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -96,67 +124,50 @@ func newServeCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.model, "model", defaultModelPath(), "GGUF model file (llama architecture)")
-	f.StringVar(&o.modelName, "served-model-name", "", "model id clients send (default: the file's base name)")
-	f.StringVar(&o.chatTemplate, "chat-template", "", "Jinja chat template file (default: the GGUF's tokenizer.chat_template, else the plain fallback)")
-	f.StringVar(&o.host, "host", "127.0.0.1", "address to bind")
-	f.IntVar(&o.port, "port", 8080, "TCP port (0: any free port)")
-	f.IntVar(&o.dp, "dp", 1, "attention data-parallel ranks, each its own engine, KV cache and seats, routed at one gather point (CPU runner)")
-	f.IntVar(&o.blockSize, "block-size", 16, "KV block size, tokens (power of two, 1..256)")
-	f.IntVar(&o.maxBatchSize, "max-batch-size", 8, "most sequences one step schedules")
-	f.IntVar(&o.maxBatched, "max-num-batched-tokens", 512, "most tokens one step computes")
-	f.IntVar(&o.kvTokens, "kv-cache-tokens", 0, "KV cache size, tokens (default: seats × model context on the CPU, --gpu-memory-fraction on CUDA)")
-	o.dev.addDeviceFlag(cmd)
-	o.dev.addFractionFlag(cmd)
-	f.StringVar(&o.admission, "admission", "A", "program admission policy for requests with a program id: A (ThunderAgent's accounting), B (distinct shared blocks), C (A with pause thresholds) or none")
-	d := policy.DefaultConfig(policy.ArmA, 1)
-	f.IntVar(&o.programs.buffer, "admission-buffer", d.Buffer, "tokens charged per ACTIVE program under A and C")
-	f.IntVar(&o.programs.reserve, "admission-reserve", d.Reserve, "tokens charged per ACTIVE program under B (growth headroom)")
-	f.Float64Var(&o.programs.actingWeight, "acting-token-weight", d.ActingTokenWeight, "weight of a program's tokens between turns under A and C, in [0, 1]")
-	f.Float64Var(&o.programs.pauseThreshold, "pause-threshold", d.PauseThreshold, "pause programs when used exceeds this fraction of the KV capacity (C's default: 0.95)")
-	f.Float64Var(&o.programs.pauseTarget, "pause-target", d.PauseTarget, "pause down to this fraction of the KV capacity (C's default: 0.80)")
-	f.Float64Var(&o.programs.resumeHysteresis, "resume-hysteresis", d.ResumeHysteresis, "resume while used + estimate <= threshold - this (C's default: 0.10)")
-	f.DurationVar(&o.programs.agingTau, "aging-tau", d.AgingTau, "aging of waiting programs: effective size = tokens / (1 + wait/tau); 0 disables")
-	f.DurationVar(&o.programs.forcedResume, "forced-resume", d.ForcedResume, "resume a waiting turn after this long even if it does not fit")
-	f.DurationVar(&o.programs.lease, "program-lease", d.Lease, "end a program after this long without a turn")
-	f.BoolVar(&o.noOverlap, "no-overlap", false, "run the plain step loop (no overlap scheduling)")
-	f.BoolVar(&o.chargeRetiring, "charge-retiring", false, "experiments only: charge retiring requests against admission and step budgets (seed 004's BASE behaviour)")
-	f.StringArrayVar(&o.apiKeys, "api-key", nil, "require 'Authorization: Bearer KEY' (repeatable; each key is its own cache tenant)")
-	f.IntVar(&o.maxQueue, "max-queue", 0, "most requests in flight before 429 (default: 4 × seats)")
-	f.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
-	f.IntVar(&o.workers, "workers", 0, "cores the kernels use (0: GOMAXPROCS)")
-	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
-	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	o.register(f, serveEngineFlags)
+	f.StringVar(&o.modelName, "served-model-name", o.modelName, "model id clients send (default: the file's base name)")
+	f.StringVar(&o.chatTemplate, "chat-template", o.chatTemplate, "Jinja chat template file (default: the GGUF's tokenizer.chat_template, else the plain fallback)")
+	f.StringVar(&o.host, "host", o.host, "address to bind")
+	f.IntVar(&o.port, "port", o.port, "TCP port (0: any free port)")
+	f.IntVar(&o.dp, "dp", o.dp, "attention data-parallel ranks, each its own engine, KV cache and seats, routed at one gather point (CPU runner)")
+	f.StringVar(&o.admission, "admission", o.admission, "program admission policy for requests with a program id: A (ThunderAgent's accounting), B (distinct shared blocks), C (A with pause thresholds) or none")
+	p := &o.programs
+	f.IntVar(&p.buffer, "admission-buffer", p.buffer, "tokens charged per ACTIVE program under A and C")
+	f.IntVar(&p.reserve, "admission-reserve", p.reserve, "tokens charged per ACTIVE program under B (growth headroom)")
+	f.Float64Var(&p.actingWeight, "acting-token-weight", p.actingWeight, "weight of a program's tokens between turns under A and C, in [0, 1]")
+	f.Float64Var(&p.pauseThreshold, "pause-threshold", p.pauseThreshold, "pause programs when used exceeds this fraction of the KV capacity (C's default: 0.95)")
+	f.Float64Var(&p.pauseTarget, "pause-target", p.pauseTarget, "pause down to this fraction of the KV capacity (C's default: 0.80)")
+	f.Float64Var(&p.resumeHysteresis, "resume-hysteresis", p.resumeHysteresis, "resume while used + estimate <= threshold - this (C's default: 0.10)")
+	f.DurationVar(&p.agingTau, "aging-tau", p.agingTau, "aging of waiting programs: effective size = tokens / (1 + wait/tau); 0 disables")
+	f.DurationVar(&p.forcedResume, "forced-resume", p.forcedResume, "resume a waiting turn after this long even if it does not fit")
+	f.DurationVar(&p.lease, "program-lease", p.lease, "end a program after this long without a turn")
+	f.BoolVar(&o.chargeRetiring, "charge-retiring", o.chargeRetiring, "experiments only: charge retiring requests against admission and step budgets (seed 004's BASE behaviour)")
+	f.StringArrayVar(&o.apiKeys, "api-key", o.apiKeys, "require 'Authorization: Bearer KEY' (repeatable; each key is its own cache tenant)")
+	f.IntVar(&o.maxQueue, "max-queue", o.maxQueue, "most requests in flight before 429 (default: 4 × seats)")
+	f.DurationVar(&o.drain, "drain-timeout", o.drain, "on SIGINT/SIGTERM, how long requests in flight may finish")
+	f.StringVar(&o.logFormat, "log-format", o.logFormat, "log format: text or json")
+	f.StringVar(&o.logLevel, "log-level", o.logLevel, "log level: debug, info, warn or error")
 	return cmd
 }
 
 // validate checks every flag that does not need the model.
-func (o *serveOptions) validate(kvSet bool) error {
+func (o *serveOptions) validate() error {
+	if err := o.engineFlags.validate("serve"); err != nil {
+		return err
+	}
 	switch {
-	case o.model == "":
-		return errors.New("serve: --model is empty")
 	case o.port < 0 || o.port > 65535:
 		return fmt.Errorf("serve: --port %d: must be in [0, 65535]", o.port)
-	case o.dp < 1 || o.dp > maxDP:
-		return fmt.Errorf("serve: --dp %d: must be in [1, %d]", o.dp, maxDP)
-	case o.blockSize < 1 || o.blockSize > 256 || o.blockSize&(o.blockSize-1) != 0:
-		return fmt.Errorf("serve: --block-size %d: must be a power of two in [1, 256]", o.blockSize)
-	case o.maxBatchSize < 1:
-		return fmt.Errorf("serve: --max-batch-size %d: must be >= 1", o.maxBatchSize)
-	case o.maxBatched < 1:
-		return fmt.Errorf("serve: --max-num-batched-tokens %d: must be >= 1", o.maxBatched)
-	case o.kvTokens < 0:
-		return fmt.Errorf("serve: --kv-cache-tokens %d: must be >= 0", o.kvTokens)
+	case o.dp < 1 || o.dp > adp.MaxRanks:
+		return fmt.Errorf("serve: --dp %d: must be in [1, %d]", o.dp, adp.MaxRanks)
 	case o.maxQueue < 0:
 		return fmt.Errorf("serve: --max-queue %d: must be >= 0", o.maxQueue)
 	case o.drain < 0:
 		return fmt.Errorf("serve: --drain-timeout %v: must be >= 0", o.drain)
-	case o.workers < 0:
-		return fmt.Errorf("serve: --workers %d: must be >= 0", o.workers)
 	case o.logFormat != "text" && o.logFormat != "json":
 		return fmt.Errorf("serve: --log-format %q: must be text or json", o.logFormat)
 	}
-	sel, err := o.dev.validate("serve", kvSet)
+	sel, err := o.selectDevice("serve")
 	if err != nil {
 		return err
 	}
@@ -188,9 +199,11 @@ func (o *serveOptions) validate(kvSet bool) error {
 }
 
 // programPolicy is the program policy the flags ask for (nil: none): the
-// arm's defaults with the parameters given on the command line, each
-// checked under its flag's name. MaxActive is left to the engine (its
-// MaxBatchSize).
+// arm's defaults with the parameters given on the command line. The policy
+// validates them (policy.Config.Validate, the one statement of its rules);
+// each given flag is applied and validated in turn, so an error names the
+// flag that made the configuration invalid. MaxActive is left to the
+// engine (its MaxBatchSize).
 func (o *serveOptions) programPolicy() (*policy.Config, error) {
 	if o.admission == "none" {
 		return nil, nil
@@ -200,57 +213,16 @@ func (o *serveOptions) programPolicy() (*policy.Config, error) {
 		return nil, fmt.Errorf("serve: --admission: %w", err)
 	}
 	c := policy.DefaultConfig(arm, 1)
-	p := &o.programs
-	set := func(name string) bool { return p.set[name] }
-	if set("admission-buffer") {
-		c.Buffer = p.buffer
+	for _, p := range o.programs.params() {
+		if !o.programs.set[p.name] {
+			continue
+		}
+		p.apply(&c)
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("serve: --%s %s: %w", p.name, p.value, err)
+		}
 	}
-	if set("admission-reserve") {
-		c.Reserve = p.reserve
-	}
-	if set("acting-token-weight") {
-		c.ActingTokenWeight = p.actingWeight
-	}
-	if set("pause-threshold") {
-		c.PauseThreshold = p.pauseThreshold
-	}
-	if set("pause-target") {
-		c.PauseTarget = p.pauseTarget
-	}
-	if set("resume-hysteresis") {
-		c.ResumeHysteresis = p.resumeHysteresis
-	}
-	if set("aging-tau") {
-		c.AgingTau = p.agingTau
-	}
-	if set("forced-resume") {
-		c.ForcedResume = p.forcedResume
-	}
-	if set("program-lease") {
-		c.Lease = p.lease
-	}
-	frac := func(v float64) bool { return v == v && v >= 0 && v <= 1 } // v == v: not NaN
-	switch {
-	case c.Buffer < 0:
-		return nil, fmt.Errorf("serve: --admission-buffer %d: must be >= 0", c.Buffer)
-	case c.Reserve < 0:
-		return nil, fmt.Errorf("serve: --admission-reserve %d: must be >= 0", c.Reserve)
-	case !frac(c.ActingTokenWeight):
-		return nil, fmt.Errorf("serve: --acting-token-weight %g: must be in [0, 1]", c.ActingTokenWeight)
-	case !frac(c.PauseThreshold) || c.PauseThreshold == 0:
-		return nil, fmt.Errorf("serve: --pause-threshold %g: must be in (0, 1]", c.PauseThreshold)
-	case !frac(c.PauseTarget) || c.PauseTarget == 0 || c.PauseTarget > c.PauseThreshold:
-		return nil, fmt.Errorf("serve: --pause-target %g: must be in (0, --pause-threshold %g]", c.PauseTarget, c.PauseThreshold)
-	case !frac(c.ResumeHysteresis) || c.ResumeHysteresis >= c.PauseThreshold:
-		return nil, fmt.Errorf("serve: --resume-hysteresis %g: must be in [0, --pause-threshold %g)", c.ResumeHysteresis, c.PauseThreshold)
-	case c.AgingTau < 0:
-		return nil, fmt.Errorf("serve: --aging-tau %v: must be >= 0 (0 disables aging)", c.AgingTau)
-	case c.ForcedResume <= 0:
-		return nil, fmt.Errorf("serve: --forced-resume %v: must be > 0", c.ForcedResume)
-	case c.Lease <= 0:
-		return nil, fmt.Errorf("serve: --program-lease %v: must be > 0", c.Lease)
-	}
-	if err := c.Validate(); err != nil { // the policy's own rules, should they grow
+	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("serve: --admission %s: %w", o.admission, err)
 	}
 	return &c, nil
@@ -280,18 +252,26 @@ type sizes struct {
 	gpu                   *model.CUDAMemory // the CUDA runner's plan; nil on the CPU
 }
 
+// engineSeats is the seat count of one engine of maxBatchSize under
+// overlap and its teardown headroom (executor.Config.DeriveSeats): the one
+// place the CLI derives it.
+func engineSeats(maxBatchSize int, overlap bool) (seats, headroom int, err error) {
+	cfg := executor.Config{MaxBatchSize: maxBatchSize, Overlap: overlap}
+	seats, err = cfg.DeriveSeats()
+	return seats, cfg.SeatSizing().Headroom(), err
+}
+
 // resolve derives the sizes from the flags and the model and checks that
 // they agree, naming both numbers when they do not. On device CUDA without
 // --kv-cache-tokens the KV size is left to the runner (blocks 0; see
 // sizes.setKV).
 func (o *serveOptions) resolve(ctxLen, vocab int, device cuda.Selection) (sizes, error) {
 	overlap := !o.noOverlap
-	sz := seatpool.Sizing{MaxBatchSize: o.maxBatchSize, Overlap: overlap, DeferredTeardown: overlap}
-	seats, err := seatpool.Seats(sz)
+	seats, headroom, err := engineSeats(o.maxBatchSize, overlap)
 	if err != nil {
 		return sizes{}, fmt.Errorf("serve: %w", err)
 	}
-	s := sizes{seats: seats, headroom: sz.Headroom(), context: ctxLen, vocab: vocab,
+	s := sizes{seats: seats, headroom: headroom, context: ctxLen, vocab: vocab,
 		batchSeqs: o.maxBatchSize, batchToks: o.maxBatched, overlap: overlap, admission: o.admission, device: device}
 	if s.programs, err = o.programPolicy(); err != nil {
 		return s, err
@@ -452,8 +432,9 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 				}
 			}
 		}
-		eng, err := executor.New(executor.Config{MaxBatchSize: o.maxBatchSize, Seats: sz.seats, MaxNumBatchedTokens: o.maxBatched,
-			BlockSize: o.blockSize, Overlap: sz.overlap, ChargeRetiring: o.chargeRetiring, Model: name, Programs: sz.programs}, runner, tok)
+		cfg := o.executorConfig()
+		cfg.Seats, cfg.ChargeRetiring, cfg.Model, cfg.Programs = sz.seats, o.chargeRetiring, name, sz.programs
+		eng, err := executor.New(cfg, runner, tok)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
@@ -465,17 +446,12 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 		Check() error
 	} = engines[0]
 	if o.dp > 1 {
-		ranks := make([]adp.Rank, len(engines))
-		chains := &adp.Chains{}
-		for i, e := range engines {
-			ranks[i] = adp.NewEngineRank(e, nil, chains)
-		}
-		d, err := adp.New(adp.Config{Policy: adp.Policy{ChargeRetiring: o.chargeRetiring},
-			Logf: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }}, ranks)
+		fe, err := adp.NewFrontend(adp.Config{Policy: adp.Policy{ChargeRetiring: o.chargeRetiring},
+			Logf: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }}, engines)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
-		eng = &dpEngine{d: d, engines: engines}
+		eng = fe
 	}
 	srv, err := server.New(server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: tok, ChatTemplate: tmpl,
 		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, Logger: log}, eng)

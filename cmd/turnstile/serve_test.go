@@ -29,15 +29,15 @@ func TestServeFlagErrors(t *testing.T) {
 		{"dp 0", []string{"--dp", "0"}, "serve: --dp 0: must be in [1, 64]"},
 		{"dp 65", []string{"--dp", "65"}, "serve: --dp 65: must be in [1, 64]"},
 		{"admission D", []string{"--admission", "D"}, `serve: --admission "D": must be A, B or C`},
-		{"admission buffer", []string{"--admission-buffer", "-1"}, "serve: --admission-buffer -1: must be >= 0"},
-		{"admission reserve", []string{"--admission", "B", "--admission-reserve", "-5"}, "serve: --admission-reserve -5: must be >= 0"},
-		{"acting weight", []string{"--acting-token-weight", "1.5"}, "serve: --acting-token-weight 1.5: must be in [0, 1]"},
-		{"pause threshold", []string{"--pause-threshold", "0"}, "serve: --pause-threshold 0: must be in (0, 1]"},
-		{"pause target", []string{"--admission", "C", "--pause-target", "0.99"}, "serve: --pause-target 0.99: must be in (0, --pause-threshold 0.95]"},
-		{"resume hysteresis", []string{"--resume-hysteresis", "1"}, "serve: --resume-hysteresis 1: must be in [0, --pause-threshold 1)"},
-		{"aging tau", []string{"--aging-tau", "-1s"}, "serve: --aging-tau -1s: must be >= 0"},
-		{"forced resume", []string{"--forced-resume", "0s"}, "serve: --forced-resume 0s: must be > 0"},
-		{"program lease", []string{"--program-lease", "-1m"}, "serve: --program-lease -1m0s: must be > 0"},
+		{"admission buffer", []string{"--admission-buffer", "-1"}, "serve: --admission-buffer -1: policy: buffer -1 tokens: must be ≥ 0"},
+		{"admission reserve", []string{"--admission", "B", "--admission-reserve", "-5"}, "serve: --admission-reserve -5: policy: reserve -5 tokens: must be ≥ 0"},
+		{"acting weight", []string{"--acting-token-weight", "1.5"}, "serve: --acting-token-weight 1.5: policy: acting token weight 1.5: must be in [0, 1]"},
+		{"pause threshold", []string{"--pause-threshold", "0"}, "serve: --pause-threshold 0: policy: pause threshold 0: must be in (0, 1]"},
+		{"pause target", []string{"--admission", "C", "--pause-target", "0.99"}, "serve: --pause-target 0.99: policy: pause target 0.99 exceeds pause threshold 0.95"},
+		{"resume hysteresis", []string{"--resume-hysteresis", "1"}, "serve: --resume-hysteresis 1: policy: resume hysteresis 1 must be below pause threshold 1"},
+		{"aging tau", []string{"--aging-tau", "-1s"}, "serve: --aging-tau -1s: policy: aging tau -1s: must be ≥ 0"},
+		{"forced resume", []string{"--forced-resume", "0s"}, "serve: --forced-resume 0s: policy: forced resume timeout 0s: must be > 0"},
+		{"program lease", []string{"--program-lease", "-1m"}, "serve: --program-lease -1m0s: policy: program lease -1m0s: must be > 0"},
 		{"block size 3", []string{"--block-size", "3"}, "serve: --block-size 3: must be a power of two"},
 		{"block size 512", []string{"--block-size", "512"}, "serve: --block-size 512"},
 		{"batch 0", []string{"--max-batch-size", "0"}, "serve: --max-batch-size 0"},
@@ -91,7 +91,7 @@ func TestServeProgramPolicy(t *testing.T) {
 			o := defaultServeOptions()
 			o.admission = tc.admission
 			o.programs = programFlags{reserve: 64, pauseTarget: 0.5, lease: time.Minute, set: tc.set}
-			require.NoError(t, o.validate(false))
+			require.NoError(t, o.validate())
 			c, err := o.programPolicy()
 			require.NoError(t, err)
 			tc.check(t, c)
@@ -103,7 +103,7 @@ func TestServeProgramPolicy(t *testing.T) {
 // called; stop returns runServe's error.
 func serveInProcess(t *testing.T, o serveOptions) (url string, out *bytes.Buffer, stop func() error) {
 	t.Helper()
-	require.NoError(t, o.validate(false))
+	require.NoError(t, o.validate())
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
@@ -119,9 +119,10 @@ func serveInProcess(t *testing.T, o serveOptions) (url string, out *bytes.Buffer
 }
 
 func defaultServeOptions() serveOptions {
-	return serveOptions{model: defaultModelPath(), host: "127.0.0.1", dp: 1, blockSize: 16, maxBatchSize: 4,
-		maxBatched: 256, kvTokens: 8192, drain: time.Minute, logFormat: "text", logLevel: "info", workers: 1,
-		dev: deviceOptions{device: "cpu", gpuFraction: defaultGPUMemoryFraction}}
+	o := newServeOptions()
+	o.port, o.maxBatchSize, o.maxBatched, o.kvTokens, o.drain, o.workers = 0, 4, 256, 8192, time.Minute, 1
+	o.dev = deviceOptions{device: "cpu", gpuFraction: defaultGPUMemoryFraction}
+	return o
 }
 
 // TestServeGreedyMatchesGenerate: a greedy completion over HTTP is exactly
@@ -151,8 +152,9 @@ func TestServeGreedyMatchesGenerate(t *testing.T) {
 func requireCompletionMatchesGenerate(t *testing.T, url, prompt string, n int) {
 	t.Helper()
 	var gen bytes.Buffer
-	require.NoError(t, runGenerate(&gen, io.Discard, generateOptions{model: defaultModelPath(), prompt: prompt, n: n, topP: 1, workers: 1,
-		dev: deviceOptions{device: "cpu"}}))
+	g := generateOptions{engineFlags: defaultEngineFlags(), prompt: prompt, n: n, topP: 1}
+	g.workers, g.dev = 1, deviceOptions{device: "cpu"}
+	require.NoError(t, runGenerate(&gen, io.Discard, g))
 	body, _ := json.Marshal(map[string]any{"model": "stories260K", "prompt": prompt, "max_tokens": n, "temperature": 0})
 	resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)

@@ -1,0 +1,31 @@
+// Command turnstile is the CLI of the turnstile inference executor. It holds
+// wiring only: it parses flags, builds the packages' configurations from
+// them, connects the packages and prints what they return. Domain logic
+// (scheduling, admission, routing, the studies' presets and goals) lives in
+// the packages it wires: executor, policy, adp, server and bench/....
+//
+// # One engine configuration
+//
+// Every command that runs or sizes an engine takes the engine's flags from
+// one struct, engineFlags (engine_flags.go), as vLLM derives every entry
+// point from one EngineArgs: each flag (--model, --device, --max-batch-size,
+// --max-num-batched-tokens, --block-size, --kv-cache-tokens, --workers,
+// --seed, --no-overlap, --out) is registered there once, with one help
+// text, its default stated once (defaultEngineFlags) and its own range
+// checked once (engineFlags.validate). What the packages check (executor.New,
+// seatpool.Seats, the runners, policy.Config.Validate) is left to them, and
+// their errors are wrapped with the command's name and the flag.
+//
+// One device vocabulary: --device auto|cpu|cuda[:N]|sim (sim, the
+// simulated device, in bench commands; bench agentic takes a list such as
+// sim,cpu to compare them). --out is a directory in every command.
+//
+// # Commands
+//
+//   - serve: the OpenAI-compatible server over one engine, or over an
+//     attention-DP deployment (adp.Frontend) with --dp.
+//   - generate: one request through the engine.
+//   - bench serve | agentic | adp | calibrate: the load test and the
+//     campaigns of package bench.
+//   - model inspect | synth, pools --demo, version.
+package main

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/turnstile-llm/turnstile/cuda"
+	"github.com/turnstile-llm/turnstile/executor"
+	"github.com/turnstile-llm/turnstile/model/gguf"
+)
+
+// engineFlags is the one engine configuration of the CLI, as vLLM's
+// EngineArgs: every command that runs an engine (serve, generate, every
+// bench command) and every command that sizes one (pools, model synth)
+// takes these flags from here. Each flag is registered once (register),
+// its default stated once (defaultEngineFlags) and checked once (validate);
+// a command whose study fixes another default (bench adp's batch of two,
+// bench agentic's simulated device) sets the field before register.
+//
+// validate checks only what the flag itself says (a count must be
+// positive); what the packages check (executor.New, seatpool, the runners,
+// the program policy) is left to them, and their errors are wrapped with
+// the command's name.
+type engineFlags struct {
+	model        string // GGUF file
+	dev          deviceOptions
+	maxBatchSize int
+	maxBatched   int // tokens one step computes
+	blockSize    int // KV block size, tokens
+	kvTokens     int // KV cache size, tokens; 0: the command's default
+	workers      int // cores the CPU kernels use; 0: GOMAXPROCS
+	seed         uint64
+	noOverlap    bool
+	out          string // the command's output directory; "": none
+
+	// maxBatchLimit, when > 0, is the largest --max-batch-size the command
+	// accepts (bench calibrate's decode passes).
+	maxBatchLimit int
+	// set holds the flags given on the command line (see flagsSet).
+	set map[string]bool
+}
+
+// engineFlag selects the flags of engineFlags a command registers.
+type engineFlag uint
+
+const (
+	flagModel engineFlag = 1 << iota
+	flagDevice
+	flagGPUFraction
+	flagMaxBatchSize
+	flagMaxBatched
+	flagBlockSize
+	flagKVTokens
+	flagWorkers
+	flagSeed
+	flagNoOverlap
+	flagOut
+)
+
+// Defaults of the engine configuration, stated once.
+const (
+	// defaultGPUMemoryFraction is --gpu-memory-fraction's default (vLLM's).
+	defaultGPUMemoryFraction = 0.9
+	defaultMaxBatchSize      = 8
+	defaultMaxBatched        = 512
+	defaultBlockSize         = 16
+	defaultSeed              = 1
+)
+
+// defaultEngineFlags is the engine configuration before any flag: the one
+// statement of every default.
+func defaultEngineFlags() engineFlags {
+	return engineFlags{model: defaultModelPath(), dev: deviceOptions{device: "auto", gpuFraction: defaultGPUMemoryFraction},
+		maxBatchSize: defaultMaxBatchSize, maxBatched: defaultMaxBatched, blockSize: defaultBlockSize, seed: defaultSeed}
+}
+
+// defaultModelPath is the stories260K test model when it can be found from
+// the working directory, else its path relative to the repository.
+func defaultModelPath() string {
+	if p, err := gguf.TestModelPath(); err == nil {
+		return p
+	}
+	return gguf.TestModelFile
+}
+
+// register adds the flags in which to f, each with the field's current
+// value as its default.
+func (e *engineFlags) register(f *pflag.FlagSet, which engineFlag) {
+	has := func(x engineFlag) bool { return which&x != 0 }
+	if has(flagModel) {
+		f.StringVar(&e.model, "model", e.model, "GGUF model file (llama architecture)")
+	}
+	if has(flagDevice) {
+		f.StringVar(&e.dev.device, "device", e.dev.device,
+			"where the engine runs: auto (CUDA when the driver, a device and NVRTC are found, else the CPU), cpu, cuda, cuda:N, "+
+				"or sim (the simulated device; bench only); bench agentic takes a list (sim,cpu) to compare them")
+	}
+	if has(flagGPUFraction) {
+		f.Float64Var(&e.dev.gpuFraction, "gpu-memory-fraction", e.dev.gpuFraction,
+			"share of GPU memory in (0, 1] for weights, activations and KV cache (CUDA; exclusive with --kv-cache-tokens; refused with --device cpu)")
+	}
+	if has(flagMaxBatchSize) {
+		f.IntVar(&e.maxBatchSize, "max-batch-size", e.maxBatchSize, "most sequences one engine step schedules (every rank's, under attention DP)")
+	}
+	if has(flagMaxBatched) {
+		f.IntVar(&e.maxBatched, "max-num-batched-tokens", e.maxBatched, "most tokens one engine step computes")
+	}
+	if has(flagBlockSize) {
+		f.IntVar(&e.blockSize, "block-size", e.blockSize, "KV block size, tokens (a power of two, 1..256)")
+	}
+	if has(flagKVTokens) {
+		f.IntVar(&e.kvTokens, "kv-cache-tokens", e.kvTokens, "KV cache size, tokens (default: seats × model context on the CPU, --gpu-memory-fraction on CUDA)")
+	}
+	if has(flagWorkers) {
+		f.IntVar(&e.workers, "workers", e.workers, "cores the CPU kernels use (0: GOMAXPROCS)")
+	}
+	if has(flagSeed) {
+		f.Uint64Var(&e.seed, "seed", e.seed, "seed of the command's random draws (sampling, traffic and workloads, weights); the same seed gives the same run")
+	}
+	if has(flagNoOverlap) {
+		f.BoolVar(&e.noOverlap, "no-overlap", e.noOverlap, "run the plain step loop (no overlap scheduling)")
+	}
+	if has(flagOut) {
+		f.StringVar(&e.out, "out", e.out, "directory the command writes its results into, created if missing (\"\": none)")
+	}
+}
+
+// flagsSet is the set of flags given on f's command line: the one way a
+// command tells a default from a value given (presets, program policy
+// parameters, --gpu-memory-fraction).
+func flagsSet(f *pflag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	f.Visit(func(fl *pflag.Flag) { set[fl.Name] = true })
+	return set
+}
+
+// parsed records which flags f's command line gave; call it first in RunE.
+func (e *engineFlags) parsed(f *pflag.FlagSet) {
+	e.set = flagsSet(f)
+	e.dev.fractionSet = e.set["gpu-memory-fraction"]
+}
+
+// validate checks the flags of the configuration that need no model,
+// naming the offending value; errors start with command.
+func (e *engineFlags) validate(command string) error {
+	switch {
+	case e.model == "":
+		return fmt.Errorf("%s: --model is empty", command)
+	case e.maxBatchLimit > 0 && (e.maxBatchSize < 1 || e.maxBatchSize > e.maxBatchLimit):
+		return fmt.Errorf("%s: --max-batch-size %d: must be in [1, %d]", command, e.maxBatchSize, e.maxBatchLimit)
+	case e.maxBatchSize < 1:
+		return fmt.Errorf("%s: --max-batch-size %d: must be >= 1", command, e.maxBatchSize)
+	case e.maxBatched < 1:
+		return fmt.Errorf("%s: --max-num-batched-tokens %d: must be >= 1", command, e.maxBatched)
+	case e.blockSize < 1 || e.blockSize > 256 || e.blockSize&(e.blockSize-1) != 0:
+		return fmt.Errorf("%s: --block-size %d: must be a power of two in 1..256", command, e.blockSize)
+	case e.kvTokens < 0:
+		return fmt.Errorf("%s: --kv-cache-tokens %d: must be >= 0", command, e.kvTokens)
+	case e.workers < 0:
+		return fmt.Errorf("%s: --workers %d: must be >= 0", command, e.workers)
+	}
+	return nil
+}
+
+// simDevice is --device's name of the simulated device.
+const simDevice = "sim"
+
+// simulated reports whether --device names the simulated device.
+func (e *engineFlags) simulated() bool {
+	return strings.EqualFold(strings.TrimSpace(e.dev.device), simDevice)
+}
+
+// selectDevice parses --device for a command that runs a real runner
+// (sim refused) and checks --gpu-memory-fraction against it.
+func (e *engineFlags) selectDevice(command string) (cuda.Selection, error) {
+	if e.simulated() {
+		return cuda.Selection{}, fmt.Errorf("%s: --device %s: the simulated device has no weights; %s runs on auto, cpu, cuda or cuda:N",
+			command, e.dev.device, command)
+	}
+	return e.dev.validate(command, e.set["kv-cache-tokens"])
+}
+
+// devices parses --device as a comma list of names in allowed, each at
+// most once (bench agentic's comparison).
+func (e *engineFlags) devices(allowed ...string) ([]string, error) {
+	var out []string
+	for _, d := range strings.Split(e.dev.device, ",") {
+		d = strings.ToLower(strings.TrimSpace(d))
+		if !slices.Contains(allowed, d) {
+			return nil, fmt.Errorf("--device %q: want %s, or a list of them", d, strings.Join(allowed, " or "))
+		}
+		if slices.Contains(out, d) {
+			return nil, fmt.Errorf("--device %s: %s listed twice", e.dev.device, d)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--device: no device")
+	}
+	return out, nil
+}
+
+// executorConfig is the engine's configuration from the flags; the
+// command adds what is its own (programs, the model's name).
+func (e *engineFlags) executorConfig() executor.Config {
+	return executor.Config{MaxBatchSize: e.maxBatchSize, MaxNumBatchedTokens: e.maxBatched, BlockSize: e.blockSize,
+		Overlap: !e.noOverlap}
+}
