@@ -65,7 +65,7 @@ type RankMetrics struct {
 	Routed, RoutedTokens uint64
 	Steps, DummySteps    uint64
 	// GathersRetiring counts the gathers at which the rank held a retiring
-	// request (seed 004's k, per rank, over time).
+	// request (how often this rank was the one penalised, over time).
 	GathersRetiring uint64
 	// At the last gather.
 	Active, Waiting, Retiring int

@@ -18,7 +18,7 @@
 //     assignment and keeps its own share.
 //  2. Admission: each rank may take Room = Capacity − (Active + Waiting)
 //     new requests; retiring requests are excluded (Policy.ChargeRetiring
-//     counts them: seed 004's BASE, for experiments).
+//     counts them, for experiments that measure the rule).
 //  3. Placement: the Router assigns the admitted window to ranks.
 //  4. Every rank steps at once, one goroutine per rank; a rank without work
 //     runs a dummy step; the iteration ends when every rank's step has.
@@ -51,7 +51,7 @@
 // program on the rank where it is resident while that rank has room. All are
 // deterministic: the same loads give the same assignment.
 //
-// # Seed 004's ladder, worked out for this loop
+// # The retiring ladder, worked out for this loop
 //
 // Context-only requests (one step each), max batch B = 2, a saturated queue,
 // overlap on. A request admitted in step n has its last token in flight at

@@ -73,9 +73,9 @@ func (r *EngineRank) Engine() *executor.Engine { return r.e }
 // are torn down before the next gather and are never reported retiring
 // there. A late rank leaves the step in flight under overlap, as the
 // in-process loop naturally does, so its finishing requests are retiring
-// at the next gather: seed 004's penalised ranks under BASE. Which ranks
-// are late on a real deployment is timing; this sets it, so seed 004's k
-// (the number of late ranks) can be chosen. Without overlap the two are the
+// at the next gather: the ranks a charged gather penalises. Which ranks
+// are late on a real deployment is timing; this sets it, so the number of
+// late ranks can be chosen. Without overlap the two are the
 // same. Call it between Steps (loop-owned).
 func (r *EngineRank) SetEarly(early bool) { r.early = early }
 

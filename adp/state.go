@@ -45,7 +45,8 @@ func MayBlock(s *RankState, queued int) bool { return s.Live() == 0 && queued ==
 // Policy says how the gather turns rank states into load.
 type Policy struct {
 	// ChargeRetiring counts retiring requests against admission and in the
-	// routing load: seed 004's BASE, for experiments only.
+	// routing load, as engines without the retiring rule do: for
+	// experiments that measure that rule only.
 	ChargeRetiring bool
 	// PlaceRetiring adds retiring work back into the placement load (never
 	// into admission). Off by default: a retiring request needs no compute in

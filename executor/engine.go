@@ -46,7 +46,8 @@ type Config struct {
 	// Overlap plans and launches step n+1 while step n runs.
 	Overlap bool
 	// ChargeRetiring charges retiring requests against admission and the
-	// step budgets: seed 004's BASE behaviour, for experiments only.
+	// step budgets, as engines without the retiring rule do: for
+	// experiments that measure that rule, never for serving.
 	ChargeRetiring bool
 	// Clock is the time source; nil means clock.Real.
 	Clock clock.Clock
@@ -224,7 +225,7 @@ type Engine struct {
 // New validates cfg against the runner and builds the engine: kvpool from
 // the runner's KV capacity, seatpool of cfg.Seats seats, and the start-up
 // check, once, of the seat count in both directions: cfg.Seats against its
-// definition (seatpool.Seats), and every slot-indexed consumer (the runner's
+// definition (seatpool.Seats), and every seat-indexed consumer (the runner's
 // buffers, the engine's block-table rows) against the seat pool.
 func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 	if runner == nil || tok == nil {
@@ -261,7 +262,7 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 		return nil, fmt.Errorf("executor: KV pool from runner capacity: %w", err)
 	}
 	// The seat count is the builder's; here it is only checked: against its
-	// definition, then (Validate) against every slot-indexed consumer.
+	// definition, then (Validate) against every seat-indexed consumer.
 	want, err := cfg.DeriveSeats()
 	if err != nil {
 		return nil, err

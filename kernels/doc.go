@@ -1,6 +1,9 @@
-// Package kernels is the arithmetic of the forward pass on the CPU: GEMM and
-// GEMV over F32/F16/BF16/Q8_0 weights, RMSNorm, RoPE, SiLU·mul, softmax,
-// paged attention, KV writes, embedding gather and argmax.
+// Package kernels is the arithmetic of the forward pass, on the CPU and on
+// NVIDIA GPUs: GEMM and GEMV over F32/F16/BF16/Q8_0 weights, RMSNorm, RoPE,
+// SiLU·mul, softmax, paged attention, KV writes, embedding gather, argmax
+// and sampling.
+//
+// # CPU
 //
 // The kernels are C (tk_*.c), compiled by cgo with -O3 and no -march flag:
 // AVX-512 and AVX2+FMA bodies carry per-function target attributes and are
@@ -13,9 +16,21 @@
 // references (float64 accumulation) used by the tests here and by the CUDA
 // kernel tests.
 //
+// # CUDA
+//
+// The CUDA kernels are sources (attention.cu, ops.cu, sampling.cu, sharing
+// cuda_common.cuh), embedded and compiled to cubin by NVRTC at start-up for
+// the device's architecture (package cuda loads NVRTC and the driver with
+// dlopen, so building needs no toolkit). cuda_launch.go and
+// cuda_runner_ops.go are their typed launchers: one driver launch per
+// kernel, arguments packed as the kernels declare them; cuda_plan.go sizes
+// launch grids and decode splits. The CPU kernels are their numerical
+// reference.
+//
 // Layouts shared with the forward pass and the CUDA kernels:
 //   - weights W: row-major [Rows][Cols] as stored in GGUF; y[m][n] = Σ_k x[m][k]·W[n][k];
 //   - KV cache per layer: K and V float32 [numBlocks][kvHeads][blockSize][headDim];
-//     position p of a sequence is in block table[p/blockSize], slot p%blockSize;
+//     position p of a sequence is at offset p%blockSize of block table[p/blockSize]
+//     (its KV slot is table[p/blockSize]*blockSize + p%blockSize);
 //   - Q/K/V activations: [tokens][heads*headDim], head h at columns h*headDim.
 package kernels

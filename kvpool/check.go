@@ -19,7 +19,7 @@ import "fmt"
 //   - sequence tables are consistent with their token and reserved-slot
 //     counts, blocks not full of known tokens (the partial last block,
 //     blocks of reserved slots) are private (refcount 1, unpublished), and
-//     free slots are free.
+//     free sequence entries are free.
 func (p *Pool) Check() error {
 	n := int(p.n)
 	inList := make([]uint8, n) // 0: none, 1: uncached, 2: cached
@@ -64,66 +64,66 @@ func (p *Pool) Check() error {
 	refs := make([]uint32, n)
 	keyRefs := make([]int32, len(p.keyTab))
 	live := 0
-	for slot := range p.seqs {
-		q := &p.seqs[slot]
+	for ent := range p.seqs {
+		q := &p.seqs[ent]
 		if !q.live {
 			if len(q.blocks) != 0 || len(q.partial) != 0 || q.tokens != 0 || q.reserved != 0 {
-				return fmt.Errorf("kvpool: free slot %d still holds %d blocks, %d tokens", slot, len(q.blocks), q.tokens)
+				return fmt.Errorf("kvpool: free sequence entry %d still holds %d blocks, %d tokens", ent, len(q.blocks), q.tokens)
 			}
 			continue
 		}
 		live++
 		if q.key < 0 || int(q.key) >= len(p.keyTab) || p.keyTab[q.key].refs <= 0 {
-			return fmt.Errorf("kvpool: sequence slot %d has dead key entry %d", slot, q.key)
+			return fmt.Errorf("kvpool: sequence entry %d has dead key entry %d", ent, q.key)
 		}
 		keyRefs[q.key]++
 		if q.reserved < 0 {
-			return fmt.Errorf("kvpool: sequence slot %d has %d reserved slots", slot, q.reserved)
+			return fmt.Errorf("kvpool: sequence entry %d has %d reserved slots", ent, q.reserved)
 		}
 		if want := (q.tokens + q.reserved + p.bs - 1) >> p.shift; len(q.blocks) != want {
-			return fmt.Errorf("kvpool: sequence slot %d holds %d tokens + %d reserved in %d blocks, want %d blocks", slot, q.tokens, q.reserved, len(q.blocks), want)
+			return fmt.Errorf("kvpool: sequence entry %d holds %d tokens + %d reserved in %d blocks, want %d blocks", ent, q.tokens, q.reserved, len(q.blocks), want)
 		}
 		if len(q.partial) != q.tokens&(p.bs-1) {
-			return fmt.Errorf("kvpool: sequence slot %d has %d partial tokens, want %d", slot, len(q.partial), q.tokens&(p.bs-1))
+			return fmt.Errorf("kvpool: sequence entry %d has %d partial tokens, want %d", ent, len(q.partial), q.tokens&(p.bs-1))
 		}
 		for i, b := range q.blocks {
 			if b < p.first || b >= p.n {
-				return fmt.Errorf("kvpool: sequence slot %d block %d is id %d outside %d..%d", slot, i, b, p.first, p.n-1)
+				return fmt.Errorf("kvpool: sequence entry %d block %d is id %d outside %d..%d", ent, i, b, p.first, p.n-1)
 			}
 			refs[b]++
 			if k := p.keyOf[b]; k >= 0 && k != q.key {
-				return fmt.Errorf("kvpool: block %d published under key entry %d is held by sequence slot %d under key entry %d", b, k, slot, q.key)
+				return fmt.Errorf("kvpool: block %d published under key entry %d is held by sequence entry %d under key entry %d", b, k, ent, q.key)
 			}
 		}
 		// Blocks past the full known ones (a partial block, reserved slots)
 		// are not all known: never published.
 		for _, b := range q.blocks[q.tokens>>p.shift:] {
 			if p.keyOf[b] >= 0 {
-				return fmt.Errorf("kvpool: partial or reserved block %d of sequence slot %d is published", b, slot)
+				return fmt.Errorf("kvpool: partial or reserved block %d of sequence entry %d is published", b, ent)
 			}
 		}
 	}
 	// ... and private; checked after all references are counted.
-	for slot := range p.seqs {
-		q := &p.seqs[slot]
+	for ent := range p.seqs {
+		q := &p.seqs[ent]
 		if !q.live {
 			continue
 		}
 		for _, b := range q.blocks[q.tokens>>p.shift:] {
 			if refs[b] != 1 {
-				return fmt.Errorf("kvpool: partial or reserved block %d of sequence slot %d is shared by %d sequences", b, slot, refs[b])
+				return fmt.Errorf("kvpool: partial or reserved block %d of sequence entry %d is shared by %d sequences", b, ent, refs[b])
 			}
 		}
 	}
 	if free := len(p.freeSeqs); live+free != len(p.seqs) {
-		return fmt.Errorf("kvpool: %d live + %d free sequence slots != %d slots", live, free, len(p.seqs))
+		return fmt.Errorf("kvpool: %d live + %d free sequence entries != %d entries", live, free, len(p.seqs))
 	}
-	seenSlot := make(map[int32]bool, len(p.freeSeqs))
-	for _, slot := range p.freeSeqs {
-		if slot < 0 || int(slot) >= len(p.seqs) || p.seqs[slot].live || seenSlot[slot] {
-			return fmt.Errorf("kvpool: free slot list entry %d is live, out of range or repeated", slot)
+	seenEnt := make(map[int32]bool, len(p.freeSeqs))
+	for _, ent := range p.freeSeqs {
+		if ent < 0 || int(ent) >= len(p.seqs) || p.seqs[ent].live || seenEnt[ent] {
+			return fmt.Errorf("kvpool: free sequence list entry %d is live, out of range or repeated", ent)
 		}
-		seenSlot[slot] = true
+		seenEnt[ent] = true
 	}
 
 	// Per-block state.

@@ -81,9 +81,9 @@
 // # Handles
 //
 // A SeqID is a handle to one sequence's ordered block table, owned by the
-// pool. It carries a slot and an 11-bit generation, so a released handle is
-// refused (ErrInvalidSeq) even after its slot is reused, unless the slot was
-// reused a multiple of 2048 times. Methods that return an error report an
+// pool. It carries an entry index and an 11-bit generation, so a released
+// handle is refused (ErrInvalidSeq) even after its entry is reused, unless
+// the entry was reused a multiple of 2048 times. Methods that return an error report an
 // invalid handle as ErrInvalidSeq; Release of an invalid or already released
 // handle is a no-op (Valid tells them apart); read methods (Blocks, Tokens,
 // BlocksNeeded, SumBlocks, DistinctBlocks) treat it as an empty sequence.

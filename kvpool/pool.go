@@ -11,7 +11,7 @@ import (
 type BlockID = int32
 
 // SeqID is a handle to one sequence's ordered block table. The pool owns the
-// table; slots are reused after Release (see the package doc on handles).
+// table; entries are reused after Release (see the package doc on handles).
 type SeqID int32
 
 // InvalidSeq is the handle NewSeq returns when all 2^20 sequence slots are in

@@ -13,7 +13,7 @@ import (
 // CPURunnerConfig sizes a CPURunner. Every buffer is allocated from it at
 // construction, so Execute does not allocate.
 type CPURunnerConfig struct {
-	// Seats is the number of sequence slots (sampler state, last-token row).
+	// Seats is the number of seats (sampler state, last-token row).
 	Seats int
 	// KVBlocks and BlockSize shape the paged KV cache: block ids are in
 	// [0, KVBlocks), each holding BlockSize positions of every layer.

@@ -85,7 +85,7 @@ type Config struct {
 	Clock Clock
 }
 
-// DefaultConfig returns the defaults for arm with maxActive seats:
+// DefaultConfig returns the serving defaults for arm with maxActive seats:
 // buffer 100, reserve 512, acting weight 1, τ 60 s, forced resume 1800 s,
 // lease 30 min; threshold/target/hysteresis 0.95/0.80/0.10 for C and
 // 1.0/1.0/0 for A and B.

@@ -1,8 +1,10 @@
 // Package policy is program-aware admission: it groups the turns of agentic
 // programs, keeps an ACTIVE program's KV pinned between turns, pauses and
 // resumes programs so that the KV they are charged for fits the pool, and
-// accounts for them under one of three arms (ThunderAgent's A/B/C study,
-// seed 000).
+// accounts for them under one of three accountings: each program's tokens
+// plus a buffer, the distinct KV blocks of all programs plus a growth
+// reserve each, or the first with pause thresholds (docs/experiments.md
+// cites the study they come from).
 //
 // # Programs
 //

@@ -21,8 +21,8 @@ type Metrics struct {
 	// Programs by state; Reasoning + Acting = Active. Marked REASONING
 	// programs pause when their turn ends.
 	Waiting, Active, Paused, Reasoning, Acting, Marked int
-	// PeakActive is the most programs ACTIVE at once since New (seed 000's
-	// peak_sampled_active_programs, exact here rather than sampled).
+	// PeakActive is the most programs ACTIVE at once since New, counted
+	// exactly at every change rather than sampled.
 	PeakActive int
 	// Admitted counts new programs made ACTIVE; Resumes paused ones made
 	// ACTIVE again; ForcedResumes those of both that waited ForcedResume.

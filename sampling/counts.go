@@ -24,7 +24,7 @@ func (t *tokenCounts) reset() {
 	clear(t.index)
 }
 
-func (t *tokenCounts) slot(tok int32) uint32 {
+func (t *tokenCounts) bucket(tok int32) uint32 {
 	// Fibonacci hashing: token ids are dense small integers.
 	return uint32(tok) * 0x9e3779b1
 }
@@ -35,7 +35,7 @@ func (t *tokenCounts) add(tok int32, out bool) {
 		t.grow()
 	}
 	mask := uint32(len(t.index) - 1)
-	for i := t.slot(tok) & mask; ; i = (i + 1) & mask {
+	for i := t.bucket(tok) & mask; ; i = (i + 1) & mask {
 		pos := t.index[i]
 		if pos == 0 {
 			t.ents = append(t.ents, countEntry{tok: tok})
@@ -60,7 +60,7 @@ func (t *tokenCounts) grow() {
 	t.index = make([]int32, n)
 	mask := uint32(n - 1)
 	for p, e := range t.ents {
-		i := t.slot(e.tok) & mask
+		i := t.bucket(e.tok) & mask
 		for t.index[i] != 0 {
 			i = (i + 1) & mask
 		}
@@ -74,7 +74,7 @@ func (t *tokenCounts) find(tok int32) int {
 		return -1
 	}
 	mask := uint32(len(t.index) - 1)
-	for i := t.slot(tok) & mask; ; i = (i + 1) & mask {
+	for i := t.bucket(tok) & mask; ; i = (i + 1) & mask {
 		pos := t.index[i]
 		if pos == 0 {
 			return -1
@@ -105,7 +105,7 @@ func (t *tokenCounts) check(vocab int) (uint64, error) {
 		}
 	}
 	if used != len(t.ents) {
-		return 0, fmt.Errorf("count index holds %d slots for %d entries", used, len(t.ents))
+		return 0, fmt.Errorf("count index holds %d buckets for %d entries", used, len(t.ents))
 	}
 	var sum uint64
 	for p, e := range t.ents {

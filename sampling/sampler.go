@@ -43,7 +43,7 @@ type Sampler struct {
 	scratch  *Scratch
 }
 
-// seat is one sequence slot's state.
+// seat is one seat's state.
 type seat struct {
 	active bool
 	p      Params

@@ -1,10 +1,10 @@
 // Package seatpool owns sequence seats: the one definition of how many
 // sequences may be live at once, O(1) leases of a seat index, and the start-up
-// check that every slot-indexed consumer agrees with that number.
+// check that every seat-indexed consumer agrees with that number.
 //
 // # Why one definition
 //
-// A seat is the row a live sequence occupies in every slot-indexed structure:
+// A seat is the row a live sequence occupies in every seat-indexed structure:
 // block-table rows, sampler state, runner buffers, speculative-decoding state.
 // If those structures each derive their row count from the batch size on their
 // own, the formulas drift apart; a pool larger than a consumer hands out a

@@ -29,7 +29,7 @@ func (s Sizing) Headroom() int {
 
 // Seats returns the number of sequences that may be live at once under s:
 // MaxBatchSize plus teardown headroom. It is the one definition every
-// slot-indexed consumer must be sized from.
+// seat-indexed consumer must be sized from.
 func Seats(s Sizing) (int, error) {
 	if s.MaxBatchSize <= 0 {
 		return 0, fmt.Errorf("seatpool: max batch size %d: must be > 0", s.MaxBatchSize)
@@ -40,7 +40,7 @@ func Seats(s Sizing) (int, error) {
 	return s.MaxBatchSize + s.Headroom(), nil
 }
 
-// Seat is the row index a live sequence occupies in every slot-indexed
+// Seat is the row index a live sequence occupies in every seat-indexed
 // structure; valid seats are in [0, Pool.Seats()).
 type Seat int32
 
@@ -233,7 +233,7 @@ func (p *Pool) Check() error {
 	return nil
 }
 
-// Consumer is one slot-indexed structure and how many sequences (rows) it can
+// Consumer is one seat-indexed structure and how many sequences (rows) it can
 // hold, e.g. {"sampler state", 32}.
 type Consumer struct {
 	Owner string // what the structure is, as error messages name it

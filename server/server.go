@@ -64,8 +64,8 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 
-	slotsMu sync.Mutex
-	slots   int // engine requests in flight
+	inFlightMu sync.Mutex
+	inFlight   int // engine requests in flight
 
 	draining atomic.Bool
 	cancelMu sync.Mutex
@@ -387,28 +387,28 @@ func submitError(err error) *APIError {
 	return badRequest("", "invalid_value", "%v", err)
 }
 
-// acquire takes n in-flight slots, or none when that would exceed the bound.
+// acquire takes n of the in-flight bound, or none when that would exceed the bound.
 func (s *Server) acquire(n int) bool {
-	s.slotsMu.Lock()
-	defer s.slotsMu.Unlock()
-	if s.slots+n > s.cfg.MaxInFlight {
+	s.inFlightMu.Lock()
+	defer s.inFlightMu.Unlock()
+	if s.inFlight+n > s.cfg.MaxInFlight {
 		return false
 	}
-	s.slots += n
+	s.inFlight += n
 	return true
 }
 
 func (s *Server) release(n int) {
-	s.slotsMu.Lock()
-	s.slots -= n
-	s.slotsMu.Unlock()
+	s.inFlightMu.Lock()
+	s.inFlight -= n
+	s.inFlightMu.Unlock()
 }
 
 // InFlight is the number of engine requests the server has in flight.
 func (s *Server) InFlight() int {
-	s.slotsMu.Lock()
-	defer s.slotsMu.Unlock()
-	return s.slots
+	s.inFlightMu.Lock()
+	defer s.inFlightMu.Unlock()
+	return s.inFlight
 }
 
 func (s *Server) track(c *context.CancelFunc, add bool) {

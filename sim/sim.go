@@ -3,9 +3,10 @@
 //
 // Time: each step costs CostModel.StepTime(shape) on the injected clock
 // (clock.Virtual for experiments that run minutes of traffic in
-// milliseconds; clock.Real to spend wall time, e.g. a 2 ms step). The cost
-// model is the seam for the sim+bench issue's calibrated model
-// time = f(prefill tokens, decode sequences, context tokens); today Fixed.
+// milliseconds; clock.Real to spend wall time, e.g. a 2 ms step). Cost
+// models: Fixed (every step the same), Linear (a fixed time plus terms in
+// prefill tokens, decode sequences, context tokens and prefill attention
+// pairs, fitted to a runner by Calibrate) and the H200 Llama-3-8B profile.
 //
 // Tokens are deterministic: the token sampled at position p of a sequence is
 // a hash of (Config.Seed, the seat's sampling seed, p, and the tokens stored
@@ -64,8 +65,7 @@ func (s *StepShape) add(sb *step.SeqBatch) {
 	s.ContextTokens += l
 }
 
-// CostModel prices one step. It is the seam where the sim+bench issue plugs
-// in a calibrated model.
+// CostModel prices one step (Fixed, Linear).
 type CostModel interface {
 	StepTime(s StepShape) time.Duration
 }

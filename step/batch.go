@@ -12,7 +12,7 @@ const FutureToken int32 = -1
 // SeqBatch is one sequence's slice of a Batch.
 type SeqBatch struct {
 	// Seat is the sequence's seat index (seatpool): its row in every
-	// slot-indexed buffer of the runner (sampler state, last-token row, ...).
+	// seat-indexed buffer of the runner (sampler state, last-token row, ...).
 	Seat int32
 	// TokenStart and NumTokens select this sequence's new tokens in
 	// Batch.Tokens/Batch.Positions (varlen layout). NumTokens ≥ 1.
@@ -98,7 +98,7 @@ func resize[T any](s []T, n int) []T {
 // Capacity is what a runner can hold, declared so that the engine validates
 // its sizes against it at start-up (seatpool, kvpool).
 type Capacity struct {
-	// Seats is the number of slot-indexed rows (sampler state, last-token
+	// Seats is the number of seat-indexed rows (sampler state, last-token
 	// row, scratch) the runner allocated.
 	Seats int
 	// KVBlocks and BlockSize describe the paged KV cache the runner owns;

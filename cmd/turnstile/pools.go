@@ -14,8 +14,8 @@ import (
 	"github.com/turnstile-llm/turnstile/seatpool"
 )
 
-// Per-sequence constants of the two ThunderAgent accounting policies the
-// sharing table compares, in tokens.
+// Per-sequence constants of the two program accountings (policy A and B)
+// the sharing table compares, in tokens.
 const (
 	policyABuffer  = 100 // policy A: each program is charged its tokens + this buffer
 	policyBReserve = 512 // policy B: distinct blocks × block size + this reserve per program
@@ -45,7 +45,7 @@ func newPoolsCmd() *cobra.Command {
 		Long: "pools --demo prints (1) the seat pool size with overlap off and on, the derivation,\n" +
 			"what one teardown iteration does to the real seat pool, and start-up validation failing\n" +
 			"in both directions; (2) for shared-prefix ratios 0, 0.5 and 0.9, the blocks N sequences\n" +
-			"hold per sequence versus distinct in the KV pool, and what per-sequence (ThunderAgent A)\n" +
+			"hold per sequence versus distinct in the KV pool, and what per-sequence (policy A)\n" +
 			"and distinct-block (B) accounting would charge for them.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -309,7 +309,7 @@ func sharingDemo(w io.Writer, o poolsOptions) error {
 	ew := &errWriter{w: w}
 	ew.printf("KV prefix sharing (%d sequences × %d tokens, block size %d; measured in kvpool)\n",
 		o.sequences, o.tokens, o.blockSize)
-	ew.printf("  A = per-sequence charge (ThunderAgent policy A): Σ (tokens + %d buffer)\n", policyABuffer)
+	ew.printf("  A = per-sequence charge (policy A): Σ (tokens + %d buffer)\n", policyABuffer)
 	ew.printf("  B = distinct-block charge (policy B): distinct blocks × %d + %d reserve per sequence\n\n",
 		o.blockSize, policyBReserve)
 	tw := tabwriter.NewWriter(ew, 2, 0, 2, ' ', tabwriter.AlignRight)

@@ -39,7 +39,7 @@ type serveOptions struct {
 	selection    cuda.Selection // --device parsed by validate
 	admission    string         // A, B, C or none (validate normalizes it)
 	programs     programFlags
-	// chargeRetiring restores seed 004's BASE accounting (experiments only).
+	// chargeRetiring charges retiring requests (experiments only).
 	chargeRetiring bool
 	apiKeys        []string
 	maxQueue       int // 0: 4 × seats
@@ -130,7 +130,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.host, "host", o.host, "address to bind")
 	f.IntVar(&o.port, "port", o.port, "TCP port (0: any free port)")
 	f.IntVar(&o.dp, "dp", o.dp, "attention data-parallel ranks, each its own engine, KV cache and seats, routed at one gather point (CPU runner)")
-	f.StringVar(&o.admission, "admission", o.admission, "program admission policy for requests with a program id: A (ThunderAgent's accounting), B (distinct shared blocks), C (A with pause thresholds) or none")
+	f.StringVar(&o.admission, "admission", o.admission, "program admission policy for requests with a program id: A (each program's tokens + a buffer), B (distinct shared blocks + a growth reserve), C (A with pause thresholds) or none")
 	p := &o.programs
 	f.IntVar(&p.buffer, "admission-buffer", p.buffer, "tokens charged per ACTIVE program under A and C")
 	f.IntVar(&p.reserve, "admission-reserve", p.reserve, "tokens charged per ACTIVE program under B (growth headroom)")
@@ -141,7 +141,7 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&p.agingTau, "aging-tau", p.agingTau, "aging of waiting programs: effective size = tokens / (1 + wait/tau); 0 disables")
 	f.DurationVar(&p.forcedResume, "forced-resume", p.forcedResume, "resume a waiting turn after this long even if it does not fit")
 	f.DurationVar(&p.lease, "program-lease", p.lease, "end a program after this long without a turn")
-	f.BoolVar(&o.chargeRetiring, "charge-retiring", o.chargeRetiring, "experiments only: charge retiring requests against admission and step budgets (seed 004's BASE behaviour)")
+	f.BoolVar(&o.chargeRetiring, "charge-retiring", o.chargeRetiring, "experiments only: charge retiring requests against admission and step budgets (what engines without the retiring rule do)")
 	f.StringArrayVar(&o.apiKeys, "api-key", o.apiKeys, "require 'Authorization: Bearer KEY' (repeatable; each key is its own cache tenant)")
 	f.IntVar(&o.maxQueue, "max-queue", o.maxQueue, "most requests in flight before 429 (default: 4 × seats)")
 	f.DurationVar(&o.drain, "drain-timeout", o.drain, "on SIGINT/SIGTERM, how long requests in flight may finish")
@@ -467,7 +467,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 		}
 	}
 	if o.chargeRetiring {
-		if _, err := fmt.Fprintln(out, "  retiring     CHARGED against admission and budgets (--charge-retiring: seed 004's BASE, for experiments)"); err != nil {
+		if _, err := fmt.Fprintln(out, "  retiring     CHARGED against admission and budgets (--charge-retiring: for experiments)"); err != nil {
 			return err
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"slices"
 )
 
-// Defaults of Bootstrap, as in seed 000: 10,000 resamples of whole paired
-// blocks, seed 20260919, 95% percentile intervals.
+// Defaults of Bootstrap: 10,000 resamples of whole paired blocks, seed
+// 20260919, 95% percentile intervals.
 const (
 	DefaultResamples = 10000
 	DefaultSeed      = 20260919
@@ -132,7 +132,7 @@ func (b Bootstrap) Blocks(n int, stat func(idx []int) float64) (Estimate, error)
 
 // GeoMeanRatio is the geometric mean of the paired ratios num[i]/den[i]
 // (one per block) with its bootstrap interval over whole blocks: the
-// headline statistic of seed 000 (e.g. B/A throughput, B/A P95).
+// headline statistic of a paired campaign (e.g. B/A throughput, B/A P95).
 func (b Bootstrap) GeoMeanRatio(num, den []float64) (Estimate, error) {
 	ratios, err := PairedRatios(num, den)
 	if err != nil {

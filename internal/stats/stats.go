@@ -21,7 +21,7 @@ var ErrEmpty = errors.New("stats: no values")
 // the smallest value such that at least p% of the values are ≤ it, i.e. the
 // value of (1-based) rank ⌈p/100 · n⌉ in ascending order. p = 0 gives the
 // minimum, p = 100 the maximum. The result is always one of the values (no
-// interpolation), which is how seed 000 reports per-batch P50/P95.
+// interpolation), the usual definition for per-batch P50/P95.
 // p must lie in [0, 100]; xs must be non-empty and hold no NaN.
 func NearestRank(xs []float64, p float64) (float64, error) {
 	if len(xs) == 0 {
