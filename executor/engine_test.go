@@ -248,17 +248,82 @@ func TestRetiringSeat(t *testing.T) {
 	}, base)
 }
 
+// TestCheckSeatsInFlight: with overlap, requests that stop (EOS, not known
+// in advance) while the next step that uses their seat is in flight keep
+// the seat, retiring, until that step's teardown, and Check proves it after
+// every step. A seat given back before its step is processed, as a detach
+// that ignored the step in flight would, fails Check naming the step and
+// the seat, though every count still agrees.
+func TestCheckSeatsInFlight(t *testing.T) {
+	run := func(t *testing.T, breakAt int) error {
+		s := newSetup(t, opts{mbs: 3, overlap: true, eosAfter: 3})
+		for i := range 5 {
+			_, err := s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(2+i, int32(i)), Params: greedy()})
+			require.NoError(t, err)
+		}
+		retired := 0
+		for i := range 200 {
+			progressed, err := s.eng.Step()
+			require.NoError(t, err)
+			if s.eng.retiring > 0 {
+				retired++
+				if retired == breakAt {
+					releaseRetiringEarly(t, s.eng)
+				}
+			}
+			if err := s.eng.Check(); err != nil {
+				return err
+			}
+			if !progressed {
+				require.Positive(t, retired, "some request retired with its step in flight (step %d)", i)
+				require.NoError(t, s.eng.Close())
+				return s.eng.Check()
+			}
+		}
+		t.Fatal("engine still busy after 200 steps")
+		return nil
+	}
+	t.Run("kept", func(t *testing.T) { require.NoError(t, run(t, 0)) })
+	for _, at := range []int{1, 2} {
+		t.Run(fmt.Sprintf("released early at the retirement %d", at), func(t *testing.T) {
+			err := run(t, at)
+			require.ErrorContains(t, err, "in flight uses seat")
+			require.ErrorContains(t, err, "released before the step was processed")
+		})
+	}
+}
+
+// releaseRetiringEarly gives back one retiring seat (and its blocks) at
+// once instead of at its step's teardown, keeping every count consistent:
+// the breakage only the steps in flight reveal.
+func releaseRetiringEarly(t *testing.T, e *Engine) {
+	t.Helper()
+	for i := range e.steps {
+		st := &e.steps[i]
+		if len(st.teardown) == 0 {
+			continue
+		}
+		r := st.teardown[len(st.teardown)-1]
+		st.teardown = st.teardown[:len(st.teardown)-1]
+		e.retiring--
+		require.NoError(t, e.seats.Release(r.seat))
+		if r.hasKV {
+			e.kv.Release(r.kv)
+		}
+		return
+	}
+	t.Fatal("no retiring seat to release")
+}
+
 // TestRetiringCountsForLiveness: Run must not block while a request retires.
 func TestRetiringCountsForLiveness(t *testing.T) {
 	s := newSetup(t, opts{mbs: 1, overlap: true, eosAfter: 2})
 	st, err := s.eng.Submit(context.Background(), &Request{Prompt: "x", Params: greedy()})
 	require.NoError(t, err)
-	for {
+	for i := 0; s.eng.Snapshot().Retiring == 0; i++ {
+		require.Less(t, i, 100, "stepped %d times waiting for the request to retire", i)
 		_, err := s.eng.Step()
 		require.NoError(t, err)
-		if s.eng.Snapshot().Retiring > 0 {
-			break
-		}
 	}
 	// Only a retiring request is left: the loop must still make progress.
 	progressed, err := s.eng.Step()
