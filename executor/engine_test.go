@@ -140,10 +140,8 @@ func greedy() sampling.Params { return sampling.DefaultParams() }
 
 func collect(t testing.TB, st *Stream) Delta {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	d, err := st.Collect(ctx)
-	require.NoError(t, err)
+	d, err := st.Collect(waitCtx(t))
+	require.NoError(t, err, "collecting a stream to its finish")
 	return d
 }
 
@@ -682,15 +680,15 @@ func TestRunLoop(t *testing.T) {
 		rctx, cancelReq := context.WithCancel(context.Background())
 		long, err := s.eng.Submit(rctx, &Request{Prompt: "long", IgnoreEOS: true, Params: greedy()})
 		require.NoError(t, err)
-		_, err = long.Recv(context.Background()) // it is running
-		require.NoError(t, err)
+		_, err = long.Recv(waitCtx(t)) // it is running
+		require.NoError(t, err, "waiting for the long request's first token")
 		cancelReq()
 		require.Equal(t, FinishAbort, collect(t, long).FinishReason)
 
 		left, err := s.eng.Submit(context.Background(), &Request{Prompt: "left", IgnoreEOS: true, Params: greedy()})
 		require.NoError(t, err)
 		stop()
-		require.NoError(t, <-done)
+		require.NoError(t, recvWithin(t, done, "Run to return after its context ended"))
 		require.Equal(t, FinishAbort, collect(t, left).FinishReason)
 		_, err = s.eng.Submit(context.Background(), &Request{Prompt: "late", Params: greedy()})
 		require.ErrorIs(t, err, ErrClosed)
@@ -843,16 +841,12 @@ func TestSubmitCancelledContext(t *testing.T) {
 	st, err := s.eng.Submit(ctx, &Request{Prompt: "never", Params: greedy()})
 	require.NoError(t, err)
 	var d Delta
-	for range 100 { // the abort arrives from context.AfterFunc's goroutine
-		_, err := s.eng.Step()
-		require.NoError(t, err)
-		require.NoError(t, s.eng.Check())
+	// The abort arrives from context.AfterFunc's goroutine.
+	stepUntil(t, s, "the cancelled request's finish", func() bool {
 		var ok bool
-		if d, ok, err = st.TryRecv(); ok && d.FinishReason != FinishNone {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		d, ok, _ = st.TryRecv()
+		return ok && d.FinishReason != FinishNone
+	})
 	require.Equal(t, FinishAbort, d.FinishReason)
 	require.NoError(t, s.eng.Close())
 	require.Equal(t, 0, s.eng.Snapshot().KVBlocksUsed)
