@@ -169,7 +169,7 @@ func runEngineLadder(t testing.TB, dp int, m mode) (float64, []uint64, [2]int) {
 	}
 	var share [2]int
 	for it := 0; ; it++ {
-		require.Less(t, it, 100*total)
+		require.Less(t, it, 100*total, "stepped %d times waiting for the deployment to drain", it)
 		q := d.Snapshot().Queued
 		idle, err := d.Step()
 		require.NoError(t, err)

@@ -252,7 +252,10 @@ func ladderRate(t testing.TB, dp, k int, m mode, p Policy) (float64, []uint64) {
 	// window, where placement (not admission) decides.
 	total := 100*2*dp + dp - 1
 	l.submit(t, total)
+	deadline := time.Now().Add(testWait)
 	for l.finished() < total {
+		require.True(t, time.Now().Before(deadline), "stepped for %v waiting for %d requests to finish (%d did)",
+			testWait, total, l.finished())
 		_, err := l.d.Step()
 		require.NoError(t, err)
 	}
