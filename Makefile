@@ -38,12 +38,23 @@ build:
 run: deps build
 	./$(BIN) serve
 
-## test: formatting check, vet, and every test with the race detector.
+# Tests that skip under -race (the detector allocates, or would make them too
+# slow): the zero-allocation tests and the overlap arms of the program-policy
+# workload. The non-race pass of `make test` runs exactly these.
+NORACE_MODEL    := ^(TestZeroAllocs|TestCUDAHostZeroAllocs)$$
+NORACE_EXECUTOR := ^TestProgramPolicyWorkload$$/^overlaptrue/
+
+## test: formatting check, vet, the import boundary of the core packages
+## (uncached: it reads `go list -deps`, which the test cache does not track),
+## every test with the race detector, then what -race skips without it.
 test: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) test -count=1 -run TestCoreLinksNoCgo ./step/
 	$(GO) test -race -timeout 15m ./...
+	$(GO) test -timeout 5m -run '$(NORACE_MODEL)' ./model/
+	$(GO) test -timeout 5m -run '$(NORACE_EXECUTOR)' ./executor/
 
 ## bench: the microbenchmarks with allocation counts, then short campaigns:
 ## the CPU runner's cost-model fit, seed 000's A/B/C on the simulated H200 and,

@@ -50,7 +50,7 @@ func runCPULadder(tb testing.TB, m *model.Llama, dp, total int, md mode) (float6
 	}
 	var share [2]int
 	for it := 0; ; it++ {
-		require.Less(tb, it, 100*total)
+		require.Less(tb, it, 100*total, "stepped %d times waiting for the deployment to drain", it)
 		q := d.Snapshot().Queued
 		idle, err := d.Step()
 		require.NoError(tb, err)

@@ -59,10 +59,10 @@ func runEarlyLadder(t *testing.T, dp int, m mode, late func(int) bool) earlyRun 
 		}
 	}
 	for _, h := range hs {
-		s, err := h.Wait(context.Background())
-		require.NoError(t, err)
-		out, err := s.Collect(context.Background())
-		require.NoError(t, err)
+		s, err := h.Wait(waitCtx(t))
+		require.NoError(t, err, "waiting for a request's handle")
+		out, err := s.Collect(waitCtx(t))
+		require.NoError(t, err, "collecting a request's stream")
 		require.Equal(t, executor.FinishLength, out.FinishReason)
 	}
 	snap := d.Snapshot()

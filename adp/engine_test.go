@@ -170,7 +170,7 @@ func runEngineLadder(t testing.TB, dp int, m mode) (float64, []uint64, [2]int) {
 	}
 	var share [2]int
 	for it := 0; ; it++ {
-		require.Less(t, it, 100*total)
+		require.Less(t, it, 100*total, "stepped %d times waiting for the deployment to drain", it)
 		q := d.Snapshot().Queued
 		idle, err := d.Step()
 		require.NoError(t, err)
@@ -248,7 +248,8 @@ func TestEngineRefuses(t *testing.T) {
 	require.NoError(t, err)
 	good, err := d.Submit(context.Background(), &executor.Request{PromptTokens: []int32{1, 2}, MaxTokens: 1, Params: sampling.DefaultParams()})
 	require.NoError(t, err)
-	for {
+	for it := 0; ; it++ {
+		require.Less(t, it, 100, "stepped %d times waiting for the deployment to go idle", it)
 		idle, err := d.Step()
 		require.NoError(t, err)
 		require.NoError(t, d.Check())
@@ -256,13 +257,13 @@ func TestEngineRefuses(t *testing.T) {
 			break
 		}
 	}
-	_, err = bad.Wait(context.Background())
+	_, err = bad.Wait(waitCtx(t))
 	require.ErrorContains(t, err, "adp: rank 0 refused the request")
 	require.ErrorContains(t, err, "prompt_tokens[1]: token 9999")
-	s, err := good.Wait(context.Background())
-	require.NoError(t, err)
-	out, err := s.Collect(context.Background())
-	require.NoError(t, err)
+	s, err := good.Wait(waitCtx(t))
+	require.NoError(t, err, "waiting for the good request's handle")
+	out, err := s.Collect(waitCtx(t))
+	require.NoError(t, err, "collecting the good request's stream")
 	require.Equal(t, executor.FinishLength, out.FinishReason)
 	m := d.Snapshot()
 	require.Equal(t, uint64(1), m.Refused)
@@ -294,7 +295,7 @@ func TestEngineRetiringTornDownBeforeIdle(t *testing.T) {
 	require.Eventually(t, func() bool { return d.Snapshot().IdleWaits > 0 }, 5*time.Second, time.Millisecond)
 	m := d.Snapshot()
 	stop()
-	require.NoError(t, <-done)
+	require.NoError(t, recvWithin(t, done, "Run to return after its context ended"))
 	for i, er := range ers {
 		em := er.Engine().Snapshot()
 		require.Zero(t, em.Retiring, "rank %d", i)
@@ -418,8 +419,8 @@ func TestEngineCacheAwareHit(t *testing.T) {
 				_, err := ers[1].Step()
 				require.NoError(t, err)
 			}
-			_, err = warm.Collect(context.Background())
-			require.NoError(t, err)
+			_, err = warm.Collect(waitCtx(t))
+			require.NoError(t, err, "collecting the warm-up request")
 
 			var s RankState
 			ers[1].State(&s)

@@ -696,6 +696,9 @@ func (e *Engine) Check() error {
 		return fmt.Errorf("executor: %d retiring recorded, %d awaiting teardown, %d retiring seats",
 			e.retiring, nRetired, e.seats.Retiring())
 	}
+	if err := e.checkStepsInFlight(); err != nil {
+		return err
+	}
 	if err := e.checkPrograms(); err != nil {
 		return err
 	}
@@ -727,6 +730,60 @@ func (e *Engine) Check() error {
 	}
 	e.scratch = ids[:0]
 	return nil
+}
+
+// checkStepsInFlight proves that no seat a launched, unprocessed step uses
+// has been given back: each is still live for the request the step planned
+// it for (running, in the same epoch, on that seat), or retiring until the
+// teardown of that step or a later one. A seat released early would let the
+// next admission reuse its runner rows while the device still writes them.
+func (e *Engine) checkStepsInFlight() error {
+	if e.launched < e.processed || e.launched-e.processed > overlap.MaxInFlight {
+		return fmt.Errorf("executor: steps %d to %d in flight, at most %d can be", e.processed+1, e.launched, overlap.MaxInFlight)
+	}
+	for n := e.processed + 1; n <= e.launched; n++ {
+		st := &e.steps[n%overlap.MaxInFlight]
+		if st.n != n || len(st.entries) != len(st.batch.Seqs) {
+			return fmt.Errorf("executor: step %d in flight: its record is of step %d with %d entries for %d sequences",
+				n, st.n, len(st.entries), len(st.batch.Seqs))
+		}
+		for i := range st.batch.Seqs {
+			seat, en := seatpool.Seat(st.batch.Seqs[i].Seat), st.entries[i]
+			switch state := e.seats.State(seat); state {
+			case seatpool.Live:
+				if s := en.s; s.state != StateRunning || s.epoch != en.epoch || !s.hasSeat || s.seat != seat {
+					return fmt.Errorf("executor: step %d in flight uses seat %d for request %d, which has left it (state %d, epoch %d → %d, seat %d held %v): the live seat was released and taken again",
+						n, seat, s.id, s.state, en.epoch, s.epoch, s.seat, s.hasSeat)
+				}
+			case seatpool.Retiring:
+				if !e.tornDownAtOrAfter(seat, n) {
+					return fmt.Errorf("executor: step %d in flight uses seat %d (request %d), retiring with no teardown at step %d or later",
+						n, seat, en.s.id, n)
+				}
+			default:
+				return fmt.Errorf("executor: step %d in flight uses seat %d (request %d), which is %v: released before the step was processed",
+					n, seat, en.s.id, state)
+			}
+		}
+	}
+	return nil
+}
+
+// tornDownAtOrAfter reports whether the teardown of an in-flight step m ≥ n
+// releases seat.
+func (e *Engine) tornDownAtOrAfter(seat seatpool.Seat, n uint64) bool {
+	for i := range e.steps {
+		st := &e.steps[i]
+		if st.n < n || st.n <= e.processed || st.n > e.launched {
+			continue
+		}
+		for _, r := range st.teardown {
+			if r.seat == seat {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func b2i(b bool) int {

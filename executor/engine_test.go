@@ -147,10 +147,8 @@ func greedy() sampling.Params { return sampling.DefaultParams() }
 
 func collect(t testing.TB, st *Stream) Delta {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	d, err := st.Collect(ctx)
-	require.NoError(t, err)
+	d, err := st.Collect(waitCtx(t))
+	require.NoError(t, err, "collecting a stream to its finish")
 	return d
 }
 
@@ -255,17 +253,82 @@ func TestRetiringSeat(t *testing.T) {
 	}, base)
 }
 
+// TestCheckSeatsInFlight: with overlap, requests that stop (EOS, not known
+// in advance) while the next step that uses their seat is in flight keep
+// the seat, retiring, until that step's teardown, and Check proves it after
+// every step. A seat given back before its step is processed, as a detach
+// that ignored the step in flight would, fails Check naming the step and
+// the seat, though every count still agrees.
+func TestCheckSeatsInFlight(t *testing.T) {
+	run := func(t *testing.T, breakAt int) error {
+		s := newSetup(t, opts{mbs: 3, overlap: true, eosAfter: 3})
+		for i := range 5 {
+			_, err := s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(2+i, int32(i)), Params: greedy()})
+			require.NoError(t, err)
+		}
+		retired := 0
+		for i := range 200 {
+			progressed, err := s.eng.Step()
+			require.NoError(t, err)
+			if s.eng.retiring > 0 {
+				retired++
+				if retired == breakAt {
+					releaseRetiringEarly(t, s.eng)
+				}
+			}
+			if err := s.eng.Check(); err != nil {
+				return err
+			}
+			if !progressed {
+				require.Positive(t, retired, "some request retired with its step in flight (step %d)", i)
+				require.NoError(t, s.eng.Close())
+				return s.eng.Check()
+			}
+		}
+		t.Fatal("engine still busy after 200 steps")
+		return nil
+	}
+	t.Run("kept", func(t *testing.T) { require.NoError(t, run(t, 0)) })
+	for _, at := range []int{1, 2} {
+		t.Run(fmt.Sprintf("released early at the retirement %d", at), func(t *testing.T) {
+			err := run(t, at)
+			require.ErrorContains(t, err, "in flight uses seat")
+			require.ErrorContains(t, err, "released before the step was processed")
+		})
+	}
+}
+
+// releaseRetiringEarly gives back one retiring seat (and its blocks) at
+// once instead of at its step's teardown, keeping every count consistent:
+// the breakage only the steps in flight reveal.
+func releaseRetiringEarly(t *testing.T, e *Engine) {
+	t.Helper()
+	for i := range e.steps {
+		st := &e.steps[i]
+		if len(st.teardown) == 0 {
+			continue
+		}
+		r := st.teardown[len(st.teardown)-1]
+		st.teardown = st.teardown[:len(st.teardown)-1]
+		e.retiring--
+		require.NoError(t, e.seats.Release(r.seat))
+		if r.hasKV {
+			e.kv.Release(r.kv)
+		}
+		return
+	}
+	t.Fatal("no retiring seat to release")
+}
+
 // TestRetiringCountsForLiveness: Run must not block while a request retires.
 func TestRetiringCountsForLiveness(t *testing.T) {
 	s := newSetup(t, opts{mbs: 1, overlap: true, eosAfter: 2})
 	st, err := s.eng.Submit(context.Background(), &Request{Prompt: "x", Params: greedy()})
 	require.NoError(t, err)
-	for {
+	for i := 0; s.eng.Snapshot().Retiring == 0; i++ {
+		require.Less(t, i, 100, "stepped %d times waiting for the request to retire", i)
 		_, err := s.eng.Step()
 		require.NoError(t, err)
-		if s.eng.Snapshot().Retiring > 0 {
-			break
-		}
 	}
 	// Only a retiring request is left: the loop must still make progress.
 	progressed, err := s.eng.Step()
@@ -609,15 +672,15 @@ func TestRunLoop(t *testing.T) {
 		rctx, cancelReq := context.WithCancel(context.Background())
 		long, err := s.eng.Submit(rctx, &Request{Prompt: "long", IgnoreEOS: true, Params: greedy()})
 		require.NoError(t, err)
-		_, err = long.Recv(context.Background()) // it is running
-		require.NoError(t, err)
+		_, err = long.Recv(waitCtx(t)) // it is running
+		require.NoError(t, err, "waiting for the long request's first token")
 		cancelReq()
 		require.Equal(t, FinishAbort, collect(t, long).FinishReason)
 
 		left, err := s.eng.Submit(context.Background(), &Request{Prompt: "left", IgnoreEOS: true, Params: greedy()})
 		require.NoError(t, err)
 		stop()
-		require.NoError(t, <-done)
+		require.NoError(t, recvWithin(t, done, "Run to return after its context ended"))
 		require.Equal(t, FinishAbort, collect(t, left).FinishReason)
 		_, err = s.eng.Submit(context.Background(), &Request{Prompt: "late", Params: greedy()})
 		require.ErrorIs(t, err, ErrClosed)
@@ -770,16 +833,12 @@ func TestSubmitCancelledContext(t *testing.T) {
 	st, err := s.eng.Submit(ctx, &Request{Prompt: "never", Params: greedy()})
 	require.NoError(t, err)
 	var d Delta
-	for range 100 { // the abort arrives from context.AfterFunc's goroutine
-		_, err := s.eng.Step()
-		require.NoError(t, err)
-		require.NoError(t, s.eng.Check())
+	// The abort arrives from context.AfterFunc's goroutine.
+	stepUntil(t, s, "the cancelled request's finish", func() bool {
 		var ok bool
-		if d, ok, err = st.TryRecv(); ok && d.FinishReason != FinishNone {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		d, ok, _ = st.TryRecv()
+		return ok && d.FinishReason != FinishNone
+	})
 	require.Equal(t, FinishAbort, d.FinishReason)
 	require.NoError(t, s.eng.Close())
 	require.Equal(t, 0, s.eng.Snapshot().KVBlocksUsed)

@@ -449,14 +449,12 @@ func TestProgramWaitingTurnWithdrawn(t *testing.T) {
 	require.Equal(t, 2, s.eng.Snapshot().Running, "the plain request behind late was admitted")
 	cancel()
 	var d Delta
-	for range 200 { // the abort arrives from context.AfterFunc's goroutine
-		stepChecked(t, s)
+	// The abort arrives from context.AfterFunc's goroutine.
+	stepUntil(t, s, "the withdrawn turn's finish", func() bool {
 		var ok bool
-		if d, ok, err = late.TryRecv(); ok && d.FinishReason != FinishNone {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		d, ok, _ = late.TryRecv()
+		return ok && d.FinishReason != FinishNone
+	})
 	require.Equal(t, FinishAbort, d.FinishReason)
 	require.Zero(t, s.eng.Snapshot().Programs.Waiting, "the withdrawn first turn forgets its program")
 	s.drive(t, 200)
@@ -585,11 +583,13 @@ func fuzzPrograms(t *testing.T, ops []byte, arm uint8, ovl bool) {
 
 // TestRunPollsProgramPolicy: an idle Run loop whose only waiting turn is
 // held by the policy still steps now and then, so the lease of the program
-// that holds the capacity ends and the held turn runs, with no wake-up.
+// that holds the capacity ends and the held turn runs, with no wake-up. The
+// lease runs on the virtual clock, moved once past first's lease and never
+// again, so held's own lease cannot end too however slow the machine.
 func TestRunPollsProgramPolicy(t *testing.T) {
 	pc := tinyPolicy(policy.ArmA)
-	pc.Lease = 50 * time.Millisecond
-	s := newSetup(t, opts{blocks: 16, clk: clock.Real{}, cost: sim.Fixed(100 * time.Microsecond), programs: pc}) // 64 tokens
+	pc.Lease = time.Minute
+	s := newSetup(t, opts{blocks: 16, programs: pc}) // 64 tokens
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.eng.Run(ctx) }()
@@ -598,9 +598,15 @@ func TestRunPollsProgramPolicy(t *testing.T) {
 	require.Equal(t, FinishLength, collect(t, first).FinishReason)
 	held, err := s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(40, 5), MaxTokens: 4, Params: greedy(), ProgramID: "held"})
 	require.NoError(t, err)
+	waitFor(t, "held's turn to wait behind first's pin", func() bool {
+		m := s.eng.Snapshot()
+		return m.Waiting == 1 && m.Running == 0
+	})
+	// No wake-up: the idle loop finds the lease over at its next poll.
+	require.NoError(t, s.clock.Advance(pc.Lease+time.Second))
 	require.Equal(t, FinishLength, collect(t, held).FinishReason, "first's lease ended and held ran")
 	stop()
-	require.NoError(t, <-done)
+	require.NoError(t, recvWithin(t, done, "Run to return after its context ended"))
 	require.NoError(t, s.eng.Check())
 	m := s.eng.Snapshot()
 	require.Equal(t, uint64(1), m.Programs.Expired)

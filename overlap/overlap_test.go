@@ -33,6 +33,41 @@ func (r *recorder) snapshot() []int {
 	return append([]int(nil), r.log...)
 }
 
+// testWait bounds every wait in these tests: generous, it only turns a hang
+// (a pipeline that never delivers, a launch blocked behind a job) into a
+// failure naming what was awaited.
+const testWait = 30 * time.Second
+
+// within runs f on its own goroutine and returns its result, failing after
+// testWait with what it awaited. f must not touch t.
+func within[R any](t *testing.T, what string, f func() R) R {
+	t.Helper()
+	ch := make(chan R, 1)
+	go func() { ch <- f() }()
+	timer := time.NewTimer(testWait)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		return r
+	case <-timer.C:
+		require.FailNowf(t, "wait timed out", "waited %v for %s", testWait, what)
+		var zero R
+		return zero
+	}
+}
+
+// waitDone is p.Wait bounded by testWait.
+func waitDone(t *testing.T, p *Pipeline[int], what string) Done[int] {
+	t.Helper()
+	type res struct {
+		d   Done[int]
+		err error
+	}
+	r := within(t, what, func() res { d, err := p.Wait(); return res{d, err} })
+	require.NoError(t, r.err, what)
+	return r.d
+}
+
 func TestPipelineOrder(t *testing.T) {
 	for _, async := range []bool{false, true} {
 		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
@@ -46,14 +81,12 @@ func TestPipelineOrder(t *testing.T) {
 			for n := 1; n < 50; n++ {
 				require.NoError(t, p.Launch(n))
 				require.Equal(t, 2, p.InFlight())
-				d, err := p.Wait()
-				require.NoError(t, err)
+				d := waitDone(t, p, fmt.Sprintf("job %d's completion", n-1))
 				require.NoError(t, d.Err)
 				require.False(t, d.End.Before(d.Start))
 				got = append(got, d.Job)
 			}
-			d, err := p.Wait()
-			require.NoError(t, err)
+			d := waitDone(t, p, "the last job's completion")
 			got = append(got, d.Job)
 			require.Equal(t, 0, p.InFlight())
 			want := make([]int, 50)
@@ -93,7 +126,7 @@ func TestPipelineErrors(t *testing.T) {
 				p, err := New(rec.exec, time.Now, async)
 				require.NoError(t, err)
 				defer p.Close()
-				require.ErrorContains(t, tc.run(p), tc.want)
+				require.ErrorContains(t, within(t, tc.name, func() error { return tc.run(p) }), tc.want)
 			})
 		}
 	}
@@ -115,10 +148,11 @@ func TestPipelineOverlaps(t *testing.T) {
 	}, time.Now, true)
 	require.NoError(t, err)
 	require.NoError(t, p.Launch(0))
-	require.NoError(t, p.Launch(1)) // must not block behind job 0
+	require.NoError(t, within(t, "Launch(1) while job 0 executes (it must not block behind it)",
+		func() error { return p.Launch(1) }))
 	close(gate)
-	d0, _ := p.Wait()
-	d1, _ := p.Wait()
+	d0 := waitDone(t, p, "job 0's completion")
+	d1 := waitDone(t, p, "job 1's completion")
 	require.Equal(t, []int{0, 1}, []int{d0.Job, d1.Job})
 	require.False(t, d1.Start.Before(d0.End), "jobs must not run concurrently")
 	p.Close()

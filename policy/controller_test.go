@@ -154,6 +154,60 @@ func TestSharedFamily(t *testing.T) {
 	r.drained()
 }
 
+// TestBEstimateLessPrefixHit: B charges a turn not yet started its context
+// in blocks less the whole blocks its prefix-cache hit already holds (they
+// are charged where they are referenced), both in used (an admitted turn
+// before Started) and in the estimate that decides whether a queued turn
+// fits.
+func TestBEstimateLessPrefixHit(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		tokens, cached int
+		wantEst        int // tokens charged before Started
+	}{
+		{"no hit", 160, 0, 10 * 16},
+		{"whole blocks", 160, 64, 6 * 16},
+		{"a partial block is not subtracted", 160, 70, 6 * 16},
+		{"partial last block of the context", 150, 64, 6 * 16},
+		{"all cached", 160, 160, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, smallCfg(ArmB, 8), 256)
+			ok, err := r.c.Admit("p", tc.tokens, tc.cached)
+			require.NoError(t, err)
+			require.True(t, ok, "alone, it runs")
+			r.check()
+			require.Equal(t, tc.wantEst, r.c.UsedB(), "estimate of the admitted, unstarted turn")
+			require.NoError(t, r.c.Preempted("p"))
+			r.check()
+			require.Equal(t, tc.wantEst, r.c.UsedB(), "a turn preempted before it started keeps its estimate")
+			require.True(t, r.c.Release("p"))
+			r.drained()
+		})
+	}
+	// The decision: p0's 2,000-token context is pinned (125 blocks of the
+	// pool's 256). p1 shares it and adds 1,000 tokens: charged its 63 new
+	// blocks it fits (125 + 63 ≤ 256); charged all 188 it would not.
+	r := newRig(t, smallCfg(ArmB, 8), 256)
+	require.True(t, r.admit("p0", context(0, 2000, 2000)))
+	r.end("p0")
+	require.Equal(t, 125*16, r.c.UsedB())
+	p1 := context(1, 2000, 3000)
+	require.Equal(t, 2000, r.pool.PeekPrefix(testKeys, p1), "p1's shared prefix hits p0's pin")
+	require.True(t, r.admit("p1", p1), "admitted on its 63 new blocks, not its 188")
+	require.Equal(t, (125+63)*16, r.c.UsedB())
+	// Without the hit the same turn waits.
+	ok, err := r.c.Admit("p2", 3000, 0)
+	require.NoError(t, err)
+	require.False(t, ok, "188 uncached blocks do not fit beside 188 used")
+	r.check()
+	r.end("p1")
+	require.NoError(t, r.c.TurnEnded("p2")) // withdrawn while it waited
+	r.release("p0")
+	r.release("p1")
+	r.drained()
+}
+
 // TestPreempted: a preempted turn's blocks leave B's count and its estimate
 // is charged until it starts again; Admit runs it again at once.
 func TestPreempted(t *testing.T) {

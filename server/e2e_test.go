@@ -46,15 +46,16 @@ func greedyReference(t *testing.T, prompt string, maxTokens int) executor.Delta 
 	eng, _ := storiesEngine(t, false)
 	st, err := eng.Submit(context.Background(), &executor.Request{Prompt: prompt, MaxTokens: maxTokens, Params: sampling.DefaultParams()})
 	require.NoError(t, err)
-	for {
+	for i := 0; ; i++ {
+		require.Less(t, i, 10_000, "stepped %d times waiting for the reference engine to go idle", i)
 		progressed, err := eng.Step()
 		require.NoError(t, err)
 		if !progressed {
 			break
 		}
 	}
-	d, err := st.Collect(context.Background())
-	require.NoError(t, err)
+	d, err := st.Collect(waitCtx(t))
+	require.NoError(t, err, "collecting the reference output")
 	require.NoError(t, eng.Close())
 	return d
 }

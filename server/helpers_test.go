@@ -106,6 +106,8 @@ func startEnv(t testing.TB, eng *executor.Engine, tok *tokenizer.Tokenizer, cfg 
 	e := &env{srv: srv, eng: eng, tok: tok, stop: stop, done: make(chan error, 1)}
 	go func() { e.done <- eng.Run(ctx) }()
 	e.ts = httptest.NewServer(srv.Handler())
+	// Every request (headers and body, streams included) is bounded.
+	e.ts.Client().Timeout = testWait
 	t.Cleanup(func() { e.close(t) })
 	return e
 }
@@ -119,7 +121,7 @@ func (e *env) close(t testing.TB) {
 	e.closed = true
 	e.ts.Close()
 	e.stop()
-	require.NoError(t, <-e.done)
+	require.NoError(t, recvWithin(t, e.done, "the engine's Run to return after the server closed"))
 	require.NoError(t, e.eng.Check())
 	m := e.eng.Snapshot()
 	require.Zero(t, m.SeatsLive+m.SeatsRetiring+m.KVBlocksUsed, "engine holds resources after close")
@@ -146,7 +148,7 @@ func (e *env) post(t testing.TB, path string, body any, hdr ...string) *http.Res
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := e.ts.Client().Do(req)
-	require.NoError(t, err)
+	require.NoError(t, err, "POST %s", path)
 	return resp
 }
 
@@ -155,7 +157,7 @@ func decodeJSON(t testing.TB, resp *http.Response, v any) {
 	t.Helper()
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
+	require.NoError(t, err, "reading a JSON response body")
 	require.NoError(t, json.Unmarshal(b, v), "body: %s", b)
 }
 
@@ -179,7 +181,7 @@ func readSSE(t testing.TB, resp *http.Response) []string {
 			break
 		}
 	}
-	require.NoError(t, sc.Err())
+	require.NoError(t, sc.Err(), "reading a stream's events (after %d)", len(events))
 	return events
 }
 

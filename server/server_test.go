@@ -409,8 +409,9 @@ func TestShutdownDrains(t *testing.T) {
 			served := make(chan error, 1)
 			go func() { served <- e.srv.Serve(ctx, ln, tc.drain) }()
 			url := "http://" + ln.Addr().String()
+			client := &http.Client{Timeout: testWait}
 
-			resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(tc.body))
+			resp, err := client.Post(url+"/v1/completions", "application/json", strings.NewReader(tc.body))
 			require.NoError(t, err)
 			require.Equal(t, http.StatusOK, resp.StatusCode)
 			first := make([]byte, 6)
@@ -421,7 +422,7 @@ func TestShutdownDrains(t *testing.T) {
 			require.Eventually(t, func() bool { return e.srv.draining.Load() }, 10*time.Second, time.Millisecond)
 			rest, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			require.NoError(t, <-served)
+			require.NoError(t, recvWithin(t, served, "Serve to return after its drain"))
 			if tc.finish != "" {
 				require.Contains(t, string(rest), `"finish_reason":"length"`)
 				require.True(t, strings.HasSuffix(string(rest), "data: [DONE]\n\n"))
@@ -430,7 +431,7 @@ func TestShutdownDrains(t *testing.T) {
 				require.NotContains(t, string(rest), "[DONE]")
 				require.Eventually(t, func() bool { return e.eng.Snapshot().Aborted == 1 }, 10*time.Second, time.Millisecond)
 			}
-			_, err = http.Post(url+"/v1/completions", "application/json", strings.NewReader(tc.body))
+			_, err = client.Post(url+"/v1/completions", "application/json", strings.NewReader(tc.body))
 			require.Error(t, err, "the listener is closed after Serve returns")
 			require.Zero(t, e.srv.InFlight())
 		})
