@@ -56,7 +56,7 @@ func BenchmarkStepHost(b *testing.B) {
 		name := fmt.Sprintf("overlap=%v/waiting=%d", bc.ovl, bc.waiting)
 		var pc *policy.Config
 		if bc.programs {
-			c := policy.DefaultConfig(policy.ArmB, 0)
+			c := policy.DefaultConfig(policy.BlockAccounting, 0)
 			pc, name = &c, name+"/programs=B"
 		}
 		b.Run(name, func(b *testing.B) {

@@ -520,7 +520,7 @@ func TestPrefixCacheReuse(t *testing.T) {
 // program) lets one request run at a time; every admission is matched by
 // one release, and all three requests run to their length.
 func TestAdmissionOneAtATime(t *testing.T) {
-	pc := policy.DefaultConfig(policy.ArmB, 1)
+	pc := policy.DefaultConfig(policy.BlockAccounting, 1)
 	s := newSetup(t, opts{programs: &pc, mbs: 4})
 	var streams []*Stream
 	for i := range 3 {

@@ -66,7 +66,7 @@ func TestMetricsMerge(t *testing.T) {
 	fillOnes(reflect.ValueOf(&b).Elem())
 	a.Merge(&b)
 	keep := map[string]bool{
-		".KVUsage": true, ".Programs.Arm": true, ".Programs.AdmissionWaitMax": true,
+		".KVUsage": true, ".Programs.Accounting": true, ".Programs.AdmissionWaitMax": true,
 		".StepTime.Max": true, ".StepIdle.Max": true, ".TTFT.Max": true, ".ITL.Max": true,
 	}
 	checkDoubled(t, reflect.ValueOf(a), "", keep)

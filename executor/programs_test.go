@@ -221,7 +221,7 @@ var seedScaled = agentic{programs: 32, turns: 3, context: 2048, out: 32, tool: 6
 
 const seedScaledBlocks = 3662
 
-func scaledPolicy(arm policy.Arm) *policy.Config {
+func scaledPolicy(arm policy.Accounting) *policy.Config {
 	pc := policy.DefaultConfig(arm, 0)
 	pc.Buffer, pc.Reserve = 12, 64
 	return &pc
@@ -244,16 +244,16 @@ func halved(w agentic, blocks int, pc *policy.Config) (agentic, int, *policy.Con
 // (throughput, P50/P95 program time) and the B/A ratios.
 func TestProgramPolicyWorkload(t *testing.T) {
 	type row struct {
-		arm   policy.Arm
+		arm   policy.Accounting
 		share float64
 		res   agenticResult
 	}
 	var rows []row
 	for _, overlap := range []bool{false, true} {
 		for _, share := range []float64{0, 0.5, 0.9} {
-			for _, arm := range []policy.Arm{policy.ArmA, policy.ArmB, policy.ArmC} {
+			for _, arm := range []policy.Accounting{policy.TokenAccounting, policy.BlockAccounting, policy.PausingAccounting} {
 				t.Run(fmt.Sprintf("overlap%v/%v/share%.1f", overlap, arm, share), func(t *testing.T) {
-					if raceEnabled && overlap && (share == 0.5 || share == 0 && arm != policy.ArmB) {
+					if raceEnabled && overlap && (share == 0.5 || share == 0 && arm != policy.BlockAccounting) {
 						// Test time: B at 0% (the most pauses) and every arm at 90%.
 						t.Skip("under -race, overlap runs B at 0% and every arm at 90% sharing")
 					}
@@ -265,7 +265,7 @@ func TestProgramPolicyWorkload(t *testing.T) {
 					rig := newAgenticRig(t, pc, w.programs, blocks, overlap)
 					res := w.run(t, rig, true)
 					pm := res.m.Programs
-					require.Equal(t, arm, pm.Arm)
+					require.Equal(t, arm, pm.Accounting)
 					require.Equal(t, uint64(w.programs), pm.Admitted, "each program admitted once")
 					require.Equal(t, uint64(w.programs), pm.Released, "each program released by its last turn")
 					require.Zero(t, pm.Waiting+pm.Active+pm.Paused, "no program left")
@@ -308,7 +308,7 @@ func TestProgramPolicyWorkload(t *testing.T) {
 
 // tinyPolicy is a policy for newSetup's small pools: no buffer or reserve,
 // so the tests' arithmetic is the prompts'.
-func tinyPolicy(arm policy.Arm) *policy.Config {
+func tinyPolicy(arm policy.Accounting) *policy.Config {
 	pc := policy.DefaultConfig(arm, 0)
 	pc.Buffer, pc.Reserve = 0, 0
 	return &pc
@@ -335,7 +335,7 @@ func progTokens(n int, base int32) []int32 {
 // one after the other, a request without a program runs beside them, and
 // each turn finds the previous one's context pinned.
 func TestProgramOneTurnAtATime(t *testing.T) {
-	for _, arm := range []policy.Arm{policy.ArmA, policy.ArmB, policy.ArmC} {
+	for _, arm := range []policy.Accounting{policy.TokenAccounting, policy.BlockAccounting, policy.PausingAccounting} {
 		t.Run(arm.String(), func(t *testing.T) {
 			s := newSetup(t, opts{mbs: 4, blocks: 64, programs: tinyPolicy(arm)})
 			prompt := progTokens(20, 0)
@@ -398,7 +398,7 @@ func TestProgramReleaseAndStates(t *testing.T) {
 		require.NoError(t, s.eng.Close())
 	})
 	t.Run("policy", func(t *testing.T) {
-		s := newSetup(t, opts{programs: tinyPolicy(policy.ArmB)})
+		s := newSetup(t, opts{programs: tinyPolicy(policy.BlockAccounting)})
 		st, err := s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(9, 0), MaxTokens: 3, Params: greedy(), ProgramID: "p"})
 		require.NoError(t, err)
 		found, err := s.eng.ReleaseProgram("p")
@@ -432,7 +432,7 @@ func TestProgramReleaseAndStates(t *testing.T) {
 // without blocking the queue; aborted, it is forgotten; a request with the
 // release flag ends its program even when aborted.
 func TestProgramWaitingTurnWithdrawn(t *testing.T) {
-	s := newSetup(t, opts{blocks: 16, mbs: 4, programs: tinyPolicy(policy.ArmA)}) // 64 tokens
+	s := newSetup(t, opts{blocks: 16, mbs: 4, programs: tinyPolicy(policy.TokenAccounting)}) // 64 tokens
 	big, err := s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(40, 0), MaxTokens: 8, Params: greedy(),
 		ProgramID: "big", ProgramRelease: true})
 	require.NoError(t, err)
@@ -471,7 +471,7 @@ func TestProgramWaitingTurnWithdrawn(t *testing.T) {
 // blocks the next request needs and nothing runs, the engine ends that
 // program rather than wait for its lease.
 func TestProgramPinDroppedForLiveness(t *testing.T) {
-	s := newSetup(t, opts{blocks: 16, ctx: 64, programs: tinyPolicy(policy.ArmA)}) // 16 blocks of 4
+	s := newSetup(t, opts{blocks: 16, ctx: 64, programs: tinyPolicy(policy.TokenAccounting)}) // 16 blocks of 4
 	st, err := s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(50, 0), MaxTokens: 4, Params: greedy(), ProgramID: "p"})
 	require.NoError(t, err)
 	s.drive(t, 100)
@@ -489,7 +489,7 @@ func TestProgramPinDroppedForLiveness(t *testing.T) {
 
 func TestProgramConfigErrors(t *testing.T) {
 	bad := func(f func(c *policy.Config)) *policy.Config {
-		c := policy.DefaultConfig(policy.ArmA, 0)
+		c := policy.DefaultConfig(policy.TokenAccounting, 0)
 		f(&c)
 		return &c
 	}
@@ -500,7 +500,7 @@ func TestProgramConfigErrors(t *testing.T) {
 	}{
 		{"max active above batch", bad(func(c *policy.Config) { c.MaxActive = 5 }), "MaxActive 5 exceeds MaxBatchSize 4"},
 		{"negative buffer", bad(func(c *policy.Config) { c.Buffer = -1 }), "buffer -1"},
-		{"no arm", bad(func(c *policy.Config) { c.Arm = 0 }), "admission arm"},
+		{"no accounting", bad(func(c *policy.Config) { c.Accounting = 0 }), "admission Accounting(0)"},
 		{"target above threshold", bad(func(c *policy.Config) { c.PauseThreshold, c.PauseTarget = 0.5, 0.9 }), "pause target 0.9 exceeds pause threshold 0.5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -511,7 +511,7 @@ func TestProgramConfigErrors(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	s := newSetup(t, opts{programs: tinyPolicy(policy.ArmA)})
+	s := newSetup(t, opts{programs: tinyPolicy(policy.TokenAccounting)})
 	_, err := s.eng.Submit(context.Background(), &Request{Prompt: "x", ProgramRelease: true, Params: greedy()})
 	require.ErrorContains(t, err, "program_release: needs a program id")
 }
@@ -533,7 +533,7 @@ func fuzzPrograms(t *testing.T, ops []byte, arm uint8, ovl bool) {
 		if len(ops) > 300 {
 			ops = ops[:300]
 		}
-		pc := policy.DefaultConfig(policy.Arm(1+arm%3), 0)
+		pc := policy.DefaultConfig(policy.Accounting(1+arm%3), 0)
 		pc.Buffer, pc.Reserve = 1, 2
 		pc.AgingTau, pc.ForcedResume, pc.Lease = 5*time.Millisecond, 20*time.Millisecond, 40*time.Millisecond
 		s := newSetup(t, opts{overlap: ovl, mbs: 3, tokens: 12, blocks: 14, bs: 2, ctx: 24, eosAfter: 6, programs: &pc})
@@ -587,7 +587,7 @@ func fuzzPrograms(t *testing.T, ops []byte, arm uint8, ovl bool) {
 // lease runs on the virtual clock, moved once past first's lease and never
 // again, so held's own lease cannot end too however slow the machine.
 func TestRunPollsProgramPolicy(t *testing.T) {
-	pc := tinyPolicy(policy.ArmA)
+	pc := tinyPolicy(policy.TokenAccounting)
 	pc.Lease = time.Minute
 	s := newSetup(t, opts{blocks: 16, programs: pc}) // 64 tokens
 	ctx, stop := context.WithCancel(context.Background())

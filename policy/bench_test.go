@@ -28,7 +28,7 @@ func BenchmarkStepBoundary(b *testing.B) {
 		total    = 16_384
 		shared   = 921 * seedBlockSize
 	)
-	for _, arm := range []Arm{ArmA, ArmB, ArmC} {
+	for _, arm := range []Accounting{TokenAccounting, BlockAccounting, PausingAccounting} {
 		b.Run(arm.String(), func(b *testing.B) {
 			clk := newClock()
 			pool, err := kvpool.New(kvpool.Config{NumBlocks: 64 * seedBlocks, BlockSize: seedBlockSize})

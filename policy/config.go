@@ -7,42 +7,47 @@ import (
 	"time"
 )
 
-// Arm selects the accounting that decides admission (see the package doc).
-type Arm uint8
+// Accounting selects how admission charges programs against the KV pool
+// (see the package doc). Its flag values are A, B and C, the names the
+// experiments compare them by, or the words tokens, blocks and pausing.
+type Accounting uint8
 
 const (
-	// ArmA charges each ACTIVE program its tokens × weight + Buffer.
-	ArmA Arm = iota + 1
-	// ArmB charges distinct blocks of ACTIVE programs + Reserve each.
-	ArmB
-	// ArmC is A's accounting with a pause threshold, target and hysteresis.
-	ArmC
+	// TokenAccounting (A) charges each ACTIVE program its tokens × weight + Buffer.
+	TokenAccounting Accounting = iota + 1
+	// BlockAccounting (B) charges the distinct KV blocks of ACTIVE programs,
+	// from kvpool's block identities, + Reserve each.
+	BlockAccounting
+	// PausingAccounting (C) is TokenAccounting with a pause threshold,
+	// target and hysteresis.
+	PausingAccounting
 )
 
-// String is the arm's flag value: "A", "B" or "C".
-func (a Arm) String() string {
+// String is the accounting's flag value: "A", "B" or "C".
+func (a Accounting) String() string {
 	switch a {
-	case ArmA:
+	case TokenAccounting:
 		return "A"
-	case ArmB:
+	case BlockAccounting:
 		return "B"
-	case ArmC:
+	case PausingAccounting:
 		return "C"
 	}
-	return fmt.Sprintf("Arm(%d)", uint8(a))
+	return fmt.Sprintf("Accounting(%d)", uint8(a))
 }
 
-// ParseArm parses an --admission value: A, B or C (case-insensitive).
-func ParseArm(s string) (Arm, error) {
-	switch strings.ToUpper(strings.TrimSpace(s)) {
-	case "A":
-		return ArmA, nil
-	case "B":
-		return ArmB, nil
-	case "C":
-		return ArmC, nil
+// ParseAccounting parses an --admission value: A or tokens, B or blocks,
+// C or pausing (case-insensitive).
+func ParseAccounting(s string) (Accounting, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "a", "tokens":
+		return TokenAccounting, nil
+	case "b", "blocks":
+		return BlockAccounting, nil
+	case "c", "pausing":
+		return PausingAccounting, nil
 	}
-	return 0, fmt.Errorf("policy: admission arm %q: want A, B or C", s)
+	return 0, fmt.Errorf("policy: admission %q: want A (tokens), B (blocks) or C (pausing)", s)
 }
 
 // Clock is the time source the Controller reads (clock.Virtual and
@@ -58,7 +63,7 @@ func (wallClock) Now() time.Time { return time.Now() }
 // Config parameterizes a Controller. Start from DefaultConfig: the zero value
 // of most fields is refused, not defaulted.
 type Config struct {
-	Arm Arm
+	Accounting Accounting
 	// MaxActive caps ACTIVE programs: the executor's seats (> 0).
 	MaxActive int
 	// Buffer is tokens charged per ACTIVE program under A and C (≥ 0).
@@ -89,9 +94,9 @@ type Config struct {
 // buffer 100, reserve 512, acting weight 1, τ 60 s, forced resume 1800 s,
 // lease 30 min; threshold/target/hysteresis 0.95/0.80/0.10 for C and
 // 1.0/1.0/0 for A and B.
-func DefaultConfig(arm Arm, maxActive int) Config {
+func DefaultConfig(arm Accounting, maxActive int) Config {
 	c := Config{
-		Arm:               arm,
+		Accounting:               arm,
 		MaxActive:         maxActive,
 		Buffer:            100,
 		Reserve:           512,
@@ -103,7 +108,7 @@ func DefaultConfig(arm Arm, maxActive int) Config {
 		ForcedResume:      1800 * time.Second,
 		Lease:             30 * time.Minute,
 	}
-	if arm == ArmC {
+	if arm == PausingAccounting {
 		c.PauseThreshold, c.PauseTarget, c.ResumeHysteresis = 0.95, 0.80, 0.10
 	}
 	return c
@@ -113,8 +118,8 @@ func DefaultConfig(arm Arm, maxActive int) Config {
 func (c Config) Validate() error {
 	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
 	switch {
-	case c.Arm != ArmA && c.Arm != ArmB && c.Arm != ArmC:
-		return fmt.Errorf("policy: admission arm %v: want A, B or C", c.Arm)
+	case c.Accounting != TokenAccounting && c.Accounting != BlockAccounting && c.Accounting != PausingAccounting:
+		return fmt.Errorf("policy: admission %v: want A (tokens), B (blocks) or C (pausing)", c.Accounting)
 	case c.MaxActive <= 0:
 		return fmt.Errorf("policy: max active programs %d: must be > 0 (the executor's seats)", c.MaxActive)
 	case c.Buffer < 0:

@@ -765,7 +765,7 @@ func (c *Controller) UsedB() int {
 
 // used is the configured arm's used tokens.
 func (c *Controller) used() float64 {
-	if c.cfg.Arm == ArmB {
+	if c.cfg.Accounting == BlockAccounting {
 		return float64(c.UsedB())
 	}
 	return c.UsedA()
@@ -773,7 +773,7 @@ func (c *Controller) used() float64 {
 
 // estimate is what resuming queued p would add to used.
 func (c *Controller) estimate(p *program) float64 {
-	if c.cfg.Arm == ArmB {
+	if c.cfg.Accounting == BlockAccounting {
 		if p.pending {
 			return float64(c.estBlocks(p)*c.bs + c.cfg.Reserve)
 		}
@@ -788,7 +788,7 @@ func (c *Controller) estimate(p *program) float64 {
 
 // relief is what pausing REASONING r at its turn's end will take off used.
 func (c *Controller) relief(r *program) float64 {
-	if c.cfg.Arm != ArmB {
+	if c.cfg.Accounting != BlockAccounting {
 		return float64(r.tokens + c.cfg.Buffer)
 	}
 	own := 0

@@ -12,7 +12,7 @@ import (
 
 // smallCfg: 4,096 tokens of capacity (256 blocks), no buffer or reserve, so
 // the arithmetic in the tests is plain token counts.
-func smallCfg(arm Arm, seats int) Config {
+func smallCfg(arm Accounting, seats int) Config {
 	c := DefaultConfig(arm, seats)
 	c.Buffer, c.Reserve = 0, 0
 	return c
@@ -24,7 +24,7 @@ func own(i, n int) []int32 { return context(i, 0, n) }
 // it causes pauses the smallest ACTING program (its pin released) at the
 // step boundary, and the paused program's next turn waits until it fits.
 func TestPauseResume(t *testing.T) {
-	r := newRig(t, smallCfg(ArmA, 8), 256)
+	r := newRig(t, smallCfg(TokenAccounting, 8), 256)
 	for i := range 4 {
 		require.True(t, r.admit(fmt.Sprint("p", i), own(i, 1000)))
 	}
@@ -84,7 +84,7 @@ func TestMarkReasoning(t *testing.T) {
 		{"unmarked when room frees", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := smallCfg(ArmA, 8)
+			cfg := smallCfg(TokenAccounting, 8)
 			cfg.Buffer = 200
 			r := newRig(t, cfg, 256)
 			for i := range 3 {
@@ -131,7 +131,7 @@ func must2(i ProgramInfo, ok bool) ProgramInfo {
 // TestSharedFamily: under B a shared family stays charged while any ACTIVE
 // member still references it, and leaves with the last one.
 func TestSharedFamily(t *testing.T) {
-	r := newRig(t, smallCfg(ArmB, 8), 256)
+	r := newRig(t, smallCfg(BlockAccounting, 8), 256)
 	// 4 shared blocks + 2 own blocks each (all full: nothing partial to lose
 	// at the pin).
 	for i := range 2 {
@@ -172,7 +172,7 @@ func TestBEstimateLessPrefixHit(t *testing.T) {
 		{"all cached", 160, 160, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, smallCfg(ArmB, 8), 256)
+			r := newRig(t, smallCfg(BlockAccounting, 8), 256)
 			ok, err := r.c.Admit("p", tc.tokens, tc.cached)
 			require.NoError(t, err)
 			require.True(t, ok, "alone, it runs")
@@ -188,7 +188,7 @@ func TestBEstimateLessPrefixHit(t *testing.T) {
 	// The decision: p0's 2,000-token context is pinned (125 blocks of the
 	// pool's 256). p1 shares it and adds 1,000 tokens: charged its 63 new
 	// blocks it fits (125 + 63 ≤ 256); charged all 188 it would not.
-	r := newRig(t, smallCfg(ArmB, 8), 256)
+	r := newRig(t, smallCfg(BlockAccounting, 8), 256)
 	require.True(t, r.admit("p0", context(0, 2000, 2000)))
 	r.end("p0")
 	require.Equal(t, 125*16, r.c.UsedB())
@@ -211,7 +211,7 @@ func TestBEstimateLessPrefixHit(t *testing.T) {
 // TestPreempted: a preempted turn's blocks leave B's count and its estimate
 // is charged until it starts again; Admit runs it again at once.
 func TestPreempted(t *testing.T) {
-	r := newRig(t, smallCfg(ArmB, 8), 256)
+	r := newRig(t, smallCfg(BlockAccounting, 8), 256)
 	require.True(t, r.admit("p", own(0, 100))) // 7 blocks (6 full + 1 partial)
 	require.Equal(t, 7*16, r.c.Metrics().UsedB)
 	require.NoError(t, r.c.Preempted("p"))
@@ -232,7 +232,7 @@ func TestPreempted(t *testing.T) {
 // pending turn even when it would fit itself (no overtaking), and is
 // admitted after it.
 func TestQueueOrder(t *testing.T) {
-	cfg := smallCfg(ArmA, 8)
+	cfg := smallCfg(TokenAccounting, 8)
 	cfg.Buffer = 500
 	r := newRig(t, cfg, 256)
 	require.True(t, r.admit("a", own(0, 2000)))
@@ -256,7 +256,7 @@ func TestQueueOrder(t *testing.T) {
 
 // TestSeats: ACTIVE programs never exceed MaxActive.
 func TestSeats(t *testing.T) {
-	r := newRig(t, smallCfg(ArmB, 2), 256)
+	r := newRig(t, smallCfg(BlockAccounting, 2), 256)
 	require.True(t, r.admit("a", own(0, 10)))
 	require.True(t, r.admit("b", own(1, 10)))
 	require.False(t, r.admit("c", own(2, 10)))
@@ -276,7 +276,7 @@ func TestSeats(t *testing.T) {
 // fit, pausing an ACTING program when the seats are full; a lone program is
 // admitted whatever its size.
 func TestLeaseAndForced(t *testing.T) {
-	cfg := smallCfg(ArmA, 2)
+	cfg := smallCfg(TokenAccounting, 2)
 	cfg.Buffer = 200
 	cfg.Lease = 10 * time.Minute
 	cfg.ForcedResume = 5 * time.Minute
@@ -309,7 +309,7 @@ func TestLeaseAndForced(t *testing.T) {
 
 // TestProtocolErrors: calls out of order are refused, naming the program.
 func TestProtocolErrors(t *testing.T) {
-	r := newRig(t, smallCfg(ArmB, 4), 256)
+	r := newRig(t, smallCfg(BlockAccounting, 4), 256)
 	require.ErrorIs(t, r.c.Started("x", 0), ErrUnknownProgram)
 	require.ErrorIs(t, r.c.TurnEnded("x"), ErrUnknownProgram)
 	require.ErrorIs(t, r.c.Grew("x"), ErrUnknownProgram)
@@ -344,7 +344,7 @@ func TestProtocolErrors(t *testing.T) {
 // TestWithdrawn: a turn withdrawn while it waits: a new program is
 // forgotten, a paused one goes back to waiting between turns.
 func TestWithdrawn(t *testing.T) {
-	r := newRig(t, smallCfg(ArmA, 1), 256)
+	r := newRig(t, smallCfg(TokenAccounting, 1), 256)
 	require.True(t, r.admit("a", own(0, 10)))
 	require.False(t, r.admit("n", own(1, 10)))
 	r.end("n")
@@ -367,7 +367,7 @@ func TestWithdrawn(t *testing.T) {
 // Tick with running turns, and a turn cycle (end, next turn admitted and
 // started) of a known program.
 func TestNoAllocs(t *testing.T) {
-	r := newRig(t, smallCfg(ArmB, 8), 256)
+	r := newRig(t, smallCfg(BlockAccounting, 8), 256)
 	for i := range 4 {
 		require.True(t, r.admit(fmt.Sprint("p", i), context(i, 64, 100)))
 	}
@@ -398,7 +398,7 @@ func TestNoAllocs(t *testing.T) {
 // (kvpool.Reserve, before its value is known) occupies that block already,
 // so B charges it as soon as the growth is observed, not only after Fill.
 func TestReservedSlotCharged(t *testing.T) {
-	r := newRig(t, smallCfg(ArmB, 8), 256)
+	r := newRig(t, smallCfg(BlockAccounting, 8), 256)
 	toks := context(0, 0, 32) // two full blocks
 	require.True(t, r.admit("p0", toks))
 	require.Equal(t, 2*16+r.c.cfg.Reserve, r.c.UsedB())

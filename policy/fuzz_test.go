@@ -24,7 +24,7 @@ func lifecycle(t *testing.T, ops []byte) {
 		if len(ops) == 0 {
 			return
 		}
-		cfg := DefaultConfig(Arm(1+ops[0]%3), 3)
+		cfg := DefaultConfig(Accounting(1+ops[0]%3), 3)
 		cfg.Buffer, cfg.Reserve = 16, 32
 		cfg.Lease, cfg.ForcedResume, cfg.AgingTau = 10*time.Minute, 5*time.Minute, 30*time.Second
 		r := newRig(t, cfg, 64) // 1,024 tokens

@@ -17,7 +17,7 @@ type counters struct {
 
 // Metrics is a snapshot of the Controller (cumulative counts since New).
 type Metrics struct {
-	Arm Arm
+	Accounting Accounting
 	// Programs by state; Reasoning + Acting = Active. Marked REASONING
 	// programs pause when their turn ends.
 	Waiting, Active, Paused, Reasoning, Acting, Marked int
@@ -50,7 +50,7 @@ type Metrics struct {
 // Metrics returns a snapshot. O(1).
 func (c *Controller) Metrics() Metrics {
 	return Metrics{
-		Arm:                c.cfg.Arm,
+		Accounting:                c.cfg.Accounting,
 		Waiting:            c.queues[classNew].n,
 		Active:             c.nActive,
 		PeakActive:         c.m.peakActive,
@@ -177,10 +177,10 @@ func (m *Metrics) ByState() map[string]int {
 
 // Merge adds another Controller's snapshot into m (one per attention-DP
 // rank): counts, capacities and used tokens add; the longest wait is the
-// larger; Arm is kept (every rank runs the same arm).
+// larger; Accounting is kept (every rank runs the same arm).
 func (m *Metrics) Merge(o *Metrics) {
-	if m.Arm == 0 {
-		m.Arm = o.Arm
+	if m.Accounting == 0 {
+		m.Accounting = o.Accounting
 	}
 	m.Waiting += o.Waiting
 	m.Active += o.Active

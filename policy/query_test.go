@@ -10,7 +10,7 @@ import (
 // TestQueries: the Controller answers what other packages ask of program
 // state (Known, HasTurn, IDs, MostPinned, ByState) at each lifecycle point.
 func TestQueries(t *testing.T) {
-	r := newRig(t, DefaultConfig(ArmB, 1), 64)
+	r := newRig(t, DefaultConfig(BlockAccounting, 1), 64)
 	type want struct {
 		known, turn map[string]bool
 		pinned      string // "" when none
@@ -67,7 +67,7 @@ func TestQueries(t *testing.T) {
 // TestKnownConcurrent: Known may be called from any goroutine while the
 // driver admits and ends programs (run under -race).
 func TestKnownConcurrent(t *testing.T) {
-	r := newRig(t, DefaultConfig(ArmA, 4), 256)
+	r := newRig(t, DefaultConfig(TokenAccounting, 4), 256)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	wg.Add(1)

@@ -27,13 +27,13 @@ func TestSeedAdmission(t *testing.T) {
 	)
 	require.Equal(t, 468_736, seedBlocks*seedBlockSize)
 	for _, tc := range []struct {
-		arm      Arm
+		arm      Accounting
 		admitted int
 		used     float64
 	}{
-		{ArmA, 28, 28 * (total + 100)},
-		{ArmB, 32, (921+32*103)*16 + 32*512},
-		{ArmC, 24, 24 * (total + 100)},
+		{TokenAccounting, 28, 28 * (total + 100)},
+		{BlockAccounting, 32, (921+32*103)*16 + 32*512},
+		{PausingAccounting, 24, 24 * (total + 100)},
 	} {
 		t.Run(tc.arm.String(), func(t *testing.T) {
 			r := newRig(t, DefaultConfig(tc.arm, programs), seedBlocks)

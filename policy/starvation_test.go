@@ -37,7 +37,7 @@ func TestStarvation(t *testing.T) {
 		{"no aging", 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := smallCfg(ArmA, 64)
+			cfg := smallCfg(TokenAccounting, 64)
 			cfg.AgingTau, cfg.ForcedResume = tc.tau, forced
 			r := newRig(t, cfg, 64) // 1,024 tokens
 			var now, maxSmallWait time.Duration

@@ -148,7 +148,7 @@ func TestWorkload(t *testing.T) {
 		step: 100 * time.Millisecond, toolWait: 2 * time.Second, jitter: 500 * time.Millisecond, seed: 520}
 	const blocks = seedBlocks / 8
 	for _, share := range []float64{0, 0.5, 0.9} {
-		for _, arm := range []Arm{ArmA, ArmB, ArmC} {
+		for _, arm := range []Accounting{TokenAccounting, BlockAccounting, PausingAccounting} {
 			t.Run(fmt.Sprintf("%v/share%.1f", arm, share), func(t *testing.T) {
 				w.share = share
 				cfg := DefaultConfig(arm, w.programs)
@@ -167,12 +167,12 @@ func TestWorkload(t *testing.T) {
 				// ⌊468,736 / 16,484⌋ = 28, C ⌊398,425.6 / 16,484⌋ = 24, and
 				// B ⌊468,736 / (16,384 + 512)⌋ = 27 without sharing, all 32
 				// with it (each later program is charged only its own blocks).
-				want := map[Arm]int{ArmA: 28, ArmB: 32, ArmC: 24}[arm]
-				if arm == ArmB && share == 0 {
+				want := map[Accounting]int{TokenAccounting: 28, BlockAccounting: 32, PausingAccounting: 24}[arm]
+				if arm == BlockAccounting && share == 0 {
 					want = 27
 				}
 				require.Equal(t, want, st.firstAdmitted)
-				if arm == ArmB && share == 0.9 {
+				if arm == BlockAccounting && share == 0.9 {
 					require.Zero(t, m.Pauses, "B at 90%% sharing admits everyone and never pauses")
 					require.Equal(t, 32, st.peakActive)
 				}

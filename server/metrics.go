@@ -61,7 +61,7 @@ type engineCollector struct {
 	pauses   *prometheus.Desc
 	resumes  *prometheus.Desc
 	// The program policy's, exported when the engine has one
-	// (Metrics.Programs.Arm set).
+	// (Metrics.Programs.Accounting set).
 	policyGauges, policyCounters []engineMetric
 	accounted                    *prometheus.Desc // used tokens by accounting (A: tokens, B: distinct blocks)
 }
@@ -209,7 +209,7 @@ func (c *engineCollector) collectRank(ch chan<- prometheus.Metric, snap *executo
 		count, sum, buckets := promHistogram(h.hist(snap))
 		ch <- prometheus.MustNewConstHistogram(h.desc, count, sum, buckets, rankLabel)
 	}
-	if snap.Programs.Arm != 0 {
+	if snap.Programs.Accounting != 0 {
 		for _, m := range c.policyGauges {
 			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, m.value(snap), rankLabel)
 		}

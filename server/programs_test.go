@@ -32,7 +32,7 @@ func labelled(fams map[string]*dto.MetricFamily, name, key, val string) float64 
 // /metrics exports the policy's program states, pauses, resumes, forced
 // resumes, used tokens per accounting and capacity.
 func TestProgramPolicyWiring(t *testing.T) {
-	pc := policy.DefaultConfig(policy.ArmB, 0)
+	pc := policy.DefaultConfig(policy.BlockAccounting, 0)
 	e := newSimEnv(t, simOpts{programs: &pc})
 	waitActive := func(want float64) map[string]*dto.MetricFamily {
 		t.Helper()

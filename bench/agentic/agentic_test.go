@@ -238,7 +238,7 @@ func TestCampaignEndToEnd(t *testing.T) {
 // B, through EngineSetup: finished programs are released and the policy's
 // pauses and resumes reach the row.
 func TestPolicyArms(t *testing.T) {
-	for _, arm := range []policy.Arm{policy.ArmA, policy.ArmB} {
+	for _, arm := range []policy.Accounting{policy.TokenAccounting, policy.BlockAccounting} {
 		t.Run(arm.String(), func(t *testing.T) {
 			pc := policy.DefaultConfig(arm, 4)
 			pc.Reserve = 64

@@ -105,14 +105,14 @@ func (a Arms) Policy(arm, cand string) (*policy.Config, error) {
 	var pc policy.Config
 	switch {
 	case arm == "A" && cand == "a":
-		pc = policy.DefaultConfig(policy.ArmA, a.MaxActive)
+		pc = policy.DefaultConfig(policy.TokenAccounting, a.MaxActive)
 		pc.Buffer = a.Buffer
 	case arm == "B" && strings.HasPrefix(cand, "b"):
 		i, err := a.index(cand, len(a.Reserves))
 		if err != nil {
 			return nil, err
 		}
-		pc = policy.DefaultConfig(policy.ArmB, a.MaxActive)
+		pc = policy.DefaultConfig(policy.BlockAccounting, a.MaxActive)
 		pc.Reserve = a.Reserves[i]
 	case arm == "C" && strings.HasPrefix(cand, "c"):
 		i, err := a.index(cand, len(a.Thresholds))
@@ -120,7 +120,7 @@ func (a Arms) Policy(arm, cand string) (*policy.Config, error) {
 			return nil, err
 		}
 		th := a.Thresholds[i]
-		pc = policy.DefaultConfig(policy.ArmC, a.MaxActive)
+		pc = policy.DefaultConfig(policy.PausingAccounting, a.MaxActive)
 		pc.Buffer = a.Buffer
 		pc.PauseThreshold, pc.PauseTarget, pc.ResumeHysteresis = th.Pause, th.Target, th.Hysteresis
 	default:

@@ -21,13 +21,13 @@ func TestSeed000Arms(t *testing.T) {
 		check     func(t *testing.T, pc *policy.Config)
 	}{
 		{"A", "a", func(t *testing.T, pc *policy.Config) {
-			require.Equal(t, policy.ArmA, pc.Arm)
+			require.Equal(t, policy.TokenAccounting, pc.Accounting)
 			require.Equal(t, 100, pc.Buffer)
 		}},
 		{"B", "b1", func(t *testing.T, pc *policy.Config) { require.Equal(t, 256, pc.Reserve) }},
 		{"B", "b3", func(t *testing.T, pc *policy.Config) { require.Equal(t, 1024, pc.Reserve) }},
 		{"C", "c1", func(t *testing.T, pc *policy.Config) {
-			require.Equal(t, policy.ArmC, pc.Arm)
+			require.Equal(t, policy.PausingAccounting, pc.Accounting)
 			require.Equal(t, [3]float64{0.97, 0.90, 0.05}, [3]float64{pc.PauseThreshold, pc.PauseTarget, pc.ResumeHysteresis})
 		}},
 		{"C", "c3", func(t *testing.T, pc *policy.Config) {

@@ -37,7 +37,7 @@ type serveOptions struct {
 	port         int
 	dp           int
 	selection    cuda.Selection // --device parsed by validate
-	admission    string         // A, B, C or none (validate normalizes it)
+	admission    string         // A, B, C (or their words) or none; validate normalizes it
 	programs     programFlags
 	// chargeRetiring charges retiring requests (experiments only).
 	chargeRetiring bool
@@ -72,7 +72,7 @@ type programFlags struct {
 
 // newProgramFlags holds arm A's defaults, which the flags' help shows.
 func newProgramFlags() programFlags {
-	d := policy.DefaultConfig(policy.ArmA, 1)
+	d := policy.DefaultConfig(policy.TokenAccounting, 1)
 	return programFlags{buffer: d.Buffer, reserve: d.Reserve, actingWeight: d.ActingTokenWeight, pauseThreshold: d.PauseThreshold,
 		pauseTarget: d.PauseTarget, resumeHysteresis: d.ResumeHysteresis, agingTau: d.AgingTau, forcedResume: d.ForcedResume, lease: d.Lease}
 }
@@ -130,7 +130,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.host, "host", o.host, "address to bind")
 	f.IntVar(&o.port, "port", o.port, "TCP port (0: any free port)")
 	f.IntVar(&o.dp, "dp", o.dp, "attention data-parallel ranks, each its own engine, KV cache and seats, routed at one gather point (CPU runner)")
-	f.StringVar(&o.admission, "admission", o.admission, "program admission policy for requests with a program id: A (each program's tokens + a buffer), B (distinct shared blocks + a growth reserve), C (A with pause thresholds) or none")
+	f.StringVar(&o.admission, "admission", o.admission, "program admission for requests with a program id: A or tokens (each program's tokens + a buffer), B or blocks (distinct shared KV blocks + a growth reserve), C or pausing (A with pause thresholds), or none")
 	p := &o.programs
 	f.IntVar(&p.buffer, "admission-buffer", p.buffer, "tokens charged per ACTIVE program under A and C")
 	f.IntVar(&p.reserve, "admission-reserve", p.reserve, "tokens charged per ACTIVE program under B (growth headroom)")
@@ -172,16 +172,16 @@ func (o *serveOptions) validate() error {
 		return err
 	}
 	o.selection = sel
-	switch strings.ToUpper(o.admission) {
-	case "", "A", "B", "C":
-		o.admission = strings.ToUpper(o.admission)
-		if o.admission == "" {
-			o.admission = "A"
-		}
-	case "NONE":
+	// The accounting names are policy's; serve adds only "none" and that
+	// an empty value means the default, A.
+	if strings.TrimSpace(o.admission) == "" {
+		o.admission = policy.TokenAccounting.String()
+	} else if strings.EqualFold(strings.TrimSpace(o.admission), "none") {
 		o.admission = "none"
-	default:
-		return fmt.Errorf("serve: --admission %q: must be A, B or C (or none)", o.admission)
+	} else if a, err := policy.ParseAccounting(o.admission); err != nil {
+		return fmt.Errorf("serve: --admission %q: must be A, B or C (or none): %w", o.admission, err)
+	} else {
+		o.admission = a.String()
 	}
 	if _, err := o.programPolicy(); err != nil {
 		return err
@@ -208,7 +208,7 @@ func (o *serveOptions) programPolicy() (*policy.Config, error) {
 	if o.admission == "none" {
 		return nil, nil
 	}
-	arm, err := policy.ParseArm(o.admission)
+	arm, err := policy.ParseAccounting(o.admission)
 	if err != nil {
 		return nil, fmt.Errorf("serve: --admission: %w", err)
 	}
@@ -315,12 +315,12 @@ func (s sizes) print(w io.Writer, name, path string) error {
 	adm := "none (seats and blocks only)"
 	if c := s.programs; c != nil {
 		charge := fmt.Sprintf("tokens × acting weight %g + buffer %d", c.ActingTokenWeight, c.Buffer)
-		if c.Arm == policy.ArmB {
+		if c.Accounting == policy.BlockAccounting {
 			charge = fmt.Sprintf("distinct blocks + reserve %d", c.Reserve)
 		}
 		adm = fmt.Sprintf("%v for requests with a program id: %s per program, of %d tokens; at most %d ACTIVE programs;\n"+
 			"               pause above %g down to %g, resume below %g; aging tau %v, forced resume %v, lease %v",
-			c.Arm, charge, s.kvTokens, s.batchSeqs, c.PauseThreshold, c.PauseTarget, c.PauseThreshold-c.ResumeHysteresis,
+			c.Accounting, charge, s.kvTokens, s.batchSeqs, c.PauseThreshold, c.PauseTarget, c.PauseThreshold-c.ResumeHysteresis,
 			c.AgingTau, c.ForcedResume, c.Lease)
 	}
 	dev := s.device.String()

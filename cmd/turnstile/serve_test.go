@@ -74,15 +74,15 @@ func TestServeProgramPolicy(t *testing.T) {
 	}{
 		{"none", nil, func(t *testing.T, c *policy.Config) { require.Nil(t, c) }},
 		{"", nil, func(t *testing.T, c *policy.Config) {
-			require.Equal(t, policy.DefaultConfig(policy.ArmA, 1), *c, "default: A with its defaults")
+			require.Equal(t, policy.DefaultConfig(policy.TokenAccounting, 1), *c, "default: A with its defaults")
 		}},
 		{"c", map[string]bool{"pause-target": true, "program-lease": true}, func(t *testing.T, c *policy.Config) {
-			want := policy.DefaultConfig(policy.ArmC, 1)
+			want := policy.DefaultConfig(policy.PausingAccounting, 1)
 			want.PauseTarget, want.Lease = 0.5, time.Minute
 			require.Equal(t, want, *c, "C's thresholds, the target and lease given")
 		}},
 		{"B", map[string]bool{"admission-reserve": true, "aging-tau": true}, func(t *testing.T, c *policy.Config) {
-			want := policy.DefaultConfig(policy.ArmB, 1)
+			want := policy.DefaultConfig(policy.BlockAccounting, 1)
 			want.Reserve, want.AgingTau = 64, 0
 			require.Equal(t, want, *c)
 		}},
