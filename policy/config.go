@@ -96,7 +96,7 @@ type Config struct {
 // 1.0/1.0/0 for A and B.
 func DefaultConfig(arm Accounting, maxActive int) Config {
 	c := Config{
-		Accounting:               arm,
+		Accounting:        arm,
 		MaxActive:         maxActive,
 		Buffer:            100,
 		Reserve:           512,

@@ -50,7 +50,7 @@ type Metrics struct {
 // Metrics returns a snapshot. O(1).
 func (c *Controller) Metrics() Metrics {
 	return Metrics{
-		Accounting:                c.cfg.Accounting,
+		Accounting:         c.cfg.Accounting,
 		Waiting:            c.queues[classNew].n,
 		Active:             c.nActive,
 		PeakActive:         c.m.peakActive,
