@@ -4,8 +4,8 @@
 //
 // The pool tracks identity and references only. The KV bytes live in the
 // backend (CPU or GPU memory), indexed by BlockID; the pool never touches
-// them. When Fork asks for copy-on-write, it returns a Copy that the runner
-// must carry out before it next writes the child's last block.
+// them, and never asks a runner to copy one: a block is shared only while
+// full, and a sequence's partial last block is always its own.
 //
 // # Blocks and their states
 //
@@ -75,7 +75,7 @@
 // block; it is hashed and published only when Fill makes all its tokens
 // known, so no lookup ever finds a block by values the pool has not seen.
 // Check counts reserved slots exactly (blocks = ceil((tokens+reserved)/bs)).
-// While slots are reserved, Append, Fork and the Match methods refuse the
+// While slots are reserved, Append and the Match methods refuse the
 // sequence (values must arrive in order); Pin takes its full known blocks.
 //
 // # Handles

@@ -128,23 +128,7 @@ func FuzzOps(f *testing.F) {
 				delete(m.toks, s)
 				delete(m.future, s)
 				p.Release(s) // double release: no-op
-			case op == 3: // fork
-				s, _ := m.pick(a)
-				child, cp, err := p.Fork(s)
-				if err != nil {
-					if len(m.future[s]) == 0 {
-						require.ErrorIs(t, err, ErrOutOfBlocks)
-					}
-					break
-				}
-				if cp.Valid {
-					copy(m.kv[cp.Dst], m.kv[cp.Src])
-					m.kvKey[cp.Dst] = m.kvKey[cp.Src]
-				}
-				m.live = append(m.live, child)
-				m.toks[child] = append([]int32(nil), m.toks[s]...)
-				m.keysOf[child] = m.keysOf[s]
-			case op == 4: // pin
+			case op == 3 || op == 4: // pin
 				s, _ := m.pick(a)
 				pin, err := p.Pin(s)
 				require.NoError(t, err)

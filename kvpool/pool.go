@@ -88,13 +88,6 @@ func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("kvpool: request of %d tokens exceeds the whole pool of %d tokens", e.Tokens, e.PoolTokens)
 }
 
-// Copy asks the runner to copy the KV bytes of block Src into block Dst
-// (copy-on-write after Fork). Valid is false when there is nothing to copy.
-type Copy struct {
-	Src, Dst BlockID
-	Valid    bool
-}
-
 // Sequence handles: low seqSlotBits bits are the slot, the next seqGenBits
 // bits the slot's generation (bumped on every Release).
 const (

@@ -401,58 +401,13 @@ func TestOutOfBlocks(t *testing.T) {
 			require.Len(t, p.Blocks(tc.seq), blocks)
 		})
 	}
-	_, _, err := p.Fork(b)
-	require.ErrorIs(t, err, ErrOutOfBlocks)
 	require.NoError(t, p.Check())
-	err = p.Append(b, seqTokens(0, 17))
+	err := p.Append(b, seqTokens(0, 17))
 	var tl *TooLargeError
 	require.ErrorAs(t, err, &tl)
 	require.EqualError(t, err, "kvpool: request of 19 tokens exceeds the whole pool of 16 tokens")
 	release(t, p, a, b)
 	require.Zero(t, p.Referenced())
-}
-
-func TestFork(t *testing.T) {
-	tests := []struct {
-		name     string
-		tokens   int
-		wantCopy bool
-	}{
-		{"empty", 0, false},
-		{"full blocks only", 8, false},
-		{"partial last block", 10, true},
-		{"partial only", 1, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			p := newPool(t, Config{NumBlocks: 8, BlockSize: 4})
-			toks := seqTokens(0, tc.tokens)
-			parent := p.NewSeq(Keys{Salt: "x"})
-			require.NoError(t, p.Append(parent, toks))
-			child, cp, err := p.Fork(parent)
-			require.NoError(t, err)
-			require.NoError(t, p.Check())
-			require.Equal(t, tc.wantCopy, cp.Valid)
-			require.Equal(t, tc.tokens, p.Tokens(child))
-			require.Equal(t, p.Keys(parent), p.Keys(child))
-			pb, cb := p.Blocks(parent), p.Blocks(child)
-			require.Len(t, cb, len(pb))
-			full := tc.tokens / 4
-			require.Equal(t, pb[:full], cb[:full])
-			if tc.wantCopy {
-				require.Equal(t, Copy{Src: pb[full], Dst: cb[full], Valid: true}, cp)
-				require.NotEqual(t, pb[full], cb[full])
-			}
-			// Both diverge: the child completes its copy of the partial block privately.
-			require.NoError(t, p.Append(child, []int32{-1, -2, -3, -4}))
-			require.NoError(t, p.Append(parent, []int32{-5}))
-			require.NoError(t, p.Check())
-			require.Equal(t, len(p.Blocks(parent))+len(p.Blocks(child))-full, p.DistinctBlocks([]SeqID{parent, child}))
-			require.Equal(t, p.Referenced(), p.DistinctBlocks([]SeqID{parent, child}))
-			release(t, p, parent, child)
-			require.Zero(t, p.Referenced())
-		})
-	}
 }
 
 func TestPin(t *testing.T) {
@@ -542,7 +497,6 @@ func TestInvalidHandles(t *testing.T) {
 				"Append": p.Append(h.s, seqTokens(0, 3)),
 			}
 			_, ops["MatchPrefix"] = p.MatchPrefix(h.s, seqTokens(0, 9))
-			_, _, ops["Fork"] = p.Fork(h.s)
 			_, ops["Pin"] = p.Pin(h.s)
 			for op, err := range ops {
 				require.ErrorIs(t, err, ErrInvalidSeq, op)

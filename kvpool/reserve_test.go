@@ -96,8 +96,6 @@ func TestReserveRefusals(t *testing.T) {
 	require.Equal(t, 2, len(p.Blocks(s)))
 
 	require.ErrorContains(t, p.Append(s, seqTokens(5, 1)), "reserved slots: Fill them first")
-	_, _, err := p.Fork(s)
-	require.ErrorContains(t, err, "reserved slots: Fill them first")
 	require.ErrorContains(t, p.Fill(s, seqTokens(3, 3)), "Fill of 3 tokens in sequence")
 	require.ErrorContains(t, p.Reserve(s, -1), "negative count")
 	require.NoError(t, p.Reserve(s, 0))

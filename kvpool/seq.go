@@ -181,7 +181,7 @@ func (p *Pool) Append(s SeqID, tokens []int32) error {
 // and Fill supplies the values later, in order. A block holding a reserved
 // slot is private and unhashed; it is hashed and published only when Fill
 // makes all its values known, so a prefix lookup never finds a block whose
-// tokens are not known. While slots are reserved, Append, Fork and the
+// tokens are not known. While slots are reserved, Append and the
 // Match methods refuse s. Errors as for Append; on error nothing changed.
 func (p *Pool) Reserve(s SeqID, n int) error {
 	q, err := p.get(s)
@@ -250,37 +250,6 @@ func (p *Pool) fill(q *seq, b BlockID, tokens []int32) {
 	h := p.blockHash(q.parent, tokens)
 	q.parent = h
 	p.publish(b, h, q.key)
-}
-
-// Fork returns a child sharing s's full blocks. If s ends in a partial block
-// the child gets a fresh block and cp tells the runner to copy its KV
-// (copy-on-write); that needs one available block, else ErrOutOfBlocks.
-func (p *Pool) Fork(s SeqID) (child SeqID, cp Copy, err error) {
-	q, err := p.get(s)
-	if err != nil {
-		return InvalidSeq, Copy{}, err
-	}
-	if q.reserved != 0 {
-		return InvalidSeq, Copy{}, fmt.Errorf("kvpool: fork of sequence %d with %d reserved slots: Fill them first", s, q.reserved)
-	}
-	partial := len(q.partial) > 0
-	if partial && p.Available() == 0 {
-		return InvalidSeq, Copy{}, fmt.Errorf("%w: fork of sequence %d needs 1 block for its partial block, 0 available", ErrOutOfBlocks, s)
-	}
-	full := q.tokens >> p.shift
-	child, c, err := p.dup(s, q, full)
-	if err != nil {
-		return InvalidSeq, Copy{}, err
-	}
-	q = &p.seqs[int32(s&seqSlotMask)] // p.seqs may have grown
-	if partial {
-		b := p.allocate()
-		c.blocks = append(c.blocks, b)
-		c.partial = append(c.partial, q.partial...)
-		c.tokens = q.tokens
-		cp = Copy{Src: q.blocks[len(q.blocks)-1], Dst: b, Valid: true}
-	}
-	return child, cp, nil
 }
 
 // Pin returns a new handle holding references to s's full blocks, so they
