@@ -1,6 +1,6 @@
 // Package executor is the engine: request lifecycle, scheduler and step loop.
 // It owns every decision about what runs; a Runner (the CPU runner in model,
-// the simulated one in sim) executes one model.Batch per step.
+// the simulated one in sim) executes one step.Batch per step.
 //
 // # Lifecycle
 //
