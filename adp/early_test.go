@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/turnstile-llm/turnstile/internal/testwait"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/executor"
@@ -59,9 +61,9 @@ func runEarlyLadder(t *testing.T, dp int, m mode, late func(int) bool) earlyRun 
 		}
 	}
 	for _, h := range hs {
-		s, err := h.Wait(waitCtx(t))
+		s, err := h.Wait(testwait.Ctx(t))
 		require.NoError(t, err, "waiting for a request's handle")
-		out, err := s.Collect(waitCtx(t))
+		out, err := s.Collect(testwait.Ctx(t))
 		require.NoError(t, err, "collecting a request's stream")
 		require.Equal(t, executor.FinishLength, out.FinishReason)
 	}

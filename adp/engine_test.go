@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/internal/testwait"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/executor"
@@ -257,12 +259,12 @@ func TestEngineRefuses(t *testing.T) {
 			break
 		}
 	}
-	_, err = bad.Wait(waitCtx(t))
+	_, err = bad.Wait(testwait.Ctx(t))
 	require.ErrorContains(t, err, "adp: rank 0 refused the request")
 	require.ErrorContains(t, err, "prompt_tokens[1]: token 9999")
-	s, err := good.Wait(waitCtx(t))
+	s, err := good.Wait(testwait.Ctx(t))
 	require.NoError(t, err, "waiting for the good request's handle")
-	out, err := s.Collect(waitCtx(t))
+	out, err := s.Collect(testwait.Ctx(t))
 	require.NoError(t, err, "collecting the good request's stream")
 	require.Equal(t, executor.FinishLength, out.FinishReason)
 	m := d.Snapshot()
@@ -295,7 +297,7 @@ func TestEngineRetiringTornDownBeforeIdle(t *testing.T) {
 	require.Eventually(t, func() bool { return d.Snapshot().IdleWaits > 0 }, 5*time.Second, time.Millisecond)
 	m := d.Snapshot()
 	stop()
-	require.NoError(t, recvWithin(t, done, "Run to return after its context ended"))
+	require.NoError(t, testwait.Recv(t, done, "Run to return after its context ended"))
 	for i, er := range ers {
 		em := er.Engine().Snapshot()
 		require.Zero(t, em.Retiring, "rank %d", i)
@@ -419,7 +421,7 @@ func TestEngineCacheAwareHit(t *testing.T) {
 				_, err := ers[1].Step()
 				require.NoError(t, err)
 			}
-			_, err = warm.Collect(waitCtx(t))
+			_, err = warm.Collect(testwait.Ctx(t))
 			require.NoError(t, err, "collecting the warm-up request")
 
 			var s RankState

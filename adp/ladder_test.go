@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/internal/testwait"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/executor"
@@ -252,10 +254,10 @@ func ladderRate(t testing.TB, dp, k int, m mode, p Policy) (float64, []uint64) {
 	// window, where placement (not admission) decides.
 	total := 100*2*dp + dp - 1
 	l.submit(t, total)
-	deadline := time.Now().Add(testWait)
+	deadline := time.Now().Add(testwait.Bound)
 	for l.finished() < total {
 		require.True(t, time.Now().Before(deadline), "stepped for %v waiting for %d requests to finish (%d did)",
-			testWait, total, l.finished())
+			testwait.Bound, total, l.finished())
 		_, err := l.d.Step()
 		require.NoError(t, err)
 	}
@@ -300,7 +302,7 @@ func TestRetiringOnlyRankNeverBlocks(t *testing.T) {
 			_, err = s.Collect(ctx)
 			require.NoError(t, err, "the request after idle must finish before the deadline")
 			stop()
-			require.NoError(t, recvWithin(t, done, "Run to return after its context ended"))
+			require.NoError(t, testwait.Recv(t, done, "Run to return after its context ended"))
 		})
 	}
 }
@@ -326,7 +328,7 @@ func TestCancelledWhileQueued(t *testing.T) {
 	m := l.d.Snapshot()
 	require.Equal(t, uint64(4), m.Routed)
 	require.Equal(t, uint64(6), m.Cancelled)
-	_, err = hs[9].Wait(waitCtx(t))
+	_, err = hs[9].Wait(testwait.Ctx(t))
 	require.ErrorIs(t, err, context.Canceled)
 	require.NoError(t, l.d.Close())
 	_, err = l.d.Submit(context.Background(), &executor.Request{PromptTokens: []int32{1}})
@@ -414,10 +416,10 @@ func TestConcurrentClients(t *testing.T) {
 		}
 	}()
 	for c := 0; c < clients; c++ {
-		require.NoError(t, recvWithin(t, errs, fmt.Sprintf("client %d of %d to finish its requests", c+1, clients)))
+		require.NoError(t, testwait.Recv(t, errs, fmt.Sprintf("client %d of %d to finish its requests", c+1, clients)))
 	}
 	stop()
-	require.NoError(t, recvWithin(t, done, "Run to return after its context ended"))
+	require.NoError(t, testwait.Recv(t, done, "Run to return after its context ended"))
 	require.NoError(t, l.d.Check())
 	m := l.d.Snapshot()
 	require.Equal(t, uint64(clients*each), m.Routed)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/internal/testwait"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
@@ -147,7 +149,7 @@ func greedy() sampling.Params { return sampling.DefaultParams() }
 
 func collect(t testing.TB, st *Stream) Delta {
 	t.Helper()
-	d, err := st.Collect(waitCtx(t))
+	d, err := st.Collect(testwait.Ctx(t))
 	require.NoError(t, err, "collecting a stream to its finish")
 	return d
 }
@@ -672,7 +674,7 @@ func TestRunLoop(t *testing.T) {
 		rctx, cancelReq := context.WithCancel(context.Background())
 		long, err := s.eng.Submit(rctx, &Request{Prompt: "long", IgnoreEOS: true, Params: greedy()})
 		require.NoError(t, err)
-		_, err = long.Recv(waitCtx(t)) // it is running
+		_, err = long.Recv(testwait.Ctx(t)) // it is running
 		require.NoError(t, err, "waiting for the long request's first token")
 		cancelReq()
 		require.Equal(t, FinishAbort, collect(t, long).FinishReason)
@@ -680,7 +682,7 @@ func TestRunLoop(t *testing.T) {
 		left, err := s.eng.Submit(context.Background(), &Request{Prompt: "left", IgnoreEOS: true, Params: greedy()})
 		require.NoError(t, err)
 		stop()
-		require.NoError(t, recvWithin(t, done, "Run to return after its context ended"))
+		require.NoError(t, testwait.Recv(t, done, "Run to return after its context ended"))
 		require.Equal(t, FinishAbort, collect(t, left).FinishReason)
 		_, err = s.eng.Submit(context.Background(), &Request{Prompt: "late", Params: greedy()})
 		require.ErrorIs(t, err, ErrClosed)

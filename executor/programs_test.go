@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/internal/testwait"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/internal/clock"
@@ -598,7 +600,7 @@ func TestRunPollsProgramPolicy(t *testing.T) {
 	require.Equal(t, FinishLength, collect(t, first).FinishReason)
 	held, err := s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(40, 5), MaxTokens: 4, Params: greedy(), ProgramID: "held"})
 	require.NoError(t, err)
-	waitFor(t, "held's turn to wait behind first's pin", func() bool {
+	testwait.For(t, "held's turn to wait behind first's pin", func() bool {
 		m := s.eng.Snapshot()
 		return m.Waiting == 1 && m.Running == 0
 	})
@@ -606,7 +608,7 @@ func TestRunPollsProgramPolicy(t *testing.T) {
 	require.NoError(t, s.clock.Advance(pc.Lease+time.Second))
 	require.Equal(t, FinishLength, collect(t, held).FinishReason, "first's lease ended and held ran")
 	stop()
-	require.NoError(t, recvWithin(t, done, "Run to return after its context ended"))
+	require.NoError(t, testwait.Recv(t, done, "Run to return after its context ended"))
 	require.NoError(t, s.eng.Check())
 	m := s.eng.Snapshot()
 	require.Equal(t, uint64(1), m.Programs.Expired)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/internal/testwait"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,37 +35,14 @@ func (r *recorder) snapshot() []int {
 	return append([]int(nil), r.log...)
 }
 
-// testWait bounds every wait in these tests: generous, it only turns a hang
-// (a pipeline that never delivers, a launch blocked behind a job) into a
-// failure naming what was awaited.
-const testWait = 30 * time.Second
-
-// within runs f on its own goroutine and returns its result, failing after
-// testWait with what it awaited. f must not touch t.
-func within[R any](t *testing.T, what string, f func() R) R {
-	t.Helper()
-	ch := make(chan R, 1)
-	go func() { ch <- f() }()
-	timer := time.NewTimer(testWait)
-	defer timer.Stop()
-	select {
-	case r := <-ch:
-		return r
-	case <-timer.C:
-		require.FailNowf(t, "wait timed out", "waited %v for %s", testWait, what)
-		var zero R
-		return zero
-	}
-}
-
-// waitDone is p.Wait bounded by testWait.
+// waitDone is p.Wait bounded by testwait.Bound.
 func waitDone(t *testing.T, p *Pipeline[int], what string) Done[int] {
 	t.Helper()
 	type res struct {
 		d   Done[int]
 		err error
 	}
-	r := within(t, what, func() res { d, err := p.Wait(); return res{d, err} })
+	r := testwait.Within(t, what, func() res { d, err := p.Wait(); return res{d, err} })
 	require.NoError(t, r.err, what)
 	return r.d
 }
@@ -126,7 +105,7 @@ func TestPipelineErrors(t *testing.T) {
 				p, err := New(rec.exec, time.Now, async)
 				require.NoError(t, err)
 				defer p.Close()
-				require.ErrorContains(t, within(t, tc.name, func() error { return tc.run(p) }), tc.want)
+				require.ErrorContains(t, testwait.Within(t, tc.name, func() error { return tc.run(p) }), tc.want)
 			})
 		}
 	}
@@ -148,7 +127,7 @@ func TestPipelineOverlaps(t *testing.T) {
 	}, time.Now, true)
 	require.NoError(t, err)
 	require.NoError(t, p.Launch(0))
-	require.NoError(t, within(t, "Launch(1) while job 0 executes (it must not block behind it)",
+	require.NoError(t, testwait.Within(t, "Launch(1) while job 0 executes (it must not block behind it)",
 		func() error { return p.Launch(1) }))
 	close(gate)
 	d0 := waitDone(t, p, "job 0's completion")

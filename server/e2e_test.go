@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/turnstile-llm/turnstile/internal/testwait"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/executor"
@@ -54,7 +56,7 @@ func greedyReference(t *testing.T, prompt string, maxTokens int) executor.Delta 
 			break
 		}
 	}
-	d, err := st.Collect(waitCtx(t))
+	d, err := st.Collect(testwait.Ctx(t))
 	require.NoError(t, err, "collecting the reference output")
 	require.NoError(t, eng.Close())
 	return d

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/internal/testwait"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/executor"
@@ -107,7 +109,7 @@ func startEnv(t testing.TB, eng *executor.Engine, tok *tokenizer.Tokenizer, cfg 
 	go func() { e.done <- eng.Run(ctx) }()
 	e.ts = httptest.NewServer(srv.Handler())
 	// Every request (headers and body, streams included) is bounded.
-	e.ts.Client().Timeout = testWait
+	e.ts.Client().Timeout = testwait.Bound
 	t.Cleanup(func() { e.close(t) })
 	return e
 }
@@ -121,7 +123,7 @@ func (e *env) close(t testing.TB) {
 	e.closed = true
 	e.ts.Close()
 	e.stop()
-	require.NoError(t, recvWithin(t, e.done, "the engine's Run to return after the server closed"))
+	require.NoError(t, testwait.Recv(t, e.done, "the engine's Run to return after the server closed"))
 	require.NoError(t, e.eng.Check())
 	m := e.eng.Snapshot()
 	require.Zero(t, m.SeatsLive+m.SeatsRetiring+m.KVBlocksUsed, "engine holds resources after close")

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/internal/testwait"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/executor"
@@ -409,7 +411,7 @@ func TestShutdownDrains(t *testing.T) {
 			served := make(chan error, 1)
 			go func() { served <- e.srv.Serve(ctx, ln, tc.drain) }()
 			url := "http://" + ln.Addr().String()
-			client := &http.Client{Timeout: testWait}
+			client := &http.Client{Timeout: testwait.Bound}
 
 			resp, err := client.Post(url+"/v1/completions", "application/json", strings.NewReader(tc.body))
 			require.NoError(t, err)
@@ -422,7 +424,7 @@ func TestShutdownDrains(t *testing.T) {
 			require.Eventually(t, func() bool { return e.srv.draining.Load() }, 10*time.Second, time.Millisecond)
 			rest, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			require.NoError(t, recvWithin(t, served, "Serve to return after its drain"))
+			require.NoError(t, testwait.Recv(t, served, "Serve to return after its drain"))
 			if tc.finish != "" {
 				require.Contains(t, string(rest), `"finish_reason":"length"`)
 				require.True(t, strings.HasSuffix(string(rest), "data: [DONE]\n\n"))

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/internal/testwait"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/executor"
@@ -64,8 +66,8 @@ func simServer(t *testing.T) string {
 		select {
 		case err := <-done:
 			require.NoError(t, err)
-		case <-time.After(testWait):
-			require.FailNowf(t, "wait timed out", "waited %v for the engine's Run to return after the server closed", testWait)
+		case <-time.After(testwait.Bound):
+			require.FailNowf(t, "wait timed out", "waited %v for the engine's Run to return after the server closed", testwait.Bound)
 		}
 		require.NoError(t, eng.Check())
 		m := eng.Snapshot()
@@ -84,9 +86,9 @@ func TestRunAgainstSimStopsAtMaxRequests(t *testing.T) {
 		{8, 3, 4}, // fewer requests than clients
 	} {
 		t.Run(fmt.Sprintf("clients=%d,max=%d", tc.clients, tc.max), func(t *testing.T) {
-			res, err := Run(waitCtx(t), Config{BaseURL: url, Model: simModel, Clients: tc.clients,
+			res, err := Run(testwait.Ctx(t), Config{BaseURL: url, Model: simModel, Clients: tc.clients,
 				Duration: time.Hour, MaxRequests: tc.max, MaxTokens: tc.maxTokens, IgnoreEOS: true, Seed: 9})
-			require.NoError(t, err, "the load run, bounded by %v", testWait)
+			require.NoError(t, err, "the load run, bounded by %v", testwait.Bound)
 			require.Empty(t, res.FirstError)
 			require.Equal(t, tc.clients, res.Clients)
 			require.Equal(t, tc.max, res.Requests, "every started request finishes")
@@ -108,9 +110,9 @@ func TestRunAgainstSimStopsAtMaxRequests(t *testing.T) {
 func TestRunAgainstSimStopsAtDuration(t *testing.T) {
 	url := simServer(t)
 	const max = 1 << 20
-	res, err := Run(waitCtx(t), Config{BaseURL: url, Clients: 3, Duration: 150 * time.Millisecond,
+	res, err := Run(testwait.Ctx(t), Config{BaseURL: url, Clients: 3, Duration: 150 * time.Millisecond,
 		MaxRequests: max, MaxTokens: 4})
-	require.NoError(t, err, "the load run, bounded by %v", testWait)
+	require.NoError(t, err, "the load run, bounded by %v", testwait.Bound)
 	require.Zero(t, res.Errors, res.FirstError)
 	require.Equal(t, res.Successes+res.Errors, res.Requests)
 	require.Less(t, res.Requests, max)
@@ -128,17 +130,6 @@ func TestRunCancelled(t *testing.T) {
 	res, err := Run(ctx, Config{BaseURL: url, Clients: 2, Duration: time.Hour, MaxRequests: 1000, MaxTokens: 4})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Zero(t, res.Requests, "no request starts after ctx ended")
-}
-
-// testWait bounds every load run and wait in these tests: generous, it only
-// turns a hang into a failure naming what was awaited.
-const testWait = 30 * time.Second
-
-// waitCtx is a context that ends testWait from now (or with the test).
-func waitCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // okStream writes a valid completions stream of n one-token chunks.
@@ -205,9 +196,9 @@ func TestRunReportsFailingServers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ts := httptest.NewServer(tc.handler)
 			defer ts.Close()
-			res, err := Run(waitCtx(t), Config{BaseURL: ts.URL, Clients: 2, Duration: time.Hour,
+			res, err := Run(testwait.Ctx(t), Config{BaseURL: ts.URL, Clients: 2, Duration: time.Hour,
 				MaxRequests: 3, MaxTokens: 1, RequestTimeout: tc.timeout})
-			require.NoError(t, err, "the load run, bounded by %v", testWait)
+			require.NoError(t, err, "the load run, bounded by %v", testwait.Bound)
 			require.Equal(t, 3, res.Requests)
 			require.Equal(t, 3, res.Errors)
 			require.Zero(t, res.Successes)
@@ -230,8 +221,8 @@ func TestRunCountsAddUp(t *testing.T) {
 		okStream(w, 5)
 	}))
 	defer ts.Close()
-	res, err := Run(waitCtx(t), Config{BaseURL: ts.URL, Clients: 3, Duration: time.Hour, MaxRequests: 10, MaxTokens: 5})
-	require.NoError(t, err, "the load run, bounded by %v", testWait)
+	res, err := Run(testwait.Ctx(t), Config{BaseURL: ts.URL, Clients: 3, Duration: time.Hour, MaxRequests: 10, MaxTokens: 5})
+	require.NoError(t, err, "the load run, bounded by %v", testwait.Bound)
 	require.Equal(t, 10, res.Requests)
 	require.Equal(t, 5, res.Successes)
 	require.Equal(t, 5, res.Errors)
@@ -260,9 +251,9 @@ func TestRunRequestsAreSeeded(t *testing.T) {
 		mu.Lock()
 		bodies = nil
 		mu.Unlock()
-		res, err := Run(waitCtx(t), Config{BaseURL: ts.URL + "/", Model: "m", Clients: 1, Duration: time.Hour,
+		res, err := Run(testwait.Ctx(t), Config{BaseURL: ts.URL + "/", Model: "m", Clients: 1, Duration: time.Hour,
 			MaxRequests: 12, MaxTokens: 3, IgnoreEOS: true, Seed: seed})
-		require.NoError(t, err, "the load run, bounded by %v", testWait)
+		require.NoError(t, err, "the load run, bounded by %v", testwait.Bound)
 		require.Zero(t, res.Errors, res.FirstError)
 		mu.Lock()
 		defer mu.Unlock()
