@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -67,9 +65,7 @@ func newBenchADPCmd() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return runBenchADP(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return untilSignal(cmd, func(ctx context.Context) error { return runBenchADP(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr()) })
 		},
 	}
 	f := cmd.Flags()

@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -95,9 +92,7 @@ func newBenchAgenticCmd() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return runBenchAgentic(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return untilSignal(cmd, func(ctx context.Context) error { return runBenchAgentic(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr()) })
 		},
 	}
 	f := cmd.Flags()

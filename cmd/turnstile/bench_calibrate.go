@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
-	"syscall"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -83,10 +81,10 @@ func newBenchCalibrateCmd() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			_, err := runBenchCalibrate(ctx, o, cmd.OutOrStdout())
-			return err
+			return untilSignal(cmd, func(ctx context.Context) error {
+				_, err := runBenchCalibrate(ctx, o, cmd.OutOrStdout())
+				return err
+			})
 		},
 	}
 	f := cmd.Flags()

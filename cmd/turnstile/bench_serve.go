@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -60,10 +58,10 @@ func newBenchServeCmd() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			_, err := runBenchServe(ctx, o, cmd.OutOrStdout())
-			return err
+			return untilSignal(cmd, func(ctx context.Context) error {
+				_, err := runBenchServe(ctx, o, cmd.OutOrStdout())
+				return err
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -47,4 +51,12 @@ func newVersionCmd() *cobra.Command {
 			return err
 		},
 	}
+}
+
+// untilSignal runs run with a context that ends on SIGINT or SIGTERM: the
+// long-running commands drain (serve) or stop (bench) on either.
+func untilSignal(cmd *cobra.Command, run func(context.Context) error) error {
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx)
 }

@@ -8,12 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -118,9 +116,7 @@ func newServeCmd() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return runServe(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr(), nil)
+			return untilSignal(cmd, func(ctx context.Context) error { return runServe(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr(), nil) })
 		},
 	}
 	f := cmd.Flags()
