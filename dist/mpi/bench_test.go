@@ -1,0 +1,147 @@
+package mpi
+
+// Benchmarks across processes, through the same re-exec as the tests: each
+// sub-benchmark runs one mpirun whose rank 0 times a fixed number of
+// iterations and prints "bench NAME NS" (nanoseconds per iteration); the parent
+// reports it. The mpirun is run once per sub-benchmark and its figures are
+// reported for every b.N the framework asks for, so -bench . costs one launch
+// per row (about a second each) and never scales with b.N.
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	// rankStateLen is the per-rank state vector of the gather point (int64s).
+	rankStateLen = 16
+	// storiesDim is stories260K's model width, the per-token row of the MLP's
+	// hidden-state collectives.
+	storiesDim = 64
+	// benchAllgatherIters and benchMLPIters are the timed iterations per row.
+	benchAllgatherIters = 2000
+	benchMLPIters       = 500
+)
+
+// mlpTokens are the per-rank token counts the MLP collectives are timed at.
+var mlpTokens = []int{1, 8, 64}
+
+var benchLine = regexp.MustCompile(`(?m)^bench (\S+) (\d+(?:\.\d+)?)$`)
+
+// runBench runs one benchmark worker job and returns rank 0's figures by name
+// (nanoseconds per iteration).
+func runBench(b *testing.B, np int, mode string, iters int) map[string]float64 {
+	b.Helper()
+	out, err := runMPI(b, np, mode, fmt.Sprintf("%s=%d", itersEnv, iters))
+	require.NoError(b, err, "mpirun -np %d:\n%s", np, out)
+	res := map[string]float64{}
+	for _, m := range benchLine.FindAllStringSubmatch(out, -1) {
+		v, err := strconv.ParseFloat(m[2], 64)
+		require.NoError(b, err)
+		res[m[1]] = v
+	}
+	return res
+}
+
+// BenchmarkAllgatherRankState: one AllgatherInt64 of a 16-int64 rank state
+// per rank, the gather point's per-iteration collective, across 2 and 4
+// processes (4 oversubscribes a 2-core machine). ns/op is one allgather.
+func BenchmarkAllgatherRankState(b *testing.B) {
+	mpirunPath(b)
+	for _, np := range []int{2, 4} {
+		var res map[string]float64 // measured once, reported on every call
+		b.Run(fmt.Sprintf("np%d", np), func(b *testing.B) {
+			if res == nil {
+				res = runBench(b, np, "bench-allgather", benchAllgatherIters)
+			}
+			ns, ok := res["allgather"]
+			require.True(b, ok, "rank 0 reported no allgather figure: %v", res)
+			b.ReportMetric(ns, "ns/op")
+			b.ReportMetric(ns/1e3, "us/allgather")
+		})
+	}
+}
+
+// BenchmarkMLPCollectives: one layer's MLP collectives on the CPU, an
+// AllgathervFloat32 of every rank's hidden states (tokens × 64 floats per rank)
+// followed by a ReduceScatterSumFloat32 returning each rank its own tokens,
+// across 2 and 4 processes at 1, 8 and 64 tokens per rank. ns/op is one layer.
+func BenchmarkMLPCollectives(b *testing.B) {
+	mpirunPath(b)
+	for _, np := range []int{2, 4} {
+		var res map[string]float64
+		for _, tokens := range mlpTokens {
+			b.Run(fmt.Sprintf("np%d/tokens%d", np, tokens), func(b *testing.B) {
+				if res == nil {
+					res = runBench(b, np, "bench-mlp", benchMLPIters)
+				}
+				ns, ok := res[fmt.Sprintf("mlp-t%d", tokens)]
+				require.True(b, ok, "rank 0 reported no figure for %d tokens: %v", tokens, res)
+				b.ReportMetric(ns, "ns/op")
+				b.ReportMetric(ns/1e3, "us/layer")
+			})
+		}
+	}
+}
+
+// benchAllgatherWorker times AllgatherInt64 of a rankStateLen vector.
+func benchAllgatherWorker(t *testing.T, w *World) {
+	n := iters(t)
+	local := make([]int64, rankStateLen)
+	for i := range local {
+		local[i] = int64(w.Rank()*rankStateLen + i)
+	}
+	all := make([]int64, w.Size()*rankStateLen)
+	ns := timeIters(t, w, n, func() error { return w.AllgatherInt64(local, all) })
+	require.Equal(t, int64((w.Size()-1)*rankStateLen), all[(w.Size()-1)*rankStateLen])
+	if w.Rank() == 0 {
+		fmt.Printf("bench allgather %.1f\n", ns)
+	}
+}
+
+// benchMLPWorker times one layer's allgatherv + reduce-scatter-block at each
+// of mlpTokens tokens per rank.
+func benchMLPWorker(t *testing.T, w *World) {
+	n := iters(t)
+	for _, tokens := range mlpTokens {
+		per := tokens * storiesDim
+		local := make([]float32, per)
+		for i := range local {
+			local[i] = float32(w.Rank())
+		}
+		counts := make([]int, w.Size())
+		for r := range counts {
+			counts[r] = per
+		}
+		all := make([]float32, w.Size()*per)
+		out := make([]float32, per)
+		ns := timeIters(t, w, n, func() error {
+			if err := w.AllgathervFloat32(local, counts, all); err != nil {
+				return err
+			}
+			return w.ReduceScatterSumFloat32(all, out)
+		})
+		if w.Rank() == 0 {
+			fmt.Printf("bench mlp-t%d %.1f\n", tokens, ns)
+		}
+	}
+}
+
+// timeIters runs f n/10 times to warm up, synchronises the ranks, then times
+// n runs; it returns nanoseconds per run as this rank saw it.
+func timeIters(t *testing.T, w *World, n int, f func() error) float64 {
+	for range max(n/10, 1) {
+		require.NoError(t, f())
+	}
+	require.NoError(t, w.Barrier())
+	start := time.Now()
+	for range n {
+		require.NoError(t, f())
+	}
+	return float64(time.Since(start).Nanoseconds()) / float64(n)
+}

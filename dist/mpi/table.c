@@ -1,0 +1,72 @@
+// Loading of the libmpi function table (see table.h).
+#include "table.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+void *tsm_open(const char *const *names, int n, int *which, char *err, size_t errlen) {
+	if (errlen > 0)
+		err[0] = 0;
+	for (int i = 0; i < n; i++) {
+		void *h = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL);
+		if (h != NULL) {
+			*which = i;
+			return h;
+		}
+		const char *e = dlerror();
+		if (e != NULL && errlen > 0)
+			snprintf(err, errlen, "%s", e);
+	}
+	return NULL;
+}
+
+void tsm_close(void *handle) {
+	if (handle != NULL)
+		dlclose(handle);
+}
+
+// One table slot: the exported symbol name and the byte offset of its slot.
+typedef struct {
+	const char *name;
+	size_t off;
+} sym;
+
+#define ENTRY(field) {#field, offsetof(tsm_mpi, field)}
+#define HANDLE(field, symbol) {symbol, offsetof(tsm_mpi, field)}
+
+int tsm_load(void *handle, tsm_mpi *t, const char **missing) {
+	static const sym syms[] = {
+	    ENTRY(MPI_Init_thread),
+	    ENTRY(MPI_Initialized),
+	    ENTRY(MPI_Finalized),
+	    ENTRY(MPI_Finalize),
+	    ENTRY(MPI_Abort),
+	    ENTRY(MPI_Comm_rank),
+	    ENTRY(MPI_Comm_size),
+	    ENTRY(MPI_Comm_set_errhandler),
+	    ENTRY(MPI_Error_string),
+	    ENTRY(MPI_Barrier),
+	    ENTRY(MPI_Bcast),
+	    ENTRY(MPI_Allgather),
+	    ENTRY(MPI_Allgatherv),
+	    ENTRY(MPI_Allreduce),
+	    ENTRY(MPI_Reduce_scatter_block),
+	    HANDLE(comm_world, "ompi_mpi_comm_world"),
+	    HANDLE(dt_byte, "ompi_mpi_byte"),
+	    HANDLE(dt_float, "ompi_mpi_float"),
+	    HANDLE(dt_int64, "ompi_mpi_int64_t"),
+	    HANDLE(op_sum, "ompi_mpi_op_sum"),
+	    HANDLE(errors_return, "ompi_mpi_errors_return"),
+	};
+	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+		void *p = dlsym(handle, syms[i].name);
+		if (p == NULL) {
+			*missing = syms[i].name;
+			return -1;
+		}
+		// POSIX guarantees a data pointer from dlsym converts to a function pointer.
+		memcpy((char *)t + syms[i].off, &p, sizeof p);
+	}
+	return 0;
+}
