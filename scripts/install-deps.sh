@@ -15,11 +15,18 @@
 # installed elsewhere, and to exercise the missing-NVRTC path on a machine that
 # has it (e.g. NVRTC_LIB_DIR=/nonexistent CI=true as a non-root user).
 #
+# MPI: the multi-process tests of dist/mpi run mpirun (Open MPI, whose libmpi.so.40
+# dist/mpi loads with dlopen). When mpirun is missing and we are root with apt,
+# this installs Debian's openmpi-bin. Outside CI a failure only says the MPI tests
+# will skip; under CI=true it fails the run, naming the package.
+#
 # Idempotent and quiet on success.
 set -uo pipefail
 
 NVRTC_PKG=libnvrtc11.2
 NONFREE_LIST=/etc/apt/sources.list.d/turnstile-non-free.sources
+
+MPI_PKG=openmpi-bin
 
 say() { echo "install-deps: $*" >&2; }
 
@@ -100,8 +107,48 @@ EOF
 	return 0
 }
 
+# install_mpi succeeds when mpirun is on PATH, installing openmpi-bin if it can;
+# otherwise it says why and fails.
+install_mpi() {
+	if command -v mpirun >/dev/null 2>&1; then
+		return 0
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		say "mpirun not found and not root: MPI tests will skip (install $MPI_PKG)"
+		return 1
+	fi
+	if ! command -v apt-get >/dev/null 2>&1; then
+		say "mpirun not found and no apt: MPI tests will skip (install $MPI_PKG or another Open MPI 4.x)"
+		return 1
+	fi
+	local log
+	log=$(mktemp)
+	if ! apt-get update -qq -o Acquire::http::Timeout=20 -o Acquire::Retries=1 >"$log" 2>&1; then
+		say "apt-get update failed, MPI tests will skip: $(tail -n 3 "$log" | tr '\n' ' ')"
+		rm -f "$log"
+		return 1
+	fi
+	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		"$MPI_PKG" >"$log" 2>&1; then
+		say "apt-get install $MPI_PKG failed, MPI tests will skip: $(tail -n 3 "$log" | tr '\n' ' ')"
+		rm -f "$log"
+		return 1
+	fi
+	rm -f "$log"
+	if ! command -v mpirun >/dev/null 2>&1; then
+		say "$MPI_PKG installed but mpirun still not on PATH: MPI tests will skip"
+		return 1
+	fi
+	return 0
+}
+
+status=0
 if ! install_nvrtc && [ "${CI:-}" = true ]; then
 	say "CI=true: NVRTC is required, so that the CUDA kernel compile tests (go package kernels) run instead of skipping: install the Debian non-free package $NVRTC_PKG (or point NVRTC_LIB_DIR at libnvrtc.so)"
-	exit 1
+	status=1
 fi
-exit 0
+if ! install_mpi && [ "${CI:-}" = true ]; then
+	say "CI=true: mpirun is required, so that the multi-process MPI tests (go package dist/mpi) run instead of skipping: install the Debian package $MPI_PKG"
+	status=1
+fi
+exit $status
