@@ -51,7 +51,7 @@ test: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) test -count=1 -run TestCoreLinksNoCgo ./step/
+	$(GO) test -count=1 -run '^(TestCoreLinksNoCgo|TestDistLeaves)$$' ./step/
 	$(GO) test -race -timeout 15m ./...
 	$(GO) test -timeout 5m -run '$(NORACE_MODEL)' ./model/
 	$(GO) test -timeout 5m -run '$(NORACE_EXECUTOR)' ./executor/

@@ -77,3 +77,22 @@ func TestCoreLinksNoCgo(t *testing.T) {
 		require.Equal(t, module+"sampling", d.ImportPath, "step is a leaf: only sampling of ours, nothing third-party")
 	}
 }
+
+// TestDistLeaves: the MPI bindings and the launch detection import nothing of
+// ours, and the launch detection links no cgo, so the command can read the
+// launch before it loads MPI.
+func TestDistLeaves(t *testing.T) {
+	for _, pkg := range []string{"dist/mpi", "dist/launch"} {
+		t.Run(pkg, func(t *testing.T) {
+			for _, d := range goListDeps(t, pkg) {
+				if d.Standard || d.ImportPath == module+pkg {
+					continue
+				}
+				require.False(t, strings.HasPrefix(d.ImportPath, module), "%s links %s: it must import nothing of ours", pkg, d.ImportPath)
+			}
+		})
+	}
+	for _, d := range goListDeps(t, "dist/launch") {
+		require.True(t, d.Standard || len(d.CgoFiles) == 0, "dist/launch links cgo package %s", d.ImportPath)
+	}
+}
