@@ -50,7 +50,9 @@ func equal(a, b []uint64) float64 {
 
 // BenchmarkGatherRoute is the per-iteration cost of the gather (every rank
 // fills its state, 256 live requests each, 16 programs) plus routing a
-// window of 64 queued requests, at dp = 8.
+// window of 64 queued requests, at dp = 8; wire=true exchanges the states
+// through the gather's wire format (Exchange over Local), as the
+// deployment does.
 func BenchmarkGatherRoute(b *testing.B) {
 	const dp, perRank, window = 8, 256, 64
 	routers := []struct {
@@ -58,49 +60,65 @@ func BenchmarkGatherRoute(b *testing.B) {
 		r    Router
 	}{{"LoadBalanced", &LoadBalanced{}}, {"CacheAware", &CacheAware{LoadPermille: 500}}, {"ProgramAware", &ProgramAware{}}}
 	for _, rc := range routers {
-		b.Run(rc.name, func(b *testing.B) {
-			ranks := make([]*ctxRank, dp)
-			for i := range ranks {
-				ranks[i] = newCtxRank(2*perRank, true, false)
-				for j := 0; j < perRank; j++ {
-					q := &executor.Request{PromptTokens: make([]int32, 64+j%64), ProgramID: fmt.Sprintf("p%d", (i*perRank+j)%(16*dp))}
-					q.PromptTokens[0] = int32(j)
-					if _, err := ranks[i].Submit(context.Background(), q); err != nil {
-						b.Fatal(err)
+		for _, onWire := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/wire=%v", rc.name, onWire), func(b *testing.B) {
+				ranks := make([]*ctxRank, dp)
+				for i := range ranks {
+					ranks[i] = newCtxRank(2*perRank, true, false)
+					for j := 0; j < perRank; j++ {
+						q := &executor.Request{PromptTokens: make([]int32, 64+j%64), ProgramID: fmt.Sprintf("p%d", (i*perRank+j)%(16*dp))}
+						q.PromptTokens[0] = int32(j)
+						if _, err := ranks[i].Submit(context.Background(), q); err != nil {
+							b.Fatal(err)
+						}
 					}
 				}
-			}
-			reqs := make([]*executor.Request, window)
-			pending := make([]Pending, window)
-			for j := range reqs {
-				reqs[j] = &executor.Request{PromptTokens: make([]int32, 32+j), ProgramID: fmt.Sprintf("p%d", j%40)}
-				pending[j] = Pending{Tokens: 32 + j, Program: reqs[j].ProgramID}
-			}
-			states := make([]RankState, dp)
-			var l Loads
-			out := make([]int, window)
-			var need Needs
-			if wr, ok := rc.r.(WindowReader); ok {
-				need = wr.Reads()
-			}
-			b.ReportAllocs()
-			cpu0 := cpuTime()
-			for b.Loop() {
-				for i, r := range ranks {
-					r.State(&states[i])
+				reqs := make([]*executor.Request, window)
+				pending := make([]Pending, window)
+				for j := range reqs {
+					reqs[j] = &executor.Request{PromptTokens: make([]int32, 32+j), ProgramID: fmt.Sprintf("p%d", j%40)}
+					pending[j] = Pending{Tokens: 32 + j, Program: reqs[j].ProgramID}
 				}
-				Gather(states, Policy{}, &l)
-				if need.Hits || need.Resident {
+				states := make([]RankState, dp)
+				gathered := make([]RankState, dp)
+				var x Exchange
+				var l Loads
+				out := make([]int, window)
+				var need Needs
+				if wr, ok := rc.r.(WindowReader); ok {
+					need = wr.Reads()
+				}
+				b.ReportAllocs()
+				cpu0 := cpuTime()
+				for b.Loop() {
 					for i, r := range ranks {
-						r.Match(&states[i], reqs[:min(len(reqs), l.Admit)], need)
+						r.State(&states[i])
 					}
+					g := states
+					if onWire {
+						if err := x.Counts(Local{}, states, gathered); err != nil {
+							b.Fatal(err)
+						}
+						g = gathered
+					}
+					Gather(g, Policy{}, &l)
+					if need.Hits || need.Resident {
+						for i, r := range ranks {
+							r.Match(&states[i], reqs[:min(len(reqs), l.Admit)], need)
+						}
+						if onWire {
+							if err := x.Window(Local{}, states, gathered, window); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+					rc.r.Route(&l, pending[:min(len(pending), l.Admit)], out[:min(len(pending), l.Admit)])
 				}
-				rc.r.Route(&l, pending[:min(len(pending), l.Admit)], out[:min(len(pending), l.Admit)])
-			}
-			// CPU time, not wall time: this machine is shared and the wall
-			// clock counts other processes' turns.
-			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N)/1e3, "cpu-µs/op")
-		})
+				// CPU time, not wall time: this machine is shared and the wall
+				// clock counts other processes' turns.
+				b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N)/1e3, "cpu-µs/op")
+			})
+		}
 	}
 }
 

@@ -139,7 +139,13 @@ type Deployment struct {
 	workers sync.WaitGroup
 	window  int
 
-	// Loop-owned.
+	// Loop-owned. local is what this process's ranks report; states is
+	// every rank's state as the gather exchanged it (through comm, on the
+	// wire format a multi-process deployment uses), the only state routing
+	// and liveness read.
+	comm    Collective
+	local   []RankState
+	wire    Exchange
 	states  []RankState
 	loads   Loads
 	queue   []*Handle
@@ -181,6 +187,8 @@ func New(cfg Config, ranks []Rank) (*Deployment, error) {
 		cfg: cfg, router: cfg.Router, ranks: ranks,
 		work:    make([]chan struct{}, len(ranks)),
 		results: make(chan stepResult, len(ranks)),
+		comm:    Local{},
+		local:   make([]RankState, len(ranks)),
 		states:  make([]RankState, len(ranks)),
 		wake:    make(chan struct{}, 1),
 	}
@@ -277,9 +285,12 @@ func (d *Deployment) Step() (idle bool, err error) {
 	}
 	d.drain()
 
-	// Gather.
+	// Gather: one fixed-size exchange of every rank's counts.
 	for i, r := range d.ranks {
-		r.State(&d.states[i])
+		r.State(&d.local[i])
+	}
+	if err := d.wire.Counts(d.comm, d.local, d.states); err != nil {
+		return false, err
 	}
 	Gather(d.states, d.cfg.Policy, &d.loads)
 	for i := range d.states {
@@ -305,7 +316,10 @@ func (d *Deployment) Step() (idle bool, err error) {
 		if wr, ok := d.router.(WindowReader); ok {
 			if need := wr.Reads(); need.Hits || need.Resident {
 				for i, r := range d.ranks {
-					r.Match(&d.states[i], d.reqs, need)
+					r.Match(&d.local[i], d.reqs, need)
+				}
+				if err := d.wire.Window(d.comm, d.local, d.states, d.window); err != nil {
+					return false, err
 				}
 			}
 		}

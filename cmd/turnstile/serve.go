@@ -18,6 +18,7 @@ import (
 
 	"github.com/turnstile-llm/turnstile/adp"
 	"github.com/turnstile-llm/turnstile/cuda"
+	"github.com/turnstile-llm/turnstile/dist/launch"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
@@ -44,13 +45,15 @@ type serveOptions struct {
 	drain          time.Duration
 	logFormat      string
 	logLevel       string
+	// getenv reads the launcher's environment (os.Getenv; tests fake it).
+	getenv func(string) string
 }
 
 // newServeOptions is serve's configuration before any flag: the engine's
 // defaults and the server's, stated once (bench serve starts from it too).
 func newServeOptions() serveOptions {
 	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, admission: "A",
-		programs: newProgramFlags(), drain: 30 * time.Second, logFormat: "text", logLevel: "info"}
+		programs: newProgramFlags(), drain: 30 * time.Second, logFormat: "text", logLevel: "info", getenv: os.Getenv}
 }
 
 // serveEngineFlags are the engine flags serve registers.
@@ -146,6 +149,29 @@ func newServeCmd() *cobra.Command {
 	return cmd
 }
 
+// checkLaunch refuses a launch by mpirun (or another MPI launcher): --dp
+// must equal the world size, and serving with one rank per process is not
+// built yet; rather than N servers racing for one port, serve says so.
+func (o *serveOptions) checkLaunch() error {
+	getenv := o.getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	l, err := launch.Detect(getenv)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if !l.Launched {
+		return nil
+	}
+	if l.Size != launch.Unknown {
+		if err := launch.CheckWorld(o.dp, l); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	return fmt.Errorf("serve: launched by an MPI launcher as rank %d of %d: attention-DP across processes (one rank per process) is not built yet; run `turnstile serve --dp %d` as one process", l.Rank, l.Size, o.dp)
+}
+
 // validate checks every flag that does not need the model.
 func (o *serveOptions) validate() error {
 	if err := o.engineFlags.validate("serve"); err != nil {
@@ -162,6 +188,9 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("serve: --drain-timeout %v: must be >= 0", o.drain)
 	case o.logFormat != "text" && o.logFormat != "json":
 		return fmt.Errorf("serve: --log-format %q: must be text or json", o.logFormat)
+	}
+	if err := o.checkLaunch(); err != nil {
+		return err
 	}
 	sel, err := o.selectDevice("serve")
 	if err != nil {

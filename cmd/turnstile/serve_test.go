@@ -267,3 +267,34 @@ func TestServeDP(t *testing.T) {
 	require.NotContains(t, string(metrics), "rank=\"2\"")
 	require.NoError(t, stop())
 }
+
+// TestServeUnderMPILauncher: under mpirun, --dp must equal the world size
+// (both named) and serve refuses, saying one-rank-per-process serving is not
+// built yet, instead of starting N servers on one port.
+func TestServeUnderMPILauncher(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		dp   int
+		want string
+	}{
+		{"not launched", nil, 2, ""},
+		{"world matches", map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, 2,
+			"launched by an MPI launcher as rank 1 of 2: attention-DP across processes (one rank per process) is not built yet"},
+		{"world differs", map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"}, 2,
+			"--dp 2 but the MPI world has 4 ranks"},
+		{"malformed rank", map[string]string{"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"}, 2, "OMPI_COMM_WORLD_RANK"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newServeOptions()
+			o.dp = tc.dp
+			o.getenv = func(k string) string { return tc.env[k] }
+			err := o.checkLaunch()
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}

@@ -1,0 +1,189 @@
+package adp
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Collective joins the processes of one deployment at the gather point.
+// adp defines it and stays cgo-free; dist/mpi's World implements it across
+// processes (one per GPU under mpirun), Local inside one process. Every
+// process calls each method at the same point of the same iteration.
+type Collective interface {
+	// Rank is this process's index in [0, Size).
+	Rank() int
+	// Size is the number of processes.
+	Size() int
+	// AllgatherInt64 gathers every process's local (the same length on
+	// each) into all, rank-major: len(all) == Size()·len(local).
+	AllgatherInt64(local, all []int64) error
+}
+
+// Local is the Collective of a deployment whose ranks all live in this
+// process: one process, and the gather is a copy.
+type Local struct{}
+
+// Rank is 0.
+func (Local) Rank() int { return 0 }
+
+// Size is 1.
+func (Local) Size() int { return 1 }
+
+// AllgatherInt64 copies local into all.
+func (Local) AllgatherInt64(local, all []int64) error {
+	if len(all) != len(local) {
+		return fmt.Errorf("adp: local allgather of %d values into %d", len(local), len(all))
+	}
+	copy(all, local)
+	return nil
+}
+
+// maxWireCount bounds a gathered count: far above any real rank (2^48
+// tokens), far below what garbage from a broken peer usually holds.
+const maxWireCount = 1 << 48
+
+// CountWords is the fixed width, in int64s, of one rank's counts on the
+// wire: capacity, active, active tokens, waiting, waiting tokens, retiring,
+// retiring tokens. It is what the gather exchanges every iteration.
+const CountWords = 7
+
+// WindowWords is the fixed width of one rank's window report for a window
+// of at most w pending requests: the lengths of Hits and Resident, then
+// Hits and Resident each padded to w.
+func WindowWords(w int) int { return 2 + 2*w }
+
+// PutCounts writes s's counts to dst (len CountWords).
+func (s *RankState) PutCounts(dst []int64) {
+	_ = dst[CountWords-1]
+	dst[0], dst[1], dst[2] = int64(s.Capacity), int64(s.Active), int64(s.ActiveTokens)
+	dst[3], dst[4] = int64(s.Waiting), int64(s.WaitingTokens)
+	dst[5], dst[6] = int64(s.Retiring), int64(s.RetiringTokens)
+}
+
+// SetCounts reads s's counts from src (len CountWords), leaving Hits and
+// Resident alone. A negative count, or one beyond int, is an error naming
+// it: a rank's state arrives from another process.
+func (s *RankState) SetCounts(src []int64) error {
+	if len(src) != CountWords {
+		return fmt.Errorf("adp: rank counts of %d words, want %d", len(src), CountWords)
+	}
+	names := [CountWords]string{"capacity", "active", "active tokens", "waiting", "waiting tokens", "retiring", "retiring tokens"}
+	for i, v := range src {
+		if v < 0 || v > maxWireCount {
+			return fmt.Errorf("adp: rank %s %d outside [0, %d]", names[i], v, int64(maxWireCount))
+		}
+	}
+	s.Capacity, s.Active, s.ActiveTokens = int(src[0]), int(src[1]), int(src[2])
+	s.Waiting, s.WaitingTokens = int(src[3]), int(src[4])
+	s.Retiring, s.RetiringTokens = int(src[5]), int(src[6])
+	return nil
+}
+
+// PutWindow writes s's window report (Hits and Resident, each at most w
+// long) to dst (len WindowWords(w)).
+func (s *RankState) PutWindow(dst []int64, w int) error {
+	if len(dst) != WindowWords(w) {
+		return fmt.Errorf("adp: window report of %d words, want %d for a window of %d", len(dst), WindowWords(w), w)
+	}
+	if len(s.Hits) > w || len(s.Resident) > w {
+		return fmt.Errorf("adp: rank reports %d hits and %d residencies for a window of %d", len(s.Hits), len(s.Resident), w)
+	}
+	clear(dst)
+	dst[0], dst[1] = int64(len(s.Hits)), int64(len(s.Resident))
+	for j, h := range s.Hits {
+		dst[2+j] = int64(h)
+	}
+	for j, r := range s.Resident {
+		if r {
+			dst[2+w+j] = 1
+		}
+	}
+	return nil
+}
+
+// SetWindow reads s's Hits and Resident from src (len WindowWords(w)),
+// reusing their capacity.
+func (s *RankState) SetWindow(src []int64, w int) error {
+	if len(src) != WindowWords(w) {
+		return fmt.Errorf("adp: window report of %d words, want %d for a window of %d", len(src), WindowWords(w), w)
+	}
+	nh, nr := src[0], src[1]
+	if nh < 0 || nh > int64(w) || nr < 0 || nr > int64(w) {
+		return fmt.Errorf("adp: window report of %d hits and %d residencies for a window of %d", nh, nr, w)
+	}
+	s.Hits, s.Resident = s.Hits[:0], s.Resident[:0]
+	for _, h := range src[2 : 2+nh] {
+		if h < math.MinInt32 || h > math.MaxInt32 {
+			return fmt.Errorf("adp: window hit %d outside int32", h)
+		}
+		s.Hits = append(s.Hits, int(h))
+	}
+	for _, r := range src[2+w : 2+w+int(nr)] {
+		if r != 0 && r != 1 {
+			return fmt.Errorf("adp: window residency %d, want 0 or 1", r)
+		}
+		s.Resident = append(s.Resident, r == 1)
+	}
+	return nil
+}
+
+// Exchange is the gather point on the wire: it moves rank states between
+// the processes of a deployment as fixed-size int64 rows, so every process
+// decodes the same states and its router places identically. Its buffers
+// are reused across iterations; the zero value is ready. Not safe for
+// concurrent use.
+type Exchange struct {
+	local, all []int64
+}
+
+// Counts exchanges the counts of local (this process's ranks, the same
+// number on every process) through c into all (every rank, rank-major:
+// process p's ranks at [p·len(local), (p+1)·len(local))): one allgather of
+// CountWords words per rank.
+func (x *Exchange) Counts(c Collective, local, all []RankState) error {
+	return x.gather(c, local, all, CountWords, func(s *RankState, dst []int64) error { s.PutCounts(dst); return nil },
+		func(s *RankState, src []int64) error { return s.SetCounts(src) })
+}
+
+// Window exchanges the window reports (Hits, Resident) of local through c
+// into all, for a window of at most w requests: one allgather of
+// WindowWords(w) words per rank.
+func (x *Exchange) Window(c Collective, local, all []RankState, w int) error {
+	return x.gather(c, local, all, WindowWords(w), func(s *RankState, dst []int64) error { return s.PutWindow(dst, w) },
+		func(s *RankState, src []int64) error { return s.SetWindow(src, w) })
+}
+
+func (x *Exchange) gather(c Collective, local, all []RankState, words int,
+	put func(*RankState, []int64) error, set func(*RankState, []int64) error) error {
+	if n := c.Size() * len(local); n != len(all) {
+		return fmt.Errorf("adp: %d processes × %d local ranks = %d, but the deployment has %d ranks", c.Size(), len(local), n, len(all))
+	}
+	x.local = resize64(x.local, len(local)*words)
+	x.all = resize64(x.all, len(all)*words)
+	for i := range local {
+		if err := put(&local[i], x.local[i*words:(i+1)*words]); err != nil {
+			return fmt.Errorf("adp: rank %d: %w", c.Rank()*len(local)+i, err)
+		}
+	}
+	if err := c.AllgatherInt64(x.local, x.all); err != nil {
+		return fmt.Errorf("adp: gather: %w", err)
+	}
+	var errs []error
+	for i := range all {
+		if err := set(&all[i], x.all[i*words:(i+1)*words]); err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: %w", i, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("adp: gathered state: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func resize64(s []int64, n int) []int64 {
+	if cap(s) < n {
+		return make([]int64, n)
+	}
+	return s[:n]
+}
