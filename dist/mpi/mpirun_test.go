@@ -147,6 +147,9 @@ func TestMPIWorker(t *testing.T) {
 		}
 		err := w.Barrier() // never completes: rank 1 never enters it
 		t.Fatalf("rank %d: barrier returned (%v) though rank 1 aborted", w.Rank(), err)
+	case "liveness":
+		livenessWorker(t, w)
+		require.NoError(t, w.Close())
 	case "gather-route":
 		gatherRouteWorker(t, w)
 		require.NoError(t, w.Close())
