@@ -103,3 +103,75 @@ func gatherRouteWorker(t *testing.T, w *World) {
 
 // The compiler checks what the doc says: World is an adp.Collective.
 var _ adp.Collective = (*World)(nil)
+
+// BenchmarkGatherRoute is one iteration of the gather point across 2 and 4
+// MPI processes, one rank each: the counts' allgather, the window's
+// allgather and LoadBalanced routing of a window of gatherWindow requests,
+// timed on rank 0 over benchAllgatherIters iterations (ns/op). local is
+// the same iteration in one process (adp.Local), measured here for the
+// side-by-side figure.
+func BenchmarkGatherRoute(b *testing.B) {
+	mpirunPath(b)
+	b.Run("local", func(b *testing.B) {
+		var x adp.Exchange
+		local := make([]adp.RankState, 2)
+		for r := range local {
+			local[r] = rankStateFor(r, 0)
+		}
+		all := make([]adp.RankState, 2)
+		pending := pendingFor(0)
+		out := make([]int, len(pending))
+		var loads adp.Loads
+		router := &adp.LoadBalanced{}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := x.Counts(adp.Local{}, local, all); err != nil {
+				b.Fatal(err)
+			}
+			if err := x.Window(adp.Local{}, local, all, gatherWindow); err != nil {
+				b.Fatal(err)
+			}
+			adp.Gather(all, adp.Policy{}, &loads)
+			n := min(len(pending), loads.Admit)
+			router.Route(&loads, pending[:n], out[:n])
+		}
+	})
+	for _, np := range []int{2, 4} {
+		var res map[string]float64
+		b.Run(fmt.Sprintf("np%d", np), func(b *testing.B) {
+			if res == nil {
+				res = runBench(b, np, "bench-gather-route", benchAllgatherIters)
+			}
+			ns, ok := res["gather-route"]
+			require.True(b, ok, "rank 0 reported no gather-route figure: %v", res)
+			b.ReportMetric(ns, "ns/op")
+			b.ReportMetric(ns/1e3, "us/iteration")
+		})
+	}
+}
+
+// benchGatherRouteWorker times one gather-and-route iteration.
+func benchGatherRouteWorker(t *testing.T, w *World) {
+	var x adp.Exchange
+	local := []adp.RankState{rankStateFor(w.Rank(), 0)}
+	all := make([]adp.RankState, w.Size())
+	pending := pendingFor(0)
+	out := make([]int, len(pending))
+	var loads adp.Loads
+	router := &adp.LoadBalanced{}
+	ns := timeIters(t, w, iters(t), func() error {
+		if err := x.Counts(w, local, all); err != nil {
+			return err
+		}
+		if err := x.Window(w, local, all, gatherWindow); err != nil {
+			return err
+		}
+		adp.Gather(all, adp.Policy{}, &loads)
+		n := min(len(pending), loads.Admit)
+		router.Route(&loads, pending[:n], out[:n])
+		return nil
+	})
+	if w.Rank() == 0 {
+		fmt.Printf("bench gather-route %.1f\n", ns)
+	}
+}

@@ -153,6 +153,9 @@ func TestMPIWorker(t *testing.T) {
 	case "gather-route":
 		gatherRouteWorker(t, w)
 		require.NoError(t, w.Close())
+	case "bench-gather-route":
+		benchGatherRouteWorker(t, w)
+		require.NoError(t, w.Close())
 	case "bench-allgather":
 		benchAllgatherWorker(t, w)
 		require.NoError(t, w.Close())
