@@ -1,0 +1,63 @@
+// Loading of the libnccl function table (see table.h).
+#include "table.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+void *tsn_open(const char *const *names, int n, int *which, char *err, size_t errlen) {
+	if (errlen > 0)
+		err[0] = 0;
+	for (int i = 0; i < n; i++) {
+		void *h = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL);
+		if (h != NULL) {
+			*which = i;
+			return h;
+		}
+		const char *e = dlerror();
+		if (e != NULL && errlen > 0)
+			snprintf(err, errlen, "%s", e);
+	}
+	return NULL;
+}
+
+void tsn_close(void *handle) {
+	if (handle != NULL)
+		dlclose(handle);
+}
+
+// One table slot: the exported symbol name and the byte offset of its slot.
+typedef struct {
+	const char *name;
+	size_t off;
+} sym;
+
+#define ENTRY(field) {#field, offsetof(tsn_nccl, field)}
+
+int tsn_load(void *handle, tsn_nccl *t, const char **missing) {
+	static const sym syms[] = {
+	    ENTRY(ncclGetVersion),
+	    ENTRY(ncclGetErrorString),
+	    ENTRY(ncclGetUniqueId),
+	    ENTRY(ncclCommInitRank),
+	    ENTRY(ncclCommDestroy),
+	    ENTRY(ncclCommAbort),
+	    ENTRY(ncclCommGetAsyncError),
+	    ENTRY(ncclAllReduce),
+	    ENTRY(ncclAllGather),
+	    ENTRY(ncclReduceScatter),
+	    ENTRY(ncclBroadcast),
+	    ENTRY(ncclGroupStart),
+	    ENTRY(ncclGroupEnd),
+	};
+	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+		void *p = dlsym(handle, syms[i].name);
+		if (p == NULL) {
+			*missing = syms[i].name;
+			return -1;
+		}
+		// POSIX guarantees a data pointer from dlsym converts to a function pointer.
+		memcpy((char *)t + syms[i].off, &p, sizeof p);
+	}
+	return 0;
+}
