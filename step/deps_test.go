@@ -78,11 +78,11 @@ func TestCoreLinksNoCgo(t *testing.T) {
 	}
 }
 
-// TestDistLeaves: the MPI bindings and the launch detection import nothing of
-// ours, and the launch detection links no cgo, so the command can read the
+// TestDistLeaves: the MPI and NCCL bindings and the launch detection import
+// nothing of ours, and the launch detection links no cgo, so the command can read the
 // launch before it loads MPI.
 func TestDistLeaves(t *testing.T) {
-	for _, pkg := range []string{"dist/mpi", "dist/launch"} {
+	for _, pkg := range []string{"dist/mpi", "dist/nccl", "dist/launch"} {
 		t.Run(pkg, func(t *testing.T) {
 			for _, d := range goListDeps(t, pkg) {
 				if d.Standard || d.ImportPath == module+pkg {
