@@ -17,6 +17,10 @@
 # a Llama-3-8B-shaped model at batch 1 and 64 against the bandwidth roofline,
 # then `turnstile bench calibrate --device cuda` (the simulator's cost model
 # fitted to the CUDA runner, with its held-out error).
+#
+# The NCCL bindings (dist/nccl): a one-rank communicator on device 0 through
+# all-reduce, all-gather, reduce-scatter and broadcast; it needs libnccl.so.2 on
+# the GPU machine. Multi-GPU NCCL stays unverified until a multi-GPU machine exists.
 # The model tests need testdata/models/stories260K.gguf (make model) next to
 # the binaries: carry it to the GPU machine with bin/gpu-check.
 set -uo pipefail
@@ -29,15 +33,16 @@ build() {
 	go test -c -o "$BIN/kernels.test" ./kernels || exit 1
 	go test -c -o "$BIN/cuda.test" ./cuda || exit 1
 	go test -c -o "$BIN/model.test" ./model || exit 1
+	go test -c -o "$BIN/nccl.test" ./dist/nccl || exit 1
 	go build -o "$BIN/turnstile" ./cmd/turnstile || exit 1
-	echo "gpu-check: built $BIN/kernels.test, $BIN/cuda.test, $BIN/model.test and $BIN/turnstile"
+	echo "gpu-check: built $BIN/kernels.test, $BIN/cuda.test, $BIN/model.test, $BIN/nccl.test and $BIN/turnstile"
 }
 
 run() {
 	local out="${1:-${OUT:-out}}"
 	mkdir -p "$out"
 	local report="$out/gpu-check.txt"
-	for t in kernels cuda model; do
+	for t in kernels cuda model nccl; do
 		[ -x "$BIN/$t.test" ] || { echo "gpu-check: $BIN/$t.test missing: run '$0 build' first" >&2; exit 1; }
 	done
 	# The group runs in a subshell (it feeds tee): its exit status carries the verdict.
@@ -70,6 +75,16 @@ run() {
 		rm -f "$log"
 		echo "## CUDA runner decode throughput, Llama-3-8B shape"
 		(cd model && timeout 240 "../$BIN/model.test" -test.run '^$' -test.bench 'CUDADecode8B' -test.benchtime 512x -test.benchmem) || status=1
+		echo "## NCCL bindings: one-GPU communicator (all-reduce, all-gather, reduce-scatter, broadcast)"
+		log=$(mktemp)
+		(cd dist/nccl && timeout 120 "../../$BIN/nccl.test" -test.v -test.count=1) 2>&1 | tee "$log"
+		[ "${PIPESTATUS[0]}" = 0 ] || status=1
+		# Without libnccl.so.2 on the GPU machine the test skips: that is a failure here.
+		if grep -q -- '--- SKIP: TestOneGPUAllReduce' "$log"; then
+			echo "gpu-check: the one-GPU NCCL test skipped on this machine (see the reason above; NCCL is NVIDIA's libnccl2 package)"
+			status=1
+		fi
+		rm -f "$log"
 		echo "## simulator cost model fitted to the CUDA runner (stories260K)"
 		timeout 90 "$BIN/turnstile" bench calibrate --device cuda --model testdata/models/stories260K.gguf \
 			--max-batch-size 32 --requests 64 --out "$out/cuda-profile" || status=1
