@@ -152,18 +152,43 @@ func (p *ProcessLoop) RunUntilIdle(ctx context.Context) error {
 	}
 }
 
-// watch starts the iteration's watchdog; the returned func stops it.
+// watch starts the iteration's watchdog; the returned func stops it and,
+// should the watchdog be firing, waits for OnStuck to return, so no
+// OnStuck runs once Step has returned.
 func (p *ProcessLoop) watch() func() {
 	if p.cfg.Watchdog <= 0 {
 		return func() {}
 	}
 	it := p.iter
+	var (
+		mu      sync.Mutex
+		stopped bool
+		fired   bool
+	)
+	done := make(chan struct{})
 	t := time.AfterFunc(p.cfg.Watchdog, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		fired = true
+		mu.Unlock()
+		defer close(done)
 		p.mu.Lock()
 		phase, since := p.phase, time.Since(p.start)
 		p.mu.Unlock()
 		p.cfg.OnStuck(fmt.Sprintf("adp: watchdog: rank %d of %d stuck %v in iteration %d, in %s",
 			p.cfg.Collective.Rank(), p.cfg.Collective.Size(), since.Round(time.Millisecond), it, phase))
 	})
-	return func() { t.Stop() }
+	return func() {
+		t.Stop()
+		mu.Lock()
+		stopped = true
+		f := fired
+		mu.Unlock()
+		if f {
+			<-done
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,10 @@ type group struct {
 	round   uint64
 	arrived int
 	rows    [][]int64
+	// res is the last completed round's rows, flattened by the party that
+	// completed it. A waiter reads it after waking: the next round cannot
+	// complete (and replace it) before every waiter has entered it.
+	res     []int64
 	aborted error
 }
 
@@ -62,6 +67,10 @@ func (c party) AllgatherInt64(local, all []int64) error {
 	g.rows[c.p] = append(g.rows[c.p][:0], local...)
 	g.arrived++
 	if g.arrived == g.n {
+		g.res = g.res[:0]
+		for _, r := range g.rows {
+			g.res = append(g.res, r...)
+		}
 		g.arrived = 0
 		g.round++
 		g.cond.Broadcast()
@@ -72,9 +81,7 @@ func (c party) AllgatherInt64(local, all []int64) error {
 	if g.aborted != nil {
 		return g.aborted
 	}
-	for i, r := range g.rows {
-		copy(all[i*len(local):], r)
-	}
+	copy(all, g.res)
 	return nil
 }
 
@@ -104,7 +111,13 @@ func livenessRun(t *testing.T, localLiveness bool) (errs [2]error, stuck []strin
 	}
 	var wg sync.WaitGroup
 	for i := range 2 {
-		loop, err := NewProcessLoop(ProcessConfig{Collective: party{g, i}, Watchdog: 2 * time.Second, OnStuck: onStuck,
+		// The real rule's bound is generous, never a timing assertion; the
+		// broken rule's is short, since it is expected to fire.
+		watchdog := testwait.Bound
+		if localLiveness {
+			watchdog = 2 * time.Second
+		}
+		loop, err := NewProcessLoop(ProcessConfig{Collective: party{g, i}, Watchdog: watchdog, OnStuck: onStuck,
 			LocalLiveness: localLiveness}, NewEngineRank(engines[i], nil, nil))
 		require.NoError(t, err)
 		wg.Add(1)
@@ -138,9 +151,12 @@ func TestProcessLoopLiveness(t *testing.T) {
 	errs, stuck, _ = livenessRun(t, true)
 	require.Error(t, errs[0], "rank 0 cannot finish: its peer never gathers again")
 	require.NotEmpty(t, stuck, "the watchdog fires")
+	// Whichever watchdog fires first ends the job: rank 1's, waiting in its
+	// own queue, or rank 0's, waiting for rank 1 in the gather.
 	all := fmt.Sprint(stuck)
-	require.Contains(t, all, "rank 1 of 2", "the watchdog names the rank")
-	require.Contains(t, all, "its own queue wait (retiring requests not counted for liveness)")
+	require.True(t, strings.Contains(all, "rank 1 of 2 stuck") && strings.Contains(all, "its own queue wait (retiring requests not counted for liveness)") ||
+		strings.Contains(all, "rank 0 of 2 stuck") && strings.Contains(all, "the gather's allgather (a peer has not entered it)"),
+		"the watchdog names the rank and what it is stuck in: %s", all)
 }
 
 func TestNewProcessLoopRefuses(t *testing.T) {
