@@ -8,21 +8,21 @@ package cuda
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"unsafe"
+
+	"github.com/turnstile-llm/turnstile/internal/dl"
 )
 
 // ErrLibraryNotFound is wrapped by every error reporting that none of a
 // library's candidate names could be loaded.
-var ErrLibraryNotFound = errors.New("library not found")
+var ErrLibraryNotFound = dl.ErrLibraryNotFound
 
 // ErrMissingSymbol is wrapped by every error reporting that a loaded library
 // lacks an entry point turnstile needs (for example a driver older than the API).
-var ErrMissingSymbol = errors.New("missing symbol")
+var ErrMissingSymbol = dl.ErrMissingSymbol
 
 // library is one dlopen handle and the name that loaded it.
 type library struct {
@@ -30,38 +30,18 @@ type library struct {
 	name string
 }
 
-// openLibrary dlopens the first loadable name of names. The error names every
-// candidate tried and the loader's last message.
+// openLibrary dlopens the first loadable name of names (RTLD_LOCAL). The
+// error names every candidate tried and the loader's last message.
 func openLibrary(what string, names []string) (library, error) {
-	if len(names) == 0 {
-		return library{}, fmt.Errorf("cuda: %s: no candidate names: %w", what, ErrLibraryNotFound)
+	l, err := dl.Open("cuda: "+what, names, false)
+	if err != nil {
+		return library{}, err
 	}
-	cnames := make([]*C.char, len(names))
-	for i, n := range names {
-		cnames[i] = C.CString(n)
-	}
-	defer func() {
-		for _, p := range cnames {
-			C.free(unsafe.Pointer(p))
-		}
-	}()
-	// The array of C string pointers itself must live in C memory for cgo's rules.
-	arr := (**C.char)(C.malloc(C.size_t(len(names)) * C.size_t(unsafe.Sizeof(uintptr(0)))))
-	defer C.free(unsafe.Pointer(arr))
-	copy(unsafe.Slice(arr, len(names)), cnames)
-
-	var which C.int
-	var msg [512]C.char
-	h := C.tsc_open(arr, C.int(len(names)), &which, &msg[0], C.size_t(len(msg)))
-	if h == nil {
-		return library{}, fmt.Errorf("cuda: %s: none of [%s] could be loaded (last: %s): %w",
-			what, strings.Join(names, ", "), C.GoString(&msg[0]), ErrLibraryNotFound)
-	}
-	return library{h: h, name: names[int(which)]}, nil
+	return library{h: l.Handle, name: l.Name}, nil
 }
 
 func (l library) close() {
-	C.tsc_close(l.h)
+	dl.Library{Handle: l.h, Name: l.name}.Close()
 }
 
 // missingSymbolError reports the first symbol of a table that lib lacks.

@@ -5,27 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-void *tsc_open(const char *const *names, int n, int *which, char *err, size_t errlen) {
-	if (errlen > 0)
-		err[0] = 0;
-	for (int i = 0; i < n; i++) {
-		void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-		if (h != NULL) {
-			*which = i;
-			return h;
-		}
-		const char *e = dlerror();
-		if (e != NULL && errlen > 0)
-			snprintf(err, errlen, "%s", e);
-	}
-	return NULL;
-}
-
-void tsc_close(void *handle) {
-	if (handle != NULL)
-		dlclose(handle);
-}
-
 // One table entry: the exported symbol name and the byte offset of its slot.
 typedef struct {
 	const char *name;

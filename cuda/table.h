@@ -99,11 +99,6 @@ typedef struct {
 				     void *, tsc_handle, const void *, void *, size_t, tsc_handle);
 } tsc_cublaslt;
 
-// tsc_open dlopens the first loadable name in names (n entries). On success it
-// returns the handle and sets *which to the index opened; on failure it returns
-// NULL and copies the last dlerror() text into err (errlen bytes, NUL-terminated).
-void *tsc_open(const char *const *names, int n, int *which, char *err, size_t errlen);
-void tsc_close(void *handle);
 
 // tsc_load_* resolve every entry of a table from handle. They return 0 on success,
 // or -1 with *missing set to the (static) name of the first symbol not found.

@@ -28,10 +28,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/turnstile-llm/turnstile/internal/dl"
 )
 
 // Library is the soname of Open MPI 4.x's C library, the one Open loads first.
@@ -42,12 +43,12 @@ func libraryNames() []string { return []string{Library, "libmpi.so"} }
 
 // ErrLibraryNotFound is wrapped by the error Open returns when none of the
 // library's candidate names could be loaded.
-var ErrLibraryNotFound = errors.New("library not found")
+var ErrLibraryNotFound = dl.ErrLibraryNotFound
 
 // ErrMissingSymbol is wrapped by the error Open returns when the loaded library
 // lacks an entry point or predefined handle turnstile needs (for example an MPI
 // that is not Open MPI).
-var ErrMissingSymbol = errors.New("missing symbol")
+var ErrMissingSymbol = dl.ErrMissingSymbol
 
 // ErrClosed is wrapped by every call on a World after Close.
 var ErrClosed = errors.New("mpi: world closed")
@@ -138,34 +139,16 @@ func openWith(names []string) (*World, error) {
 
 // load dlopens the first loadable of names and resolves w.t from it.
 func (w *World) load(names []string) error {
-	if len(names) == 0 {
-		return fmt.Errorf("mpi: no candidate library names: %w", ErrLibraryNotFound)
+	// RTLD_GLOBAL: the components Open MPI loads later resolve its symbols.
+	lib, err := dl.Open("mpi", names, true)
+	if err != nil {
+		return err
 	}
-	cnames := make([]*C.char, len(names))
-	for i, n := range names {
-		cnames[i] = C.CString(n)
-	}
-	defer func() {
-		for _, p := range cnames {
-			C.free(unsafe.Pointer(p))
-		}
-	}()
-	// The array of C string pointers must itself live in C memory for cgo's rules.
-	arr := (**C.char)(C.malloc(C.size_t(len(names)) * C.size_t(unsafe.Sizeof(uintptr(0)))))
-	defer C.free(unsafe.Pointer(arr))
-	copy(unsafe.Slice(arr, len(names)), cnames)
-
-	var which C.int
-	var msg [512]C.char
-	h := C.tsm_open(arr, C.int(len(names)), &which, &msg[0], C.size_t(len(msg)))
-	if h == nil {
-		return fmt.Errorf("mpi: none of [%s] could be loaded (last: %s): %w",
-			strings.Join(names, ", "), C.GoString(&msg[0]), ErrLibraryNotFound)
-	}
-	name := names[int(which)]
+	h := lib.Handle
+	name := lib.Name
 	var missing *C.char
 	if C.tsm_load(h, &w.t, &missing) != 0 {
-		C.tsm_close(h)
+		lib.Close()
 		return fmt.Errorf("mpi: %s lacks symbol %s: %w", name, C.GoString(missing), ErrMissingSymbol)
 	}
 	w.lib, w.name = h, name

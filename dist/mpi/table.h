@@ -49,12 +49,6 @@ typedef struct {
 	tsm_handle errors_return;  // MPI_ERRORS_RETURN: ompi_mpi_errors_return
 } tsm_mpi;
 
-// tsm_open dlopens the first loadable name in names (n entries), with
-// RTLD_GLOBAL so that the components Open MPI loads later resolve against it. On
-// success it returns the handle and sets *which to the index opened; on failure it
-// returns NULL and copies the last dlerror() text into err (errlen bytes).
-void *tsm_open(const char *const *names, int n, int *which, char *err, size_t errlen);
-void tsm_close(void *handle);
 
 // tsm_load resolves every entry and handle of t from handle. It returns 0 on
 // success, or -1 with *missing set to the (static) name of the first symbol absent.

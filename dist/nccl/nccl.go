@@ -33,9 +33,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/turnstile-llm/turnstile/internal/dl"
 )
 
 // Library is the soname of NCCL 2.x, the one Open loads first.
@@ -46,11 +47,11 @@ func libraryNames() []string { return []string{Library, "libnccl.so"} }
 
 // ErrLibraryNotFound is wrapped by the error Open returns when none of the
 // library's candidate names could be loaded.
-var ErrLibraryNotFound = errors.New("library not found")
+var ErrLibraryNotFound = dl.ErrLibraryNotFound
 
 // ErrMissingSymbol is wrapped by the error Open returns when the loaded library
 // lacks an entry point turnstile needs (for example an NCCL older than 2.x).
-var ErrMissingSymbol = errors.New("missing symbol")
+var ErrMissingSymbol = dl.ErrMissingSymbol
 
 // ErrDestroyed is wrapped by every call on a Comm after Destroy or Abort.
 var ErrDestroyed = errors.New("nccl: communicator destroyed")
@@ -132,34 +133,15 @@ func Open() (*Lib, error) { return openWith(libraryNames()) }
 
 // openWith is Open with the library's candidate names.
 func openWith(names []string) (*Lib, error) {
-	if len(names) == 0 {
-		return nil, fmt.Errorf("nccl: no candidate library names: %w", ErrLibraryNotFound)
+	lib, err := dl.Open("nccl", names, false)
+	if err != nil {
+		return nil, err
 	}
-	cnames := make([]*C.char, len(names))
-	for i, n := range names {
-		cnames[i] = C.CString(n)
-	}
-	defer func() {
-		for _, p := range cnames {
-			C.free(unsafe.Pointer(p))
-		}
-	}()
-	// The array of C string pointers must itself live in C memory for cgo's rules.
-	arr := (**C.char)(C.malloc(C.size_t(len(names)) * C.size_t(unsafe.Sizeof(uintptr(0)))))
-	defer C.free(unsafe.Pointer(arr))
-	copy(unsafe.Slice(arr, len(names)), cnames)
-
-	var which C.int
-	var msg [512]C.char
-	h := C.tsn_open(arr, C.int(len(names)), &which, &msg[0], C.size_t(len(msg)))
-	if h == nil {
-		return nil, fmt.Errorf("nccl: none of [%s] could be loaded (last: %s): %w",
-			strings.Join(names, ", "), C.GoString(&msg[0]), ErrLibraryNotFound)
-	}
-	l := &Lib{name: names[int(which)]}
+	h := lib.Handle
+	l := &Lib{name: lib.Name}
 	var missing *C.char
 	if C.tsn_load(h, &l.t, &missing) != 0 {
-		C.tsn_close(h)
+		lib.Close()
 		return nil, fmt.Errorf("nccl: %s lacks symbol %s: %w", l.name, C.GoString(missing), ErrMissingSymbol)
 	}
 	return l, nil

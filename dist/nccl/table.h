@@ -44,11 +44,6 @@ typedef struct {
 	const char *(*ncclGetErrorString)(int);
 } tsn_nccl;
 
-// tsn_open dlopens the first loadable name in names (n entries). On success it
-// returns the handle and sets *which to the index opened; on failure it returns
-// NULL and copies the last dlerror() text into err (errlen bytes).
-void *tsn_open(const char *const *names, int n, int *which, char *err, size_t errlen);
-void tsn_close(void *handle);
 
 // tsn_load resolves every entry of t from handle. It returns 0 on success, or
 // -1 with *missing set to the (static) name of the first symbol absent.
