@@ -7,15 +7,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// TestOpenMissingLibrary: the binding's error wraps its own sentinel (the
+// candidate list itself is internal/dl's, tested there).
 func TestOpenMissingLibrary(t *testing.T) {
-	const name = "libturnstile-no-such-mpi.so.40"
-	_, err := openWith([]string{name, "/nonexistent/" + name})
+	const name = "libturnstile-no-such-mpi.so"
+	_, err := openWith([]string{name})
 	require.ErrorIs(t, err, ErrLibraryNotFound)
-	require.ErrorContains(t, err, name)
-	require.ErrorContains(t, err, "/nonexistent/"+name)
-
-	_, err = openWith(nil)
-	require.ErrorIs(t, err, ErrLibraryNotFound)
+	require.ErrorContains(t, err, "mpi: none of ["+name+"]")
 }
 
 // A library lacking MPI's entry points (libc stands in for a wrong libmpi) must

@@ -147,23 +147,16 @@ func TestMPIWorker(t *testing.T) {
 		}
 		err := w.Barrier() // never completes: rank 1 never enters it
 		t.Fatalf("rank %d: barrier returned (%v) though rank 1 aborted", w.Rank(), err)
-	case "liveness":
-		livenessWorker(t, w)
-		require.NoError(t, w.Close())
-	case "gather-route":
-		gatherRouteWorker(t, w)
-		require.NoError(t, w.Close())
-	case "bench-gather-route":
-		benchGatherRouteWorker(t, w)
-		require.NoError(t, w.Close())
-	case "bench-allgather":
-		benchAllgatherWorker(t, w)
-		require.NoError(t, w.Close())
-	case "bench-mlp":
-		benchMLPWorker(t, w)
-		require.NoError(t, w.Close())
 	default:
-		t.Fatalf("%s=%q: unknown worker mode", workerEnv, mode)
+		run, ok := map[string]func(*testing.T, *World){
+			"liveness": livenessWorker, "gather-route": gatherRouteWorker, "bench-gather-route": benchGatherRouteWorker,
+			"bench-allgather": benchAllgatherWorker, "bench-mlp": benchMLPWorker,
+		}[mode]
+		if !ok {
+			t.Fatalf("%s=%q: unknown worker mode", workerEnv, mode)
+		}
+		run(t, w)
+		require.NoError(t, w.Close())
 	}
 }
 
