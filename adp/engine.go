@@ -137,3 +137,10 @@ func (r *EngineRank) Submit(ctx context.Context, q *executor.Request) (Stream, e
 	}
 	return st, nil
 }
+
+// Snapshot is the engine's metrics (sent to process 0 when the rank runs
+// in another process).
+func (r *EngineRank) Snapshot() executor.Metrics { return r.e.Snapshot() }
+
+// ReleaseProgram ends program id on the engine.
+func (r *EngineRank) ReleaseProgram(id string) (bool, error) { return r.e.ReleaseProgram(id) }

@@ -423,10 +423,12 @@ func TestConcurrentClients(t *testing.T) {
 	require.NoError(t, l.d.Check())
 	m := l.d.Snapshot()
 	require.Equal(t, uint64(clients*each), m.Routed)
+	// How the requests spread is timing (a client whose request finished
+	// in one step leaves every rank idle, and ties place on rank 0), so
+	// only the sum is asserted.
 	var sum uint64
 	for _, r := range m.Ranks {
 		sum += r.Routed
-		require.Positive(t, r.Routed)
 	}
 	require.Equal(t, m.Routed, sum)
 }

@@ -2,6 +2,7 @@ package adp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,8 +17,8 @@ import (
 	"github.com/turnstile-llm/turnstile/sampling"
 )
 
-// group is a Collective between goroutines standing for processes: an
-// allgather returns when every party has entered it, as MPI's does, and
+// group is a Comm between goroutines standing for processes: each
+// collective returns when every party has entered it, as MPI's do, and
 // abort makes every pending and later call fail (MPI_Abort ends the job).
 type group struct {
 	mu      sync.Mutex
@@ -25,16 +26,16 @@ type group struct {
 	n       int
 	round   uint64
 	arrived int
-	rows    [][]int64
-	// res is the last completed round's rows, flattened by the party that
+	rows    [][]byte
+	// res is the last completed round's rows, kept by the party that
 	// completed it. A waiter reads it after waking: the next round cannot
 	// complete (and replace it) before every waiter has entered it.
-	res     []int64
+	res     [][]byte
 	aborted error
 }
 
 func newGroup(n int) *group {
-	g := &group{n: n, rows: make([][]int64, n)}
+	g := &group{n: n, rows: make([][]byte, n)}
 	g.cond = sync.NewCond(&g.mu)
 	return g
 }
@@ -48,29 +49,18 @@ func (g *group) abort(err error) {
 	g.cond.Broadcast()
 }
 
-// party is process p's view of the group.
-type party struct {
-	g *group
-	p int
-}
-
-func (c party) Rank() int { return c.p }
-func (c party) Size() int { return c.g.n }
-func (c party) AllgatherInt64(local, all []int64) error {
-	g := c.g
+// exchange deposits p's row and returns every party's, once all arrived.
+func (g *group) exchange(p int, row []byte) ([][]byte, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.aborted != nil {
-		return g.aborted
+		return nil, g.aborted
 	}
 	round := g.round
-	g.rows[c.p] = append(g.rows[c.p][:0], local...)
+	g.rows[p] = append([]byte(nil), row...)
 	g.arrived++
 	if g.arrived == g.n {
-		g.res = g.res[:0]
-		for _, r := range g.rows {
-			g.res = append(g.res, r...)
-		}
+		g.res = append([][]byte(nil), g.rows...)
 		g.arrived = 0
 		g.round++
 		g.cond.Broadcast()
@@ -79,69 +69,337 @@ func (c party) AllgatherInt64(local, all []int64) error {
 		g.cond.Wait()
 	}
 	if g.aborted != nil {
-		return g.aborted
+		return nil, g.aborted
 	}
-	copy(all, g.res)
+	return g.res, nil
+}
+
+// party is process p's view of the group.
+type party struct {
+	g *group
+	p int
+}
+
+func (c party) Rank() int { return c.p }
+func (c party) Size() int { return c.g.n }
+
+func (c party) AllgatherInt64(local, all []int64) error {
+	row := make([]byte, 8*len(local))
+	for i, v := range local {
+		binary.LittleEndian.PutUint64(row[8*i:], uint64(v))
+	}
+	rows, err := c.g.exchange(c.p, row)
+	if err != nil {
+		return err
+	}
+	k := 0
+	for _, r := range rows {
+		if len(r) != len(row) {
+			return fmt.Errorf("allgather of %d bytes met one of %d", len(row), len(r))
+		}
+		for i := 0; i < len(r); i += 8 {
+			all[k] = int64(binary.LittleEndian.Uint64(r[i:]))
+			k++
+		}
+	}
 	return nil
 }
 
-// livenessRun runs two ranks as two "processes": rank 0 decodes a long
+func (c party) BcastBytes(buf []byte, root int) error {
+	rows, err := c.g.exchange(c.p, buf)
+	if err != nil {
+		return err
+	}
+	if len(rows[root]) != len(buf) {
+		return fmt.Errorf("broadcast of %d bytes into %d", len(rows[root]), len(buf))
+	}
+	copy(buf, rows[root])
+	return nil
+}
+
+func (c party) GathervBytes(local []byte, counts []int, all []byte, root int) error {
+	if len(local) != counts[c.p] {
+		return fmt.Errorf("gatherv: %d bytes, counts say %d", len(local), counts[c.p])
+	}
+	rows, err := c.g.exchange(c.p, local)
+	if err != nil {
+		return err
+	}
+	if c.p == root {
+		off := 0
+		for q, r := range rows {
+			if len(r) != counts[q] {
+				return fmt.Errorf("gatherv: process %d sent %d bytes, counts say %d", q, len(r), counts[q])
+			}
+			off += copy(all[off:], r)
+		}
+	}
+	return nil
+}
+
+// procs runs a deployment of n processes (goroutines over one group), one
+// engine each, with cfg (its Comm set per process).
+type procs struct {
+	g   *group
+	fes []*Frontend
+}
+
+func newProcs(t *testing.T, n int, cfg Config) *procs {
+	t.Helper()
+	p := &procs{g: newGroup(n), fes: make([]*Frontend, n)}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	engines := frontendEngines(t, n)
+	for q := range n { // New gathers: every process at once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cfg
+			c.Comm = party{p.g, q}
+			p.fes[q], errs[q] = NewFrontend(c, engines[q:q+1])
+		}()
+	}
+	wg.Wait()
+	for q, err := range errs {
+		require.NoError(t, err, "process %d", q)
+	}
+	return p
+}
+
+// run starts every process's loop; stop cancels process 0's (the others
+// stop at the next gather, as under mpirun after the front end shuts down)
+// and returns every loop's error.
+func (p *procs) run(t *testing.T) (stop func() []error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make([]error, len(p.fes))
+	var wg sync.WaitGroup
+	for q, fe := range p.fes {
+		c := ctx
+		if q > 0 {
+			c = context.Background()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[q] = fe.Run(c)
+		}()
+	}
+	return func() []error {
+		cancel()
+		testwait.Within(t, "every process's loop to return", func() struct{} { wg.Wait(); return struct{}{} })
+		return errs
+	}
+}
+
+// TestProcessesMatchOneProcess: two processes of one rank each, joined by
+// the byte wire, place a request sequence exactly as one process with two
+// ranks does, and every request's output is the same.
+func TestProcessesMatchOneProcess(t *testing.T) {
+	reqs := func() []*executor.Request {
+		var out []*executor.Request
+		for i := range 9 {
+			out = append(out, &executor.Request{PromptTokens: []int32{256, int32(40 + i), int32(50 + 3*i), 60},
+				MaxTokens: 3 + (i*5)%7, IgnoreEOS: i%2 == 0, Params: sampling.DefaultParams()})
+		}
+		return out
+	}
+	type result struct {
+		rank   int
+		tokens []int32
+		text   string
+		finish executor.FinishReason
+	}
+	collect := func(t *testing.T, d *Deployment, run func() func() []error) []result {
+		var hs []*Handle
+		for _, r := range reqs() {
+			h, err := d.Submit(context.Background(), r)
+			require.NoError(t, err)
+			hs = append(hs, h)
+		}
+		stop := run()
+		var out []result
+		for i, h := range hs {
+			st, err := h.Wait(testwait.Ctx(t))
+			require.NoError(t, err, "request %d", i)
+			dl, err := st.Collect(testwait.Ctx(t))
+			require.NoError(t, err)
+			out = append(out, result{rank: h.Rank(), tokens: dl.TokenIDs, text: dl.Text, finish: dl.FinishReason})
+		}
+		for q, err := range stop() {
+			require.NoError(t, err, "process %d", q)
+		}
+		return out
+	}
+
+	one, err := NewFrontend(Config{}, frontendEngines(t, 2))
+	require.NoError(t, err)
+	want := collect(t, one.d, func() func() []error {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- one.Run(ctx) }()
+		return func() []error { cancel(); return []error{testwait.Recv(t, done, "Run to return")} }
+	})
+	require.NoError(t, one.Check())
+
+	p := newProcs(t, 2, Config{VerifyPlacement: true})
+	got := collect(t, p.fes[0].d, func() func() []error { return p.run(t) })
+	require.Equal(t, want, got, "placements and outputs")
+	ranks := map[int]int{}
+	for _, r := range got {
+		ranks[r.rank]++
+	}
+	require.Len(t, ranks, 2, "the sequence uses both ranks: %v", ranks)
+	for q, fe := range p.fes {
+		require.NoError(t, fe.Check(), "process %d", q)
+	}
+	// Process 0's metrics carry rank 1 as process 1 last sent it.
+	snaps := p.fes[0].RankSnapshots()
+	require.Len(t, snaps, 2)
+	require.Equal(t, uint64(ranks[1]), snaps[1].Submitted, "rank 1's metrics reached process 0")
+	require.Equal(t, uint64(ranks[0]), snaps[0].Submitted)
+}
+
+// TestProcessesAbortAndRelease: a client that leaves aborts its request
+// on the process that serves it; a program release reaches every process
+// and reports whether any rank knew the program; Submit elsewhere than
+// process 0 is refused.
+func TestProcessesAbortAndRelease(t *testing.T) {
+	p := newProcs(t, 2, Config{})
+	stop := p.run(t)
+	fe := p.fes[0]
+	_, err := p.fes[1].Submit(context.Background(), &executor.Request{Prompt: "x"})
+	require.ErrorIs(t, err, ErrNotFrontEnd)
+
+	// Two long requests: the second lands on rank 1 (process 1).
+	long := func() *executor.Request {
+		return &executor.Request{PromptTokens: []int32{256, 41, 42}, MaxTokens: 100, IgnoreEOS: true, ProgramID: "prog",
+			Params: sampling.DefaultParams()}
+	}
+	s0, err := fe.Submit(testwait.Ctx(t), long())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(testwait.Ctx(t))
+	h, err := fe.d.Submit(ctx, long())
+	require.NoError(t, err)
+	s1, err := h.Wait(testwait.Ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, 1, h.Rank())
+	_, err = s1.Recv(testwait.Ctx(t)) // it is running there
+	require.NoError(t, err)
+	cancel()
+	d1, err := s1.Collect(testwait.Ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, executor.FinishAbort, d1.FinishReason, "aborted on process 1")
+	d0, err := s0.Collect(testwait.Ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, executor.FinishLength, d0.FinishReason)
+	require.Len(t, d0.TokenIDs, 100)
+
+	// These engines have no program policy: every rank answers alike.
+	_, err = fe.ReleaseProgram("prog")
+	require.ErrorIs(t, err, executor.ErrNoPrograms)
+
+	for q, err := range stop() {
+		require.NoError(t, err, "process %d", q)
+	}
+	for q, fe := range p.fes {
+		require.NoError(t, fe.Check(), "process %d", q)
+	}
+	m := p.fes[1].engines[0].Snapshot()
+	require.Equal(t, uint64(1), m.Aborted, "process 1 aborted the request whose client left")
+}
+
+// TestProcessesStopWithInFlight: process 0 stopping while a request runs
+// on process 1 stops every process, and the relayed stream ends (abort)
+// instead of hanging its reader.
+func TestProcessesStopWithInFlight(t *testing.T) {
+	p := newProcs(t, 2, Config{})
+	stop := p.run(t)
+	var sts []Stream
+	for range 2 {
+		st, err := p.fes[0].d.SubmitStream(testwait.Ctx(t), &executor.Request{PromptTokens: []int32{256, 41, 42},
+			MaxTokens: 120, IgnoreEOS: true, Params: sampling.DefaultParams()})
+		require.NoError(t, err)
+		sts = append(sts, st)
+	}
+	_, err := sts[1].Recv(testwait.Ctx(t))
+	require.NoError(t, err)
+	for q, err := range stop() {
+		require.NoError(t, err, "process %d", q)
+	}
+	d, err := sts[1].Collect(testwait.Ctx(t))
+	require.NoError(t, err)
+	require.Contains(t, []executor.FinishReason{executor.FinishAbort, executor.FinishLength}, d.FinishReason)
+}
+
+// livenessRun runs two ranks as two processes: rank 0 decodes a long
 // request while rank 1's short one retires early. It returns each loop's
-// error and the watchdog messages.
+// error, the watchdog messages and each request's tokens.
 func livenessRun(t *testing.T, localLiveness bool) (errs [2]error, stuck []string, tokens [2]int) {
 	t.Helper()
-	engines := frontendEngines(t, 2)
-	g := newGroup(2)
-	ctx, cancel := context.WithCancel(testwait.Ctx(t))
-	defer cancel()
-	var mu sync.Mutex
+	// The real rule's bound is generous, never a timing assertion; the
+	// broken rule's is short, since it is expected to fire.
+	watchdog := testwait.Bound
+	if localLiveness {
+		watchdog = 2 * time.Second
+	}
+	var (
+		mu sync.Mutex
+		p  *procs
+	)
 	onStuck := func(msg string) {
 		mu.Lock()
 		stuck = append(stuck, msg)
 		mu.Unlock()
-		g.abort(errors.New("job aborted by the watchdog"))
-		cancel()
+		p.g.abort(errors.New("job aborted by the watchdog"))
+		for _, fe := range p.fes {
+			fe.d.Wake() // a process in its own queue wait meets the abort at the gather
+		}
 	}
-	streams := make([]*executor.Stream, 2)
-	for i, n := range []int{24, 2} { // rank 1 finishes first and retires
-		st, err := engines[i].Submit(context.Background(), &executor.Request{Prompt: "hello", MaxTokens: n, IgnoreEOS: true,
+	p = newProcs(t, 2, Config{Watchdog: watchdog, OnStuck: onStuck, LocalLiveness: localLiveness})
+	var hs []*Handle
+	for _, n := range []int{24, 2} { // the second lands on rank 1, finishes first and retires
+		h, err := p.fes[0].d.Submit(context.Background(), &executor.Request{Prompt: "hello", MaxTokens: n, IgnoreEOS: true,
 			Params: sampling.DefaultParams()})
 		require.NoError(t, err)
-		streams[i] = st
+		hs = append(hs, h)
 	}
 	var wg sync.WaitGroup
-	for i := range 2 {
-		// The real rule's bound is generous, never a timing assertion; the
-		// broken rule's is short, since it is expected to fire.
-		watchdog := testwait.Bound
-		if localLiveness {
-			watchdog = 2 * time.Second
-		}
-		loop, err := NewProcessLoop(ProcessConfig{Collective: party{g, i}, Watchdog: watchdog, OnStuck: onStuck,
-			LocalLiveness: localLiveness}, NewEngineRank(engines[i], nil, nil))
-		require.NoError(t, err)
+	for q := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = loop.RunUntilIdle(ctx)
+			for {
+				idle, err := p.fes[q].d.Step()
+				if err != nil || idle {
+					errs[q] = err
+					return
+				}
+			}
 		}()
 	}
-	testwait.Within(t, "both process loops to return", func() struct{} { wg.Wait(); return struct{}{} })
-	for i, st := range streams {
-		if errs[i] == nil {
-			d, err := st.Collect(testwait.Ctx(t))
-			require.NoError(t, err)
-			tokens[i] = len(d.TokenIDs)
+	testwait.Within(t, "both processes to go idle or fail", func() struct{} { wg.Wait(); return struct{}{} })
+	for i, h := range hs {
+		if errs[0] != nil {
+			break
 		}
+		require.Equal(t, i, h.Rank())
+		st, err := h.Wait(testwait.Ctx(t))
+		require.NoError(t, err)
+		d, err := st.Collect(testwait.Ctx(t))
+		require.NoError(t, err)
+		tokens[i] = len(d.TokenIDs)
+	}
+	for _, fe := range p.fes {
+		require.NoError(t, fe.d.Close())
 	}
 	return errs, stuck, tokens
 }
 
-// TestProcessLoopLiveness: with retiring requests counted for liveness the
-// two ranks step in lockstep to the end; with the broken rule, rank 1,
-// whose only request is retiring, waits in its own queue while rank 0 waits
-// for it in the gather: a hang, which the watchdog names and ends.
-func TestProcessLoopLiveness(t *testing.T) {
+// TestLiveness: with retiring requests counted for liveness the two
+// processes step in lockstep to the end; with the broken rule, process 1,
+// whose only request is retiring, waits in its own queue while process 0
+// waits for it in the gather: a hang, which the watchdog names and ends.
+func TestLiveness(t *testing.T) {
 	errs, stuck, tokens := livenessRun(t, false)
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
@@ -149,29 +407,28 @@ func TestProcessLoopLiveness(t *testing.T) {
 	require.Equal(t, [2]int{24, 2}, tokens)
 
 	errs, stuck, _ = livenessRun(t, true)
-	require.Error(t, errs[0], "rank 0 cannot finish: its peer never gathers again")
+	require.Error(t, errs[0], "process 0 cannot finish: its peer never gathers again")
 	require.NotEmpty(t, stuck, "the watchdog fires")
-	// Whichever watchdog fires first ends the job: rank 1's, waiting in its
-	// own queue, or rank 0's, waiting for rank 1 in the gather.
+	// Whichever watchdog fires first ends the job: process 1's, waiting in
+	// its own queue, or process 0's, waiting for it in the gather.
 	all := fmt.Sprint(stuck)
-	require.True(t, strings.Contains(all, "rank 1 of 2 stuck") && strings.Contains(all, "its own queue wait (retiring requests not counted for liveness)") ||
-		strings.Contains(all, "rank 0 of 2 stuck") && strings.Contains(all, "the gather's allgather (a peer has not entered it)"),
-		"the watchdog names the rank and what it is stuck in: %s", all)
+	require.True(t, strings.Contains(all, "process 1 of 2 (ranks 1 to 1) stuck") && strings.Contains(all, "its own queue wait (retiring requests not counted for liveness)") ||
+		strings.Contains(all, "process 0 of 2 (ranks 0 to 0) stuck") && strings.Contains(all, "the gather's allgather (a peer has not entered it)"),
+		"the watchdog names the process, its ranks and what it is stuck in: %s", all)
 }
 
-func TestNewProcessLoopRefuses(t *testing.T) {
+func TestNewDeploymentRefuses(t *testing.T) {
 	r := NewEngineRank(frontendEngines(t, 1)[0], nil, nil)
 	for _, tc := range []struct {
-		cfg  ProcessConfig
-		rank Rank
+		cfg  Config
 		want string
 	}{
-		{ProcessConfig{}, r, "Collective is required"},
-		{ProcessConfig{Collective: Local{}}, nil, "needs a rank"},
-		{ProcessConfig{Collective: Local{}, Watchdog: -time.Second}, r, "Watchdog -1s"},
-		{ProcessConfig{Collective: Local{}, Watchdog: time.Second}, r, "needs OnStuck"},
+		{Config{Watchdog: -time.Second}, "Watchdog -1s"},
+		{Config{Watchdog: time.Second}, "needs OnStuck"},
+		{Config{Dummies: make([]func() error, 2)}, "2 dummy steps for 1 ranks"},
+		{Config{Window: -1}, "Window must be >= 0"},
 	} {
-		_, err := NewProcessLoop(tc.cfg, tc.rank)
+		_, err := New(tc.cfg, []Rank{r})
 		require.ErrorContains(t, err, tc.want)
 	}
 }

@@ -20,8 +20,24 @@ type Collective interface {
 	AllgatherInt64(local, all []int64) error
 }
 
-// Local is the Collective of a deployment whose ranks all live in this
-// process: one process, and the gather is a copy.
+// Comm is the Collective a deployment across processes needs: the gather,
+// plus bytes — rank 0's broadcast of what every process applies each
+// iteration (aborts, program releases, the window of new requests) and
+// every process's output gathered back to rank 0. dist/mpi's World
+// implements it.
+type Comm interface {
+	Collective
+	// BcastBytes copies root's buf into every process's buf (the same
+	// length on each).
+	BcastBytes(buf []byte, root int) error
+	// GathervBytes gathers every process's local into root's all, process
+	// by process: counts[p] is process p's length (the same counts on
+	// every process; len(all) == Σ counts on root, ignored elsewhere).
+	GathervBytes(local []byte, counts []int, all []byte, root int) error
+}
+
+// Local is the Comm of a deployment whose ranks all live in this process:
+// one process, and every collective is a copy.
 type Local struct{}
 
 // Rank is 0.
@@ -34,6 +50,23 @@ func (Local) Size() int { return 1 }
 func (Local) AllgatherInt64(local, all []int64) error {
 	if len(all) != len(local) {
 		return fmt.Errorf("adp: local allgather of %d values into %d", len(local), len(all))
+	}
+	copy(all, local)
+	return nil
+}
+
+// BcastBytes does nothing: the one process is the root.
+func (Local) BcastBytes(buf []byte, root int) error {
+	if root != 0 {
+		return fmt.Errorf("adp: local broadcast from root %d, want 0", root)
+	}
+	return nil
+}
+
+// GathervBytes copies local into all.
+func (Local) GathervBytes(local []byte, counts []int, all []byte, root int) error {
+	if root != 0 || len(counts) != 1 || counts[0] != len(local) || len(all) != len(local) {
+		return fmt.Errorf("adp: local gatherv of %d bytes (counts %v) into %d at root %d", len(local), counts, len(all), root)
 	}
 	copy(all, local)
 	return nil
@@ -186,4 +219,91 @@ func resize64(s []int64, n int) []int64 {
 		return make([]int64, n)
 	}
 	return s[:n]
+}
+
+// ProcWords is the width, in int64s, of one process's own words in the
+// deployment's gather, after its ranks' counts: queued, control, out,
+// open, stop.
+const ProcWords = 5
+
+// ProcState is what one process reports at the deployment's gather besides
+// its ranks' counts: what every process needs to make the same decisions
+// (whether a broadcast, an output gather or another iteration follows).
+type ProcState struct {
+	// Queued is the requests waiting at the process's front end (rank 0's;
+	// 0 elsewhere), and Control the aborts and program releases it will
+	// broadcast this iteration.
+	Queued, Control int
+	// Out is the bytes of output records the process sends rank 0 at this
+	// gather; Open is what it still owes rank 0 (requests whose output
+	// is not all sent, answers rank 0 awaits), which keeps the deployment
+	// from going idle.
+	Out, Open int
+	// Stop: the process is shutting down; every process stops at this
+	// gather.
+	Stop bool
+}
+
+func (p *ProcState) put(dst []int64) {
+	dst[0], dst[1], dst[2], dst[3], dst[4] = int64(p.Queued), int64(p.Control), int64(p.Out), int64(p.Open), 0
+	if p.Stop {
+		dst[4] = 1
+	}
+}
+
+func (p *ProcState) set(src []int64) error {
+	names := [...]string{"queued", "control", "out bytes", "open"}
+	for i, v := range src[:4] {
+		if v < 0 || v > maxWireCount {
+			return fmt.Errorf("adp: process %s %d outside [0, %d]", names[i], v, int64(maxWireCount))
+		}
+	}
+	if src[2] > math.MaxInt32 {
+		return fmt.Errorf("adp: process sends %d bytes at once, more than one gather carries (%d)", src[2], math.MaxInt32)
+	}
+	if src[4] != 0 && src[4] != 1 {
+		return fmt.Errorf("adp: process stop flag %d, want 0 or 1", src[4])
+	}
+	*p = ProcState{Queued: int(src[0]), Control: int(src[1]), Out: int(src[2]), Open: int(src[3]), Stop: src[4] == 1}
+	return nil
+}
+
+// Gather is the deployment's gather: one allgather of every rank's counts
+// (local: this process's ranks, the same number on every process; all:
+// every rank, rank-major) and every process's own words (p: this
+// process's; ps: every process's, len c.Size()).
+func (x *Exchange) Gather(c Collective, local, all []RankState, p *ProcState, ps []ProcState) error {
+	size, L := c.Size(), len(local)
+	if n := size * L; n != len(all) {
+		return fmt.Errorf("adp: %d processes × %d local ranks = %d, but the deployment has %d ranks", size, L, n, len(all))
+	}
+	if len(ps) != size {
+		return fmt.Errorf("adp: %d process states for %d processes", len(ps), size)
+	}
+	words := L*CountWords + ProcWords
+	x.local = resize64(x.local, words)
+	x.all = resize64(x.all, size*words)
+	for i := range local {
+		local[i].PutCounts(x.local[i*CountWords : (i+1)*CountWords])
+	}
+	p.put(x.local[L*CountWords:])
+	if err := c.AllgatherInt64(x.local, x.all); err != nil {
+		return fmt.Errorf("adp: gather: %w", err)
+	}
+	var errs []error
+	for q := range size {
+		row := x.all[q*words : (q+1)*words]
+		for i := range L {
+			if err := all[q*L+i].SetCounts(row[i*CountWords : (i+1)*CountWords]); err != nil {
+				errs = append(errs, fmt.Errorf("rank %d: %w", q*L+i, err))
+			}
+		}
+		if err := ps[q].set(row[L*CountWords:]); err != nil {
+			errs = append(errs, fmt.Errorf("process %d: %w", q, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("adp: gathered state: %w", errors.Join(errs...))
+	}
+	return nil
 }

@@ -313,3 +313,63 @@ func (e *Engine) validate(r *Request) ([]int32, error) {
 	}
 	return prompt, nil
 }
+
+// NewRelayStream makes a stream that carries output produced elsewhere: a
+// request served by another process, whose deltas arrive over the wire and
+// are handed to Relay. p is the request's sampling parameters (they say
+// whether log-probabilities are kept). The consumer reads it like any
+// stream.
+func NewRelayStream(p sampling.Params) *Stream { return newStream(p) }
+
+// Relay appends d, a delta received from the stream of the same request on
+// another process, as if the engine had produced it here: text, tokens,
+// log-probabilities and alternatives are appended (d.TopLogprobs rows
+// shorter than the stream's count are padded, as the engine pads), and a
+// FinishReason ends the stream with d.Usage. A delta after the finish is
+// an error, as is one whose Logprobs or TopLogprobs do not align with its
+// TokenIDs.
+func (s *Stream) Relay(d Delta) error {
+	if s.logprobs && len(d.Logprobs) != len(d.TokenIDs) {
+		return fmt.Errorf("executor: relayed delta has %d logprobs for %d tokens", len(d.Logprobs), len(d.TokenIDs))
+	}
+	if s.topN > 0 && len(d.TopLogprobs) != len(d.TokenIDs) {
+		return fmt.Errorf("executor: relayed delta has %d top-logprob rows for %d tokens", len(d.TopLogprobs), len(d.TokenIDs))
+	}
+	s.mu.Lock()
+	if s.final || s.finish != FinishNone {
+		s.mu.Unlock()
+		return errors.New("executor: relayed delta after the stream's finish")
+	}
+	s.text = append(s.text, d.Text...)
+	s.ids = append(s.ids, d.TokenIDs...)
+	if s.logprobs {
+		s.lps = append(s.lps, d.Logprobs...)
+	}
+	for k := range d.TokenIDs {
+		if s.topN == 0 {
+			break
+		}
+		row := d.TopLogprobs[k]
+		for j := range s.topN {
+			if j < len(row) {
+				s.tops = append(s.tops, row[j])
+			} else {
+				s.tops = append(s.tops, TokenLogprob{Token: -1})
+			}
+		}
+	}
+	if d.FinishReason != FinishNone {
+		s.finish, s.usage = d.FinishReason, d.Usage
+	}
+	s.mu.Unlock()
+	s.wake()
+	return nil
+}
+
+// Validate checks r as Submit would, without queueing it: a front end that
+// places requests on engines in other processes (built alike) refuses a
+// bad request before it travels. Errors name the field and value.
+func (e *Engine) Validate(r *Request) error {
+	_, err := e.validate(r)
+	return err
+}
