@@ -453,4 +453,3 @@ func decodeReplies(b []byte, f func(*reply) error) error {
 	}
 	return nil
 }
-

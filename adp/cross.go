@@ -42,7 +42,7 @@ type crossing struct {
 	inbox  []byte
 	buf    wireBuf
 	win    window
-	size   [8]byte
+	size   []byte // 8 bytes, its own allocation: it is handed to C
 }
 
 // relayed is a request process 0 placed on another process.
@@ -81,6 +81,7 @@ func (x *crossing) init(procs int) {
 	x.awaiting = map[uint64]*releaseReq{}
 	x.forwards = map[uint64]*forward{}
 	x.counts = make([]int, procs)
+	x.size = make([]byte, 8)
 }
 
 // nextID numbers a submission (process 0).
@@ -285,15 +286,15 @@ func (x *crossing) broadcast(d *Deployment, n int) error {
 		w.ids, w.reqs = append(w.ids, d.ids...), append(w.reqs, d.reqs...)
 		x.buf = x.buf[:0]
 		w.encode(&x.buf)
-		binary.LittleEndian.PutUint64(x.size[:], uint64(len(x.buf)))
+		binary.LittleEndian.PutUint64(x.size, uint64(len(x.buf)))
 	}
 	if d.procs == 1 {
 		return x.applyControl(d)
 	}
-	if err := d.comm.BcastBytes(x.size[:], 0); err != nil {
+	if err := d.comm.BcastBytes(x.size, 0); err != nil {
 		return fmt.Errorf("adp: window broadcast: %w", err)
 	}
-	size := binary.LittleEndian.Uint64(x.size[:])
+	size := binary.LittleEndian.Uint64(x.size)
 	if size > 1<<31-1 {
 		return fmt.Errorf("adp: window broadcast of %d bytes: more than one broadcast carries", size)
 	}

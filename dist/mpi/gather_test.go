@@ -101,8 +101,9 @@ func gatherRouteWorker(t *testing.T, w *World) {
 	fmt.Printf("rank %d placements %s\n", w.Rank(), hash)
 }
 
-// The compiler checks what the doc says: World is an adp.Collective.
-var _ adp.Collective = (*World)(nil)
+// The compiler checks what the doc says: World is an adp.Comm (and so an
+// adp.Collective).
+var _ adp.Comm = (*World)(nil)
 
 // BenchmarkGatherRoute is one iteration of the gather point across 2 and 4
 // MPI processes, one rank each: the counts' allgather, the window's
