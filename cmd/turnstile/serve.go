@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/turnstile-llm/turnstile/adp"
 	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/dist/launch"
+	"github.com/turnstile-llm/turnstile/dist/mpi"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
@@ -45,15 +45,22 @@ type serveOptions struct {
 	drain          time.Duration
 	logFormat      string
 	logLevel       string
-	// getenv reads the launcher's environment (os.Getenv; tests fake it).
+	// getenv reads the launcher's environment (os.Getenv; tests fake it);
+	// launch is what it said (checkLaunch).
 	getenv func(string) string
+	launch launch.Launch
+	// dpWatchdog bounds one lockstep iteration across processes (0: off);
+	// verifyPlacement hashes and compares every placement (debug).
+	dpWatchdog      time.Duration
+	verifyPlacement bool
 }
 
 // newServeOptions is serve's configuration before any flag: the engine's
 // defaults and the server's, stated once (bench serve starts from it too).
 func newServeOptions() serveOptions {
 	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, admission: "A",
-		programs: newProgramFlags(), drain: 30 * time.Second, logFormat: "text", logLevel: "info", getenv: os.Getenv}
+		programs: newProgramFlags(), drain: 30 * time.Second, logFormat: "text", logLevel: "info", getenv: os.Getenv,
+		dpWatchdog: time.Minute}
 }
 
 // serveEngineFlags are the engine flags serve registers.
@@ -128,7 +135,9 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.chatTemplate, "chat-template", o.chatTemplate, "Jinja chat template file (default: the GGUF's tokenizer.chat_template, else the plain fallback)")
 	f.StringVar(&o.host, "host", o.host, "address to bind")
 	f.IntVar(&o.port, "port", o.port, "TCP port (0: any free port)")
-	f.IntVar(&o.dp, "dp", o.dp, "attention data-parallel ranks, each its own engine, KV cache and seats, routed at one gather point (CPU runner)")
+	f.IntVar(&o.dp, "dp", o.dp, "attention data-parallel ranks, each its own engine, KV cache and seats, routed at one gather point; under mpirun one rank per process, and --dp must equal -np")
+	f.DurationVar(&o.dpWatchdog, "dp-watchdog", o.dpWatchdog, "under mpirun: end the job (naming the rank and collective) when one lockstep iteration takes longer than this; 0 disables")
+	f.BoolVar(&o.verifyPlacement, "verify-placement", o.verifyPlacement, "debug: every process hashes each iteration's placements and the job stops if any differs")
 	f.StringVar(&o.admission, "admission", o.admission, "program admission for requests with a program id: A or tokens (each program's tokens + a buffer), B or blocks (distinct shared KV blocks + a growth reserve), C or pausing (A with pause thresholds), or none")
 	p := &o.programs
 	f.IntVar(&p.buffer, "admission-buffer", p.buffer, "tokens charged per ACTIVE program under A and C")
@@ -149,29 +158,6 @@ func newServeCmd() *cobra.Command {
 	return cmd
 }
 
-// checkLaunch refuses a launch by mpirun (or another MPI launcher): --dp
-// must equal the world size, and serving with one rank per process is not
-// built yet; rather than N servers racing for one port, serve says so.
-func (o *serveOptions) checkLaunch() error {
-	getenv := o.getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	l, err := launch.Detect(getenv)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	if !l.Launched {
-		return nil
-	}
-	if l.Size != launch.Unknown {
-		if err := launch.CheckWorld(o.dp, l); err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-	}
-	return fmt.Errorf("serve: launched by an MPI launcher as rank %d of %d: attention-DP across processes (one rank per process) is not built yet; run `turnstile serve --dp %d` as one process", l.Rank, l.Size, o.dp)
-}
-
 // validate checks every flag that does not need the model.
 func (o *serveOptions) validate() error {
 	if err := o.engineFlags.validate("serve"); err != nil {
@@ -186,6 +172,8 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("serve: --max-queue %d: must be >= 0", o.maxQueue)
 	case o.drain < 0:
 		return fmt.Errorf("serve: --drain-timeout %v: must be >= 0", o.drain)
+	case o.dpWatchdog < 0:
+		return fmt.Errorf("serve: --dp-watchdog %v: must be >= 0", o.dpWatchdog)
 	case o.logFormat != "text" && o.logFormat != "json":
 		return fmt.Errorf("serve: --log-format %q: must be text or json", o.logFormat)
 	}
@@ -393,7 +381,7 @@ func (o *serveOptions) readChatTemplate() (tmpl, source string, err error) {
 // runServe loads the model, builds the engine and the server, and serves
 // until ctx ends. ready, when set, is called with the bound address once
 // the server accepts connections.
-func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready func(addr string)) error {
+func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready func(addr string)) (err error) {
 	log := o.logger(logOut)
 	// Probe before loading the model: an unusable --device cuda fails fast.
 	device, note, err := o.dev.resolve("serve", o.selection)
@@ -431,18 +419,29 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(o.model), filepath.Ext(o.model))
 	}
-	if o.dp > 1 && device.Backend == cuda.BackendCUDA {
-		return fmt.Errorf("serve: --dp %d on %s: attention-DP ranks run on the CPU runner only so far (one GPU per rank is not wired yet)", o.dp, device)
+	across := o.acrossProcesses()
+	if o.dp > 1 && !across && device.Backend == cuda.BackendCUDA {
+		return fmt.Errorf("serve: --dp %d on %s: in one process attention-DP ranks run on the CPU runner only; on GPUs run one rank per process: mpirun -np %d turnstile serve --dp %d", o.dp, device, o.dp, o.dp)
 	}
-	workers := o.workers
-	if o.dp > 1 && workers == 0 {
-		workers = max(1, runtime.GOMAXPROCS(0)/o.dp) // the ranks share the cores
+	// Under mpirun this process is one rank of the deployment: it joins the
+	// MPI world, takes its local rank's GPU, and only process 0 serves HTTP.
+	var world *mpi.World
+	proc, ranksHere := 0, o.dp
+	if across {
+		if world, err = o.openWorld(); err != nil {
+			return err
+		}
+		defer world.Close()
+		proc, ranksHere = world.Rank(), 1
+		device = o.rankDevice(device)
+		sz.device = device
 	}
+	workers := o.rankWorkers()
 	// One engine per attention-DP rank, each with its own runner, KV cache
 	// and seats; executor.New validates each rank's seat pool against its
 	// runner's buffers and its own block-table rows in both directions.
-	engines := make([]*executor.Engine, 0, o.dp)
-	for range o.dp {
+	engines := make([]*executor.Engine, 0, ranksHere)
+	for range ranksHere {
 		runner, gpu, err := newRunner("serve", device, m, runnerSizes{seats: sz.seats, blockSize: o.blockSize,
 			maxBatchTokens: o.maxBatched, kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: workers})
 		if err != nil {
@@ -471,22 +470,51 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 		Check() error
 	} = engines[0]
 	if o.dp > 1 {
-		fe, err := adp.NewFrontend(adp.Config{Policy: adp.Policy{ChargeRetiring: o.chargeRetiring},
-			Logf: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }}, engines)
+		acfg := adp.Config{Policy: adp.Policy{ChargeRetiring: o.chargeRetiring},
+			Logf: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }}
+		if world != nil {
+			acfg.Comm, acfg.VerifyPlacement, acfg.Watchdog = world, o.verifyPlacement, o.dpWatchdog
+			acfg.OnStuck = func(msg string) {
+				log.Error("attention-DP watchdog: ending the job", slog.String("reason", msg), slog.Int("rank", proc))
+				world.Abort(3)
+			}
+		}
+		fe, err := adp.NewFrontend(acfg, engines) // across processes: gathers with every peer
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
 		eng = fe
+	}
+	if world != nil {
+		host, _ := os.Hostname()
+		line := fmt.Sprintf("host %s, pid %d, device %s, %d kernel workers, KV %d blocks × %d tokens, %d seats",
+			host, os.Getpid(), device, max(workers, 1), sz.blocks, o.blockSize, sz.seats)
+		if proc != 0 {
+			if err := printWorld(world, io.Discard, line); err != nil {
+				return err
+			}
+			return serveRank(ctx, eng, world, log)
+		}
+		defer func() {
+			if err != nil { // a peer may wait in a collective for this process
+				world.Abort(1)
+			}
+		}()
+		if err := sz.print(out, name, o.model); err != nil {
+			return err
+		}
+		if err := printWorld(world, out, line); err != nil {
+			return err
+		}
+	} else if err := sz.print(out, name, o.model); err != nil {
+		return err
 	}
 	srv, err := server.New(server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: tok, ChatTemplate: tmpl,
 		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, Logger: log}, eng)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	if err := sz.print(out, name, o.model); err != nil {
-		return err
-	}
-	if o.dp > 1 {
+	if o.dp > 1 && world == nil {
 		if _, err := fmt.Fprintf(out, "  ranks        %d attention-DP ranks (each: the seats, KV cache and step budget above; %d kernel workers)\n", o.dp, workers); err != nil {
 			return err
 		}
@@ -505,21 +533,57 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	defer stopEngine()
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
+	// The engine failing (a rank's error, a peer gone) ends serving now:
+	// the server stops, requests in flight see their streams end.
+	srvCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	var engErr error
+	engFailed := make(chan struct{})
+	go func() {
+		engErr = <-engDone
+		if engErr != nil {
+			log.Error("engine failed: stopping the server", slog.String("err", engErr.Error()))
+		}
+		close(engFailed)
+		stopServing()
+	}()
 	addr := ln.Addr().String()
 	log.Info("serving", slog.String("addr", "http://"+addr), slog.String("model", name), slog.Bool("auth", len(o.apiKeys) > 0))
 	if ready != nil {
 		ready(addr)
 	}
-	serveErr := srv.Serve(ctx, ln, o.drain)
+	serveErr := srv.Serve(srvCtx, ln, o.drain)
 	stopEngine() // aborts whatever is left and releases every seat and block
-	engErr := <-engDone
-	if err := errors.Join(serveErr, engErr); err != nil {
+	<-engFailed
+	if err = errors.Join(serveErr, engErr); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	if err := eng.Check(); err != nil {
+	if err = eng.Check(); err != nil {
 		return fmt.Errorf("serve: after shutdown: %w", err)
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// serveRank runs a process other than 0 of a deployment across processes:
+// its rank steps with the others until process 0 stops the deployment (its
+// own signals are left to process 0, which drains first); a failure ends
+// the whole job, since the peers may be waiting in a collective for it.
+func serveRank(ctx context.Context, eng interface {
+	Run(context.Context) error
+	Check() error
+}, world *mpi.World, log *slog.Logger) error {
+	_ = ctx // the deployment stops when process 0 does
+	log.Debug("rank serving", slog.Int("rank", world.Rank()))
+	err := eng.Run(context.Background())
+	if err == nil {
+		err = eng.Check()
+	}
+	if err != nil {
+		log.Error("rank failed: ending the job", slog.Int("rank", world.Rank()), slog.String("err", err.Error()))
+		world.Abort(1)
+		return fmt.Errorf("serve: rank %d: %w", world.Rank(), err)
+	}
 	return nil
 }
 

@@ -269,8 +269,8 @@ func TestServeDP(t *testing.T) {
 }
 
 // TestServeUnderMPILauncher: under mpirun, --dp must equal the world size
-// (both named) and serve refuses, saying one-rank-per-process serving is not
-// built yet, instead of starting N servers on one port.
+// (both named); a matching launch is recorded, and a world of more than one
+// process runs one rank per process.
 func TestServeUnderMPILauncher(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -279,8 +279,8 @@ func TestServeUnderMPILauncher(t *testing.T) {
 		want string
 	}{
 		{"not launched", nil, 2, ""},
-		{"world matches", map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, 2,
-			"launched by an MPI launcher as rank 1 of 2: attention-DP across processes (one rank per process) is not built yet"},
+		{"world matches", map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, 2, ""},
+		{"world of one", map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"}, 1, ""},
 		{"world differs", map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"}, 2,
 			"--dp 2 but the MPI world has 4 ranks"},
 		{"malformed rank", map[string]string{"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"}, 2, "OMPI_COMM_WORLD_RANK"},
@@ -292,6 +292,8 @@ func TestServeUnderMPILauncher(t *testing.T) {
 			err := o.checkLaunch()
 			if tc.want == "" {
 				require.NoError(t, err)
+				require.Equal(t, tc.env != nil, o.launch.Launched)
+				require.Equal(t, o.launch.Launched && o.launch.Size > 1, o.acrossProcesses())
 				return
 			}
 			require.ErrorContains(t, err, tc.want)

@@ -20,6 +20,7 @@ const (
 	EnvOMPIRank      = "OMPI_COMM_WORLD_RANK"
 	EnvOMPISize      = "OMPI_COMM_WORLD_SIZE"
 	EnvOMPILocalRank = "OMPI_COMM_WORLD_LOCAL_RANK"
+	EnvOMPILocalSize = "OMPI_COMM_WORLD_LOCAL_SIZE"
 	// PMIx (Slurm's srun --mpi=pmix, PRRTE): the rank only.
 	EnvPMIxRank = "PMIX_RANK"
 	// The generic PMI-1/PMI-2 names (MPICH's Hydra, Slurm's srun --mpi=pmi2),
@@ -27,6 +28,7 @@ const (
 	EnvPMIRank      = "PMI_RANK"
 	EnvPMISize      = "PMI_SIZE"
 	EnvMPILocalRank = "MPI_LOCALRANKID"
+	EnvMPILocalSize = "MPI_LOCALNRANKS"
 )
 
 // Launch is where this process sits in an MPI job.
@@ -44,6 +46,9 @@ type Launch struct {
 	// LocalRank is the rank among the job's processes on this host (the GPU a
 	// rank takes on CUDA), or Unknown.
 	LocalRank int
+	// LocalSize is the number of the job's processes on this host (they
+	// share its cores), or Unknown.
+	LocalSize int
 }
 
 // ErrWorldMismatch is wrapped by CheckWorld's error when --dp differs from the
@@ -59,20 +64,20 @@ var ErrWorldMismatch = errors.New("--dp differs from the MPI world size")
 func Detect(env func(string) string) (Launch, error) {
 	switch {
 	case env(EnvOMPIRank) != "":
-		return detect(env, EnvOMPIRank, EnvOMPISize, EnvOMPILocalRank, true)
+		return detect(env, EnvOMPIRank, EnvOMPISize, EnvOMPILocalRank, EnvOMPILocalSize, true)
 	case env(EnvPMIxRank) != "":
 		// PMIx launchers may also set PMI_SIZE; without it the size is unknown.
-		return detect(env, EnvPMIxRank, EnvPMISize, EnvMPILocalRank, false)
+		return detect(env, EnvPMIxRank, EnvPMISize, EnvMPILocalRank, EnvMPILocalSize, false)
 	case env(EnvPMIRank) != "":
-		return detect(env, EnvPMIRank, EnvPMISize, EnvMPILocalRank, true)
+		return detect(env, EnvPMIRank, EnvPMISize, EnvMPILocalRank, EnvMPILocalSize, true)
 	}
 	return Launch{}, nil
 }
 
-// detect reads one launcher's rank, size and local-rank variables; needSize
-// makes an unset size an error.
-func detect(env func(string) string, rankVar, sizeVar, localVar string, needSize bool) (Launch, error) {
-	l := Launch{Launched: true, Source: rankVar, Size: Unknown, LocalRank: Unknown}
+// detect reads one launcher's rank, size, local-rank and local-size
+// variables; needSize makes an unset size an error.
+func detect(env func(string) string, rankVar, sizeVar, localVar, localSizeVar string, needSize bool) (Launch, error) {
+	l := Launch{Launched: true, Source: rankVar, Size: Unknown, LocalRank: Unknown, LocalSize: Unknown}
 	var err error
 	if l.Rank, err = parse(env, rankVar, 0); err != nil {
 		return Launch{}, err
@@ -93,6 +98,14 @@ func detect(env func(string) string, rankVar, sizeVar, localVar string, needSize
 		}
 		if l.Size != Unknown && l.LocalRank >= l.Size {
 			return Launch{}, fmt.Errorf("launch: %s=%d is outside [0, %s=%d)", localVar, l.LocalRank, sizeVar, l.Size)
+		}
+	}
+	if env(localSizeVar) != "" {
+		if l.LocalSize, err = parse(env, localSizeVar, 1); err != nil {
+			return Launch{}, err
+		}
+		if l.LocalRank != Unknown && l.LocalRank >= l.LocalSize {
+			return Launch{}, fmt.Errorf("launch: %s=%d is outside [0, %s=%d)", localVar, l.LocalRank, localSizeVar, l.LocalSize)
 		}
 	}
 	return l, nil
