@@ -19,6 +19,7 @@ static inline int tsm_barrier(const tsm_mpi *t) { return t->MPI_Barrier(t->comm_
 static inline int tsm_bcast_bytes(const tsm_mpi *t, void *buf, int n, int root) { return t->MPI_Bcast(buf, n, t->dt_byte, root, t->comm_world); }
 static inline int tsm_allgather_int64(const tsm_mpi *t, const void *local, int n, void *all) { return t->MPI_Allgather(local, n, t->dt_int64, all, n, t->dt_int64, t->comm_world); }
 static inline int tsm_allgatherv_float(const tsm_mpi *t, const void *local, int n, void *all, const int *counts, const int *displs) { return t->MPI_Allgatherv(local, n, t->dt_float, all, counts, displs, t->dt_float, t->comm_world); }
+static inline int tsm_gatherv_bytes(const tsm_mpi *t, const void *local, int n, void *all, const int *counts, const int *displs, int root) { return t->MPI_Gatherv(local, n, t->dt_byte, all, counts, displs, t->dt_byte, root, t->comm_world); }
 static inline int tsm_allreduce_sum_float(const tsm_mpi *t, void *buf, int n) { return t->MPI_Allreduce(TSM_IN_PLACE, buf, n, t->dt_float, t->op_sum, t->comm_world); }
 static inline int tsm_reduce_scatter_sum_float(const tsm_mpi *t, const void *send, void *recv, int n) { return t->MPI_Reduce_scatter_block(send, recv, n, t->dt_float, t->op_sum, t->comm_world); }
 

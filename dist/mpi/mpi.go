@@ -1,5 +1,5 @@
 // Package mpi binds the few MPI calls turnstile's ranks need (init with a thread
-// level, rank and size, allgather(v), broadcast, all-reduce, reduce-scatter,
+// level, rank and size, allgather(v), gatherv, broadcast, all-reduce, reduce-scatter,
 // barrier, abort, finalize) through dlopen/dlsym into a C table of function
 // pointers, so that building turnstile needs no MPI headers or libraries and a
 // machine without MPI runs everything else; a missing library or symbol is an
@@ -256,15 +256,40 @@ func (w *World) AllgathervFloat32(local []float32, counts []int, all []float32) 
 	if err := checkAllgatherv(w.rank, w.size, len(local), counts, len(all)); err != nil {
 		return err
 	}
-	ccounts := make([]C.int, len(counts))
-	displs := make([]C.int, len(counts))
-	off := 0
-	for r, n := range counts {
-		ccounts[r], displs[r] = C.int(n), C.int(off)
-		off += n
-	}
+	ccounts, displs := countsDispls(counts)
 	return w.call("MPI_Allgatherv", func() C.int {
 		return C.tsm_allgatherv_float(&w.t, ptr(local), C.int(len(local)), ptr(all), &ccounts[0], &displs[0])
+	})
+}
+
+// GathervBytes gathers every rank's local bytes into root's all, rank by rank:
+// counts[r] is rank r's byte count (zero allowed), so on root rank r's bytes
+// lie at all[sum(counts[:r]) : sum(counts[:r+1])]. Every rank passes the same
+// counts and root; len(counts) must be Size() and len(local) counts[Rank()]. On
+// root len(all) must be sum(counts); on the other ranks all is ignored (nil is
+// fine). All slices are only borrowed.
+//
+// When every count is zero no rank calls MPI: the counts are identical on every
+// rank, so every rank skips alike and the ranks stay matched.
+func (w *World) GathervBytes(local []byte, counts []int, all []byte, root int) error {
+	if err := checkRootOp("MPI_Gatherv", root, w.size); err != nil {
+		return err
+	}
+	total, err := checkCounts("MPI_Gatherv", w.rank, w.size, len(local), counts)
+	if err != nil {
+		return err
+	}
+	if w.rank != root {
+		all = nil
+	} else if len(all) != total {
+		return fmt.Errorf("mpi: MPI_Gatherv: len(all) = %d on root %d, want sum(counts) = %d", len(all), root, total)
+	}
+	if total == 0 {
+		return w.call("MPI_Gatherv", func() C.int { return 0 })
+	}
+	ccounts, displs := countsDispls(counts)
+	return w.call("MPI_Gatherv", func() C.int {
+		return C.tsm_gatherv_bytes(&w.t, ptr(local), C.int(len(local)), ptr(all), &ccounts[0], &displs[0], C.int(root))
 	})
 }
 
@@ -357,9 +382,11 @@ func checkCount(op, what string, n int) error {
 	return nil
 }
 
-func checkRoot(root, size int) error {
+func checkRoot(root, size int) error { return checkRootOp("MPI_Bcast", root, size) }
+
+func checkRootOp(op string, root, size int) error {
 	if root < 0 || root >= size {
-		return fmt.Errorf("mpi: MPI_Bcast: root %d outside [0, %d)", root, size)
+		return fmt.Errorf("mpi: %s: root %d outside [0, %d)", op, root, size)
 	}
 	return nil
 }
@@ -375,26 +402,49 @@ func checkAllgather(size, local, all int) error {
 }
 
 func checkAllgatherv(rank, size, local int, counts []int, all int) error {
-	if len(counts) != size {
-		return fmt.Errorf("mpi: MPI_Allgatherv: len(counts) = %d, want the world size %d", len(counts), size)
-	}
-	total := 0
-	for r, n := range counts {
-		if n < 0 {
-			return fmt.Errorf("mpi: MPI_Allgatherv: counts[%d] = %d is negative", r, n)
-		}
-		total += n
-		if total > math.MaxInt32 {
-			return fmt.Errorf("mpi: MPI_Allgatherv: sum(counts[:%d]) = %d exceeds MPI's int displacement limit %d", r+1, total, math.MaxInt32)
-		}
-	}
-	if local != counts[rank] {
-		return fmt.Errorf("mpi: MPI_Allgatherv: len(local) = %d, want counts[%d] = %d", local, rank, counts[rank])
+	total, err := checkCounts("MPI_Allgatherv", rank, size, local, counts)
+	if err != nil {
+		return err
 	}
 	if all != total {
 		return fmt.Errorf("mpi: MPI_Allgatherv: len(all) = %d, want sum(counts) = %d", all, total)
 	}
 	return nil
+}
+
+// checkCounts checks a v-collective's per-rank counts against the world and
+// this rank's local length, and returns their sum.
+func checkCounts(op string, rank, size, local int, counts []int) (int, error) {
+	if len(counts) != size {
+		return 0, fmt.Errorf("mpi: %s: len(counts) = %d, want the world size %d", op, len(counts), size)
+	}
+	total := 0
+	for r, n := range counts {
+		if n < 0 {
+			return 0, fmt.Errorf("mpi: %s: counts[%d] = %d is negative", op, r, n)
+		}
+		total += n
+		if total > math.MaxInt32 {
+			return 0, fmt.Errorf("mpi: %s: sum(counts[:%d]) = %d exceeds MPI's int displacement limit %d", op, r+1, total, math.MaxInt32)
+		}
+	}
+	if local != counts[rank] {
+		return 0, fmt.Errorf("mpi: %s: len(local) = %d, want counts[%d] = %d", op, local, rank, counts[rank])
+	}
+	return total, nil
+}
+
+// countsDispls converts checked counts into MPI's int counts and their
+// displacements (running sums).
+func countsDispls(counts []int) (ccounts, displs []C.int) {
+	ccounts = make([]C.int, len(counts))
+	displs = make([]C.int, len(counts))
+	off := 0
+	for r, n := range counts {
+		ccounts[r], displs[r] = C.int(n), C.int(off)
+		off += n
+	}
+	return ccounts, displs
 }
 
 func checkReduceScatter(size, send, recv int) error {

@@ -31,6 +31,7 @@ func TestClosedWorld(t *testing.T) {
 	calls := map[string]func() error{
 		"MPI_Allgather":            func() error { return w.AllgatherInt64([]int64{1}, []int64{0}) },
 		"MPI_Allgatherv":           func() error { return w.AllgathervFloat32([]float32{1}, []int{1}, []float32{0}) },
+		"MPI_Gatherv":              func() error { return w.GathervBytes([]byte{1}, []int{1}, []byte{0}, 0) },
 		"MPI_Bcast":                func() error { return w.BcastBytes([]byte{1}, 0) },
 		"MPI_Allreduce":            func() error { return w.AllreduceSumFloat32([]float32{1}) },
 		"MPI_Reduce_scatter_block": func() error { return w.ReduceScatterSumFloat32([]float32{1}, []float32{0}) },
@@ -69,6 +70,18 @@ func TestArgumentValidation(t *testing.T) {
 		{"allgatherv displacement overflow", func() error {
 			return w.AllgathervFloat32(nil, []int{math.MaxInt32, 0, 1}, nil)
 		}, "sum(counts[:3]) = 2147483648 exceeds MPI's int displacement limit"},
+		{"gatherv root negative", func() error { return w.GathervBytes(nil, []int{0, 0, 0}, nil, -1) },
+			"MPI_Gatherv: root -1 outside [0, 3)"},
+		{"gatherv root past size", func() error { return w.GathervBytes(nil, []int{0, 0, 0}, nil, 3) },
+			"MPI_Gatherv: root 3 outside [0, 3)"},
+		{"gatherv counts length", func() error { return w.GathervBytes(nil, []int{0, 0}, nil, 0) },
+			"MPI_Gatherv: len(counts) = 2, want the world size 3"},
+		{"gatherv negative count", func() error { return w.GathervBytes(nil, []int{-2, 0, 0}, nil, 0) },
+			"MPI_Gatherv: counts[0] = -2 is negative"},
+		{"gatherv local mismatch", func() error { return w.GathervBytes(make([]byte, 1), []int{1, 2, 0}, nil, 0) },
+			"MPI_Gatherv: len(local) = 1, want counts[1] = 2"},
+		{"gatherv all mismatch on root", func() error { return w.GathervBytes(make([]byte, 2), []int{1, 2, 0}, make([]byte, 4), 1) },
+			"MPI_Gatherv: len(all) = 4 on root 1, want sum(counts) = 3"},
 		{"bcast root negative", func() error { return w.BcastBytes([]byte{1}, -1) }, "MPI_Bcast: root -1 outside [0, 3)"},
 		{"bcast root past size", func() error { return w.BcastBytes([]byte{1}, 3) }, "MPI_Bcast: root 3 outside [0, 3)"},
 		{"reduce-scatter send mismatch", func() error { return w.ReduceScatterSumFloat32(make([]float32, 7), make([]float32, 2)) },

@@ -210,8 +210,33 @@ func checkCollectives(t *testing.T, w *World) {
 		off += n
 	}
 
-	// Broadcast from the last rank (non-zero whenever size > 1).
+	// Gatherv of bytes to the last rank, rank 1's count zero; the other
+	// ranks pass no receive buffer.
 	root := size - 1
+	payload := make([]byte, counts[rank])
+	for i := range payload {
+		payload[i] = byte(rank*16 + i)
+	}
+	var into []byte
+	if rank == root {
+		into = make([]byte, total)
+	}
+	require.NoError(t, w.GathervBytes(payload, counts, into, root))
+	if rank == root {
+		off := 0
+		for r, n := range counts {
+			for i := range n {
+				require.Equal(t, byte(r*16+i), into[off+i], "gatherv: rank %d's byte %d", r, i)
+			}
+			off += n
+		}
+	}
+	// Every count zero: a valid no-op that every rank skips alike.
+	require.NoError(t, w.GathervBytes(nil, make([]int, size), nil, 0))
+	// Root 0 with a non-empty buffer on the others, which they ignore.
+	require.NoError(t, w.GathervBytes(payload, counts, make([]byte, total), 0))
+
+	// Broadcast from the last rank (non-zero whenever size > 1).
 	msg := fmt.Sprintf("from rank %d of %d", root, size)
 	buf := make([]byte, 32)
 	if rank == root {

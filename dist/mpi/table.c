@@ -29,6 +29,7 @@ int tsm_load(void *handle, tsm_mpi *t, const char **missing) {
 	    ENTRY(MPI_Bcast),
 	    ENTRY(MPI_Allgather),
 	    ENTRY(MPI_Allgatherv),
+	    ENTRY(MPI_Gatherv),
 	    ENTRY(MPI_Allreduce),
 	    ENTRY(MPI_Reduce_scatter_block),
 	    HANDLE(comm_world, "ompi_mpi_comm_world"),

@@ -36,6 +36,8 @@ typedef struct {
 	int (*MPI_Allgather)(const void *, int, tsm_handle, void *, int, tsm_handle, tsm_handle);
 	int (*MPI_Allgatherv)(const void *, int, tsm_handle, void *, const int *, const int *,
 			      tsm_handle, tsm_handle);
+	int (*MPI_Gatherv)(const void *, int, tsm_handle, void *, const int *, const int *, tsm_handle,
+			   int, tsm_handle);
 	int (*MPI_Allreduce)(const void *, void *, int, tsm_handle, tsm_handle, tsm_handle);
 	int (*MPI_Reduce_scatter_block)(const void *, void *, int, tsm_handle, tsm_handle,
 					tsm_handle);
