@@ -43,10 +43,13 @@ type mlpShard struct {
 	rank, size int
 	width      int // FFN/size: this shard's gate/up rows and down columns
 
-	local  [2]int64 // this rank's [T, ns] of the current step
-	counts []int64  // [size][2]: every rank's [T, ns] of the current step
-	sumT   int      // Σ T over the ranks: the rows of every layer's MLP but the last
-	sumNS  int      // Σ ns: the rows of the last layer's MLP
+	// local is this rank's [T, ns] of the current step. A slice of its own,
+	// not an array in this struct: cgo's pointer check on an MPI
+	// implementation would see the struct's other pointers and panic.
+	local  []int64
+	counts []int64 // [size][2]: every rank's [T, ns] of the current step
+	sumT   int     // Σ T over the ranks: the rows of every layer's MLP but the last
+	sumNS  int     // Σ ns: the rows of the last layer's MLP
 
 	rowCounts []int     // [size] floats each rank contributes to the current layer's collectives
 	gathered  []float32 // [Σrows][Dim] every rank's ffn-normed rows, in rank order
@@ -100,6 +103,7 @@ func newMLPShard(m *Llama, g MLPGroup, tokens int) (*mlpShard, []ffnWeights, err
 	}
 	s := &mlpShard{
 		g: g, rank: rank, size: n, width: w,
+		local:     make([]int64, 2),
 		counts:    make([]int64, 2*n),
 		rowCounts: make([]int, n),
 		gathered:  make([]float32, n*tokens*c.Dim),
@@ -172,7 +176,7 @@ func colShard(w kernels.Matrix, c0, n int, mem []byte) (kernels.Matrix, []byte, 
 // every rank skips the whole step alike.
 func (s *mlpShard) begin(T, ns, dim int, r *CPURunner) (idle bool, err error) {
 	s.local[0], s.local[1] = int64(T), int64(ns)
-	if err := s.g.AllgatherInt64(s.local[:], s.counts); err != nil {
+	if err := s.g.AllgatherInt64(s.local, s.counts); err != nil {
 		return false, fmt.Errorf("model: sharded MLP: gather of step counts: %w", err)
 	}
 	s.sumT, s.sumNS = 0, 0
