@@ -26,7 +26,7 @@ import (
 )
 
 const (
-	// workerEnv selects the worker's job: collectives, abort, bench-allgather, bench-mlp.
+	// workerEnv selects the worker's job: collectives, abort, mlp-shard, bench-allgather, bench-mlp, ...
 	workerEnv = "TURNSTILE_MPI_WORKER"
 	// itersEnv is a benchmark worker's iteration count.
 	itersEnv = "TURNSTILE_MPI_ITERS"
@@ -156,6 +156,7 @@ func TestMPIWorker(t *testing.T) {
 		run, ok := map[string]func(*testing.T, *World){
 			"liveness": livenessWorker, "gather-route": gatherRouteWorker, "bench-gather-route": benchGatherRouteWorker,
 			"bench-allgather": benchAllgatherWorker, "bench-mlp": benchMLPWorker,
+			"mlp-shard": shardWorker,
 		}[mode]
 		if !ok {
 			t.Fatalf("%s=%q: unknown worker mode", workerEnv, mode)
