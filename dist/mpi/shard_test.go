@@ -22,6 +22,9 @@ import (
 // and checks each step's logits and greedy tokens against a local runner
 // with the whole MLP on the same batches.
 
+// A World (and its Dup) is what the sharded CPU runner's MLP runs on.
+var _ model.MLPGroup = (*World)(nil)
+
 // shardTol bounds a sharded logits row against the whole MLP's, relative to
 // the row's largest magnitude: only the summation order differs.
 const shardTol = 1e-4
