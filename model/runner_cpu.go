@@ -27,13 +27,22 @@ type CPURunnerConfig struct {
 	// (before penalties and sampling touch them), read back with Logits.
 	// It costs one copy of vocab floats per sampled sequence.
 	KeepLogits bool
+	// MLP, when set with Size() > 1, makes the MLP tensor-parallel across
+	// its ranks: this runner holds rows [Rank()·F/N, (Rank()+1)·F/N) of
+	// gate and up and the same columns of down (F = FFN, N = Size()), and
+	// every layer's MLP runs on every rank's tokens, joined by collectives
+	// (see Execute and DummyStep). Every rank must use the same model and
+	// should use the same MaxBatchTokens. nil (or Size() = 1): the whole MLP,
+	// no collectives.
+	MLP MLPGroup
 }
 
 // CPURunner executes batches of the llama forward pass on the CPU with the
 // C kernels: it owns the paged KV cache (indexed by kvpool block ids), the
 // per-seat sampler state and last-token rows, and preallocated activations
-// for MaxBatchTokens tokens. Execute, Capacity, Logits, Check and Close must
-// be called from one goroutine at a time (the executor's step loop).
+// for MaxBatchTokens tokens. Execute, DummyStep, Capacity, Logits, Check and
+// Close must be called from one goroutine at a time (the executor's step
+// loop).
 type CPURunner struct {
 	m        *Llama
 	cfg      CPURunnerConfig
@@ -49,6 +58,11 @@ type CPURunner struct {
 	host   *seatHost
 	closed bool
 
+	// ffn is each layer's MLP weights: the model's, or this rank's shard of
+	// them when shard is set (the MLP is tensor-parallel across ranks).
+	ffn   []ffnWeights
+	shard *mlpShard
+
 	// Scratch, sized for MaxBatchTokens tokens (T) or Seats rows (S).
 	tokens   []int32           // [T] tokens with FutureToken resolved
 	x        []float32         // [T][Dim] residual stream
@@ -56,7 +70,7 @@ type CPURunner struct {
 	tmp      []float32         // [T][Dim] sublayer output before the residual add
 	q, att   []float32         // [T][Heads*HeadDim]
 	k, v     []float32         // [T][KVHeads*HeadDim]
-	gate, up []float32         // [T][FFN]
+	gate, up []float32         // [T][FFN], or sharded [N·T][FFN/N]
 	attnSeqs []kernels.AttnSeq // [S] every sequence's queries
 	lastSeqs []kernels.AttnSeq // [S] the last layer's: one query per sampled sequence
 	logits   []float32         // [S][Vocab]
@@ -142,6 +156,16 @@ func NewCPURunner(m *Llama, cfg CPURunnerConfig) (*CPURunner, error) {
 			NumBlocks: cfg.KVBlocks, KVHeads: c.KVHeads, BlockSize: cfg.BlockSize, HeadDim: c.HeadDim,
 		}
 	}
+	r.ffn = make([]ffnWeights, c.Layers)
+	for li := range m.layers {
+		l := &m.layers[li]
+		r.ffn[li] = ffnWeights{gate: l.gate, up: l.up, down: l.down}
+	}
+	if cfg.MLP != nil && cfg.MLP.Size() != 1 {
+		if r.shard, r.ffn, err = newMLPShard(m, cfg.MLP, T); err != nil {
+			return nil, err
+		}
+	}
 	r.pool = kernels.NewWorkers(cfg.Workers)
 	r.serial = kernels.NewWorkers(1)
 	return r, nil
@@ -152,6 +176,18 @@ func (r *CPURunner) Capacity() step.Capacity { return r.capacity }
 
 // Model returns the model the runner executes.
 func (r *CPURunner) Model() *Llama { return r.m }
+
+// MLPWeightBytes is the bytes of MLP weights (gate, up and down of every
+// layer) this runner multiplies by: the model's whole MLP, or with a sharded
+// MLP this rank's 1/Size() of it.
+func (r *CPURunner) MLPWeightBytes() int64 {
+	var n int64
+	for i := range r.ffn {
+		w := &r.ffn[i]
+		n += int64(len(w.gate.Data) + len(w.up.Data) + len(w.down.Data))
+	}
+	return n
+}
 
 // Logits returns the logits row computed for Batch.Seqs[i] in the latest
 // Execute, before sampling touched it, when the runner keeps logits
@@ -170,6 +206,9 @@ func (r *CPURunner) Close() error {
 	r.pool.Close()
 	r.serial.Close()
 	r.kvMem, r.kv = nil, nil
+	if r.shard != nil {
+		r.shard.downMem = nil
+	}
 	return nil
 }
 
@@ -181,11 +220,24 @@ func (r *CPURunner) Check() error { return r.host.check() }
 // the paged cache) and one sampled token per sequence with Sample set.
 // out is resized to len(b.Seqs). The batch is checked first; a bad batch
 // returns an error naming the value and changes nothing.
+//
+// With a sharded MLP, Execute is collective: every rank calls Execute or
+// DummyStep once per step. It starts with one AllgatherInt64 of every
+// rank's [new tokens, sampled rows], then each layer gathers every rank's
+// rows into its MLP shard (AllgathervFloat32) and sums the shards' results
+// back onto each rank's own rows (ReduceScatterSumFloat32V). A bad batch
+// still joins the step's collectives, with no rows, so that one rank's error
+// does not leave its peers waiting.
 func (r *CPURunner) Execute(b *step.Batch, out *step.Output) error {
 	if r.closed {
 		return ErrRunnerClosed
 	}
 	if err := r.host.begin(b); err != nil {
+		if r.shard != nil {
+			if derr := r.DummyStep(); derr != nil {
+				return errors.Join(err, derr)
+			}
+		}
 		return err
 	}
 	T := len(b.Tokens)
@@ -210,6 +262,22 @@ func (r *CPURunner) Execute(b *step.Batch, out *step.Output) error {
 	return r.sample(b, out)
 }
 
+// DummyStep runs a step with no tokens on a rank that has no work, joining
+// every collective of the sharded MLP with zero rows (the peers' rows still
+// pass through this rank's shard). Without a sharded MLP it does nothing. It
+// changes no seat, sampler or cache state.
+func (r *CPURunner) DummyStep() error {
+	if r.closed {
+		return ErrRunnerClosed
+	}
+	if r.shard == nil {
+		return nil
+	}
+	r.attnSeqs = r.attnSeqs[:0]
+	r.sampled = r.sampled[:0]
+	return r.forward(nil, 0)
+}
+
 // workersFor picks the pool for a call of macs multiply-adds.
 func (r *CPURunner) workersFor(macs int) *kernels.Workers {
 	if macs < serialMACs {
@@ -230,67 +298,52 @@ func (r *CPURunner) matmul(y, x []float32, m int, w *kernels.Matrix) error {
 // sampled sequence feeds the logits, so the last layer runs attention, the
 // output projection and the MLP on those rows alone (none for a prefill
 // chunk that does not sample).
+//
+// With a sharded MLP, T may be 0 (DummyStep, b nil): the rank computes
+// nothing of its own but joins every layer's MLP collectives; and a rank with
+// no sampled rows still joins the last layer's unless no rank has any.
 func (r *CPURunner) forward(b *step.Batch, T int) error {
 	c := &r.m.cfg
-	dim, qd, kvd := c.Dim, c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	x, xn := r.x[:T*dim], r.xn[:T*dim]
-	q, k, v := r.q[:T*qd], r.k[:T*kvd], r.v[:T*kvd]
-	pos := b.Positions
-	freqScale := 1 / c.RopeScaleFactor
+	dim := c.Dim
+	x := r.x[:T*dim]
 	ns := len(r.sampled)
-
-	if err := r.embed(x, r.tokens[:T]); err != nil {
-		return err
+	if r.shard != nil {
+		idle, err := r.shard.begin(T, ns, dim, r)
+		if err != nil || idle {
+			return err
+		}
+	}
+	if T > 0 {
+		if err := r.embed(x, r.tokens[:T]); err != nil {
+			return err
+		}
 	}
 	for li := range r.m.layers {
-		l := &r.m.layers[li]
-		kv := &r.kv[li]
-		if err := r.pool.RMSNorm(xn, x, l.attnNorm, T, dim, c.NormEps); err != nil {
-			return fmt.Errorf("model: layer %d attn norm: %w", li, err)
-		}
-		if err := r.matmul(q, xn, T, &l.q); err != nil {
-			return fmt.Errorf("model: layer %d q: %w", li, err)
-		}
-		if err := r.matmul(k, xn, T, &l.k); err != nil {
-			return fmt.Errorf("model: layer %d k: %w", li, err)
-		}
-		if err := r.matmul(v, xn, T, &l.v); err != nil {
-			return fmt.Errorf("model: layer %d v: %w", li, err)
-		}
-		if err := kernels.RoPE(q, pos, c.Heads, c.HeadDim, c.RopeTheta, freqScale); err != nil {
-			return fmt.Errorf("model: layer %d rope q: %w", li, err)
-		}
-		if err := kernels.RoPE(k, pos, c.KVHeads, c.HeadDim, c.RopeTheta, freqScale); err != nil {
-			return fmt.Errorf("model: layer %d rope k: %w", li, err)
-		}
-		for i := range r.attnSeqs {
-			s := &r.attnSeqs[i]
-			t0, t1 := int(s.QStart), int(s.QStart+s.NumQ)
-			if err := kernels.KVWrite(kv, k[t0*kvd:t1*kvd], v[t0*kvd:t1*kvd], pos[t0:t1], s.BlockTable); err != nil {
-				return fmt.Errorf("model: layer %d kv write of seq %d: %w", li, i, err)
+		if T > 0 {
+			if err := r.layerHead(b, li, T); err != nil {
+				return err
 			}
 		}
 		rows, seqs := T, r.attnSeqs
-		if li == len(r.m.layers)-1 {
-			if ns == 0 {
+		last := li == len(r.m.layers)-1
+		if last {
+			if ns == 0 && (r.shard == nil || r.shard.sumNS == 0) {
 				return nil
 			}
-			// Compact the rows that matter to the front: row j is the last
-			// token of the j-th sampled sequence (j ≤ its old index, so the
-			// in-place moves never overwrite a row still to be read).
-			r.lastSeqs = r.lastSeqs[:0]
-			for j, si := range r.sampled {
-				sb := &b.Seqs[si]
-				row := int(sb.TokenStart + sb.NumTokens - 1)
-				copy(x[j*dim:(j+1)*dim], x[row*dim:(row+1)*dim])
-				copy(q[j*qd:(j+1)*qd], q[row*qd:(row+1)*qd])
-				r.lastSeqs = append(r.lastSeqs, kernels.AttnSeq{QStart: int32(j), NumQ: 1, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable})
-			}
+			r.compactSampled(b)
 			rows, seqs = ns, r.lastSeqs
 		}
-		if err := r.layerTail(li, rows, seqs); err != nil {
+		if rows > 0 {
+			if err := r.attention(li, rows, seqs); err != nil {
+				return err
+			}
+		}
+		if err := r.mlp(li, rows, last); err != nil {
 			return err
 		}
+	}
+	if ns == 0 {
+		return nil
 	}
 	hid := r.xn[:ns*dim]
 	if err := r.pool.RMSNorm(hid, x[:ns*dim], r.m.outNorm, ns, dim, c.NormEps); err != nil {
@@ -302,16 +355,72 @@ func (r *CPURunner) forward(b *step.Batch, T int) error {
 	return nil
 }
 
-// layerTail finishes layer li on the first rows rows of the activations,
+// layerHead starts layer li on the T new tokens of b: the attention norm,
+// the q/k/v projections, RoPE, and the K/V writes into the paged cache.
+func (r *CPURunner) layerHead(b *step.Batch, li, T int) error {
+	c := &r.m.cfg
+	dim, qd, kvd := c.Dim, c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	x, xn := r.x[:T*dim], r.xn[:T*dim]
+	q, k, v := r.q[:T*qd], r.k[:T*kvd], r.v[:T*kvd]
+	pos := b.Positions
+	freqScale := 1 / c.RopeScaleFactor
+	l := &r.m.layers[li]
+	kv := &r.kv[li]
+	if err := r.pool.RMSNorm(xn, x, l.attnNorm, T, dim, c.NormEps); err != nil {
+		return fmt.Errorf("model: layer %d attn norm: %w", li, err)
+	}
+	if err := r.matmul(q, xn, T, &l.q); err != nil {
+		return fmt.Errorf("model: layer %d q: %w", li, err)
+	}
+	if err := r.matmul(k, xn, T, &l.k); err != nil {
+		return fmt.Errorf("model: layer %d k: %w", li, err)
+	}
+	if err := r.matmul(v, xn, T, &l.v); err != nil {
+		return fmt.Errorf("model: layer %d v: %w", li, err)
+	}
+	if err := kernels.RoPE(q, pos, c.Heads, c.HeadDim, c.RopeTheta, freqScale); err != nil {
+		return fmt.Errorf("model: layer %d rope q: %w", li, err)
+	}
+	if err := kernels.RoPE(k, pos, c.KVHeads, c.HeadDim, c.RopeTheta, freqScale); err != nil {
+		return fmt.Errorf("model: layer %d rope k: %w", li, err)
+	}
+	for i := range r.attnSeqs {
+		s := &r.attnSeqs[i]
+		t0, t1 := int(s.QStart), int(s.QStart+s.NumQ)
+		if err := kernels.KVWrite(kv, k[t0*kvd:t1*kvd], v[t0*kvd:t1*kvd], pos[t0:t1], s.BlockTable); err != nil {
+			return fmt.Errorf("model: layer %d kv write of seq %d: %w", li, i, err)
+		}
+	}
+	return nil
+}
+
+// compactSampled moves the rows that matter in the last layer to the front
+// and describes their attention in r.lastSeqs: row j is the last token of
+// the j-th sampled sequence (j ≤ its old index, so the in-place moves never
+// overwrite a row still to be read).
+func (r *CPURunner) compactSampled(b *step.Batch) {
+	c := &r.m.cfg
+	dim, qd := c.Dim, c.Heads*c.HeadDim
+	x, q := r.x, r.q
+	r.lastSeqs = r.lastSeqs[:0]
+	for j, si := range r.sampled {
+		sb := &b.Seqs[si]
+		row := int(sb.TokenStart + sb.NumTokens - 1)
+		copy(x[j*dim:(j+1)*dim], x[row*dim:(row+1)*dim])
+		copy(q[j*qd:(j+1)*qd], q[row*qd:(row+1)*qd])
+		r.lastSeqs = append(r.lastSeqs, kernels.AttnSeq{QStart: int32(j), NumQ: 1, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable})
+	}
+}
+
+// attention continues layer li on the first rows rows of the activations,
 // whose K/V are already in the cache: attention of seqs, the output
-// projection and residual, then the SwiGLU MLP and residual.
-func (r *CPURunner) layerTail(li, rows int, seqs []kernels.AttnSeq) error {
+// projection and residual, and the ffn norm into r.xn that the MLP reads.
+func (r *CPURunner) attention(li, rows int, seqs []kernels.AttnSeq) error {
 	c := &r.m.cfg
 	l := &r.m.layers[li]
 	dim, qd := c.Dim, c.Heads*c.HeadDim
 	x, xn, tmp := r.x[:rows*dim], r.xn[:rows*dim], r.tmp[:rows*dim]
 	q, att := r.q[:rows*qd], r.att[:rows*qd]
-	gate, up := r.gate[:rows*c.FFN], r.up[:rows*c.FFN]
 	var macs int // attention multiply-adds (QKᵀ and PV), for the pool choice
 	for _, s := range seqs {
 		macs += int(s.NumQ) * int(s.ContextLen)
@@ -328,16 +437,31 @@ func (r *CPURunner) layerTail(li, rows int, seqs []kernels.AttnSeq) error {
 	if err := r.pool.RMSNorm(xn, x, l.ffnNorm, rows, dim, c.NormEps); err != nil {
 		return fmt.Errorf("model: layer %d ffn norm: %w", li, err)
 	}
-	if err := r.matmul(gate, xn, rows, &l.gate); err != nil {
+	return nil
+}
+
+// mlp finishes layer li on the first rows rows: the SwiGLU MLP of their ffn
+// norms and the residual add, with the whole MLP or, sharded, joined with
+// every rank's rows (rows may then be 0).
+func (r *CPURunner) mlp(li, rows int, last bool) error {
+	if r.shard != nil {
+		return r.shardedMLP(li, rows, last)
+	}
+	c := &r.m.cfg
+	w := &r.ffn[li]
+	dim := c.Dim
+	x, xn, tmp := r.x[:rows*dim], r.xn[:rows*dim], r.tmp[:rows*dim]
+	gate, up := r.gate[:rows*c.FFN], r.up[:rows*c.FFN]
+	if err := r.matmul(gate, xn, rows, &w.gate); err != nil {
 		return fmt.Errorf("model: layer %d ffn gate: %w", li, err)
 	}
-	if err := r.matmul(up, xn, rows, &l.up); err != nil {
+	if err := r.matmul(up, xn, rows, &w.up); err != nil {
 		return fmt.Errorf("model: layer %d ffn up: %w", li, err)
 	}
 	if err := kernels.SiLUMul(gate, gate, up); err != nil {
 		return fmt.Errorf("model: layer %d silu: %w", li, err)
 	}
-	if err := r.matmul(tmp, gate, rows, &l.down); err != nil {
+	if err := r.matmul(tmp, gate, rows, &w.down); err != nil {
 		return fmt.Errorf("model: layer %d ffn down: %w", li, err)
 	}
 	addInPlace(x, tmp)

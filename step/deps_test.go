@@ -97,3 +97,12 @@ func TestDistLeaves(t *testing.T) {
 		require.True(t, d.Standard || len(d.CgoFiles) == 0, "dist/launch links cgo package %s", d.ImportPath)
 	}
 }
+
+// TestModelLinksNoMPI: model defines the MLPGroup its sharded MLP consumes
+// and never links dist/mpi (cmd wires a World in), so model builds and runs
+// on a machine without MPI and the two packages cannot form a cycle.
+func TestModelLinksNoMPI(t *testing.T) {
+	for _, d := range goListDeps(t, "model") {
+		require.NotEqual(t, module+"dist/mpi", d.ImportPath, "model links dist/mpi")
+	}
+}

@@ -69,9 +69,10 @@ func BenchmarkAllgatherRankState(b *testing.B) {
 	}
 }
 
-// BenchmarkMLPCollectives: one layer's MLP collectives on the CPU, an
-// AllgathervFloat32 of every rank's hidden states (tokens × 64 floats per rank)
-// followed by a ReduceScatterSumFloat32 returning each rank its own tokens,
+// BenchmarkMLPCollectives: one layer's MLP collectives on the CPU as the
+// sharded CPURunner issues them, an AllgathervFloat32 of every rank's hidden
+// states (tokens × 64 floats per rank) followed by a ReduceScatterSumFloat32V
+// returning each rank its own tokens,
 // across 2 and 4 processes at 1, 8 and 64 tokens per rank. ns/op is one layer.
 func BenchmarkMLPCollectives(b *testing.B) {
 	mpirunPath(b)
@@ -106,7 +107,7 @@ func benchAllgatherWorker(t *testing.T, w *World) {
 	}
 }
 
-// benchMLPWorker times one layer's allgatherv + reduce-scatter-block at each
+// benchMLPWorker times one layer's allgatherv + reduce-scatter(v) at each
 // of mlpTokens tokens per rank.
 func benchMLPWorker(t *testing.T, w *World) {
 	n := iters(t)
@@ -126,7 +127,7 @@ func benchMLPWorker(t *testing.T, w *World) {
 			if err := w.AllgathervFloat32(local, counts, all); err != nil {
 				return err
 			}
-			return w.ReduceScatterSumFloat32(all, out)
+			return w.ReduceScatterSumFloat32V(all, counts, out)
 		})
 		if w.Rank() == 0 {
 			fmt.Printf("bench mlp-t%d %.1f\n", tokens, ns)

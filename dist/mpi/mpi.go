@@ -1,19 +1,20 @@
 // Package mpi binds the few MPI calls turnstile's ranks need (init with a thread
-// level, rank and size, allgather(v), gatherv, broadcast, all-reduce, reduce-scatter,
-// barrier, abort, finalize) through dlopen/dlsym into a C table of function
-// pointers, so that building turnstile needs no MPI headers or libraries and a
-// machine without MPI runs everything else; a missing library or symbol is an
-// error naming it.
+// level, rank and size, communicator duplication, allgather(v), gatherv,
+// broadcast, all-reduce, reduce-scatter(v), barrier, abort, finalize) through
+// dlopen/dlsym into a C table of function pointers, so that building turnstile
+// needs no MPI headers or libraries and a machine without MPI runs everything
+// else; a missing library or symbol is an error naming it.
 //
 // The binding targets Open MPI's ABI (libmpi.so.40, Open MPI 4.x): its handles
 // are pointers and its predefined handles (MPI_COMM_WORLD, MPI_FLOAT, MPI_SUM,
 // ...) are the addresses of exported objects such as ompi_mpi_comm_world.
 //
-// Every collective runs on MPI_COMM_WORLD, is one C call, and is blocking: the
-// buffers are Go memory lent to MPI for the duration of the call only. Every rank
-// must call the same collectives in the same order with matching shapes; a rank
-// that does not leaves its peers waiting, which is why callers need a watchdog
-// and Abort.
+// Every collective runs on the World's communicator (MPI_COMM_WORLD, or a
+// duplicate from Dup for collectives that run concurrently with the world's),
+// is one C call, and is blocking: the buffers are Go memory lent to MPI for the
+// duration of the call only. Every rank must call the same collectives in the
+// same order with matching shapes; a rank that does not leaves its peers
+// waiting, which is why callers need a watchdog and Abort.
 package mpi
 
 /*
@@ -93,27 +94,34 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("mpi: %s: %s (error code %d)", e.Op, e.Message, e.Code)
 }
 
-// World is MPI_COMM_WORLD of an initialised MPI. There is at most one per
-// process: MPI can be initialised once, and after Close (MPI_Finalize) never
-// again.
+// World is MPI_COMM_WORLD of an initialised MPI, or a duplicate of it (Dup).
+// There is at most one MPI_COMM_WORLD World per process: MPI can be initialised
+// once, and after Close (MPI_Finalize) never again.
 //
 // Collectives may be called from any goroutine (Open asks for
 // MPI_THREAD_MULTIPLE and refuses a level below MPI_THREAD_SERIALIZED); the
 // World serialises them, since collectives on one communicator must be issued in
-// one order. Abort does not wait for a collective in flight.
+// one order. Collectives on two Worlds (the original and a Dup, or two Dups)
+// proceed concurrently, each under its own lock. Abort does not wait for a
+// collective in flight.
 type World struct {
 	lib  unsafe.Pointer // the dlopen handle; never closed once MPI_Init ran
 	name string         // the library name that loaded
 	// t lives in Go memory and holds only C function pointers and C handle
-	// addresses, so it may be passed to C for each call.
+	// addresses, so it may be passed to C for each call. t.comm is this
+	// World's communicator.
 	t C.tsm_mpi
 
 	rank, size int
 	level      ThreadLevel
 
-	mu        sync.Mutex  // serialises collectives and Close
+	// origin is the MPI_COMM_WORLD World this one was duplicated from, nil
+	// for that World itself: its finalized flag is the process's.
+	origin *World
+
+	mu        sync.Mutex  // serialises collectives and Close; a Dup has its own
 	closed    bool        // guarded by mu
-	finalized atomic.Bool // MPI_Finalize was called: Abort must not call MPI
+	finalized atomic.Bool // MPI_Finalize was called: Abort must not call MPI; set on the origin only
 }
 
 // Open loads Open MPI's libmpi (libmpi.so.40, then libmpi.so), initialises MPI
@@ -152,6 +160,7 @@ func (w *World) load(names []string) error {
 		return fmt.Errorf("mpi: %s lacks symbol %s: %w", name, C.GoString(missing), ErrMissingSymbol)
 	}
 	w.lib, w.name = h, name
+	w.t.comm = w.t.comm_world
 	return nil
 }
 
@@ -225,14 +234,52 @@ func (w *World) Size() int { return w.size }
 // ThreadLevel is the thread support MPI_Init_thread provided.
 func (w *World) ThreadLevel() ThreadLevel { return w.level }
 
-// call runs one MPI call under the World's lock, refusing it after Close.
+// mpiFinalized reports whether MPI_Finalize ran in this process, through
+// this World or the one it was duplicated from.
+func (w *World) mpiFinalized() bool {
+	if w.origin != nil {
+		return w.origin.finalized.Load()
+	}
+	return w.finalized.Load()
+}
+
+// call runs one MPI call under the World's lock, refusing it after Close (of
+// this World, or for a Dup of its origin, since no MPI call is allowed after
+// MPI_Finalize).
 func (w *World) call(op string, f func() C.int) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed {
+	if w.closed || w.mpiFinalized() {
 		return fmt.Errorf("mpi: %s: %w", op, ErrClosed)
 	}
 	return w.check(op, f())
+}
+
+// Dup duplicates this World's communicator (MPI_Comm_dup, collective: every
+// rank must call it) into a new World with the same ranks and library and its
+// own lock, so that its collectives and this World's may run concurrently on
+// different goroutines without one's blocking call holding up the other's.
+// Closing the Dup frees its communicator (MPI_Comm_free, also collective) and
+// never finalises MPI. Close every Dup before the MPI_COMM_WORLD World: closing
+// that one finalises MPI and makes every Dup's calls fail with ErrClosed.
+func (w *World) Dup() (*World, error) {
+	var comm C.tsm_handle
+	if err := w.call("MPI_Comm_dup", func() C.int { return C.tsm_comm_dup(&w.t, &comm) }); err != nil {
+		return nil, err
+	}
+	origin := w.origin
+	if origin == nil {
+		origin = w
+	}
+	d := &World{lib: w.lib, name: w.name, t: w.t, rank: w.rank, size: w.size, level: w.level, origin: origin}
+	d.t.comm = comm
+	// The duplicate inherits the error handler; setting it again keeps
+	// "errors are values" true whatever the library does.
+	if err := d.check("MPI_Comm_set_errhandler", C.tsm_errors_return(&d.t)); err != nil {
+		C.tsm_comm_free(&d.t)
+		return nil, err
+	}
+	return d, nil
 }
 
 // AllgatherInt64 gathers every rank's local vector into all, rank r's at
@@ -275,7 +322,7 @@ func (w *World) GathervBytes(local []byte, counts []int, all []byte, root int) e
 	if err := checkRootOp("MPI_Gatherv", root, w.size); err != nil {
 		return err
 	}
-	total, err := checkCounts("MPI_Gatherv", w.rank, w.size, len(local), counts)
+	total, err := checkCounts("MPI_Gatherv", "local", w.rank, w.size, len(local), counts)
 	if err != nil {
 		return err
 	}
@@ -331,6 +378,32 @@ func (w *World) ReduceScatterSumFloat32(send, recv []float32) error {
 	})
 }
 
+// ReduceScatterSumFloat32V sums send element-wise across ranks and gives each
+// rank its own block of the sum, the blocks of variable length: counts[r] is
+// rank r's number of floats (zero allowed), and rank r receives
+// recv = sum over ranks of send[sum(counts[:r]) : sum(counts[:r+1])]. Every
+// rank passes the same counts; len(counts) must be Size(), len(send)
+// sum(counts) and len(recv) counts[Rank()]. Both slices are only borrowed.
+//
+// When every count is zero no rank calls MPI: the counts are identical on every
+// rank, so every rank skips alike and the ranks stay matched.
+func (w *World) ReduceScatterSumFloat32V(send []float32, counts []int, recv []float32) error {
+	total, err := checkCounts("MPI_Reduce_scatter", "recv", w.rank, w.size, len(recv), counts)
+	if err != nil {
+		return err
+	}
+	if len(send) != total {
+		return fmt.Errorf("mpi: MPI_Reduce_scatter: len(send) = %d, want sum(counts) = %d", len(send), total)
+	}
+	if total == 0 {
+		return w.call("MPI_Reduce_scatter", func() C.int { return 0 })
+	}
+	ccounts, _ := countsDispls(counts)
+	return w.call("MPI_Reduce_scatter", func() C.int {
+		return C.tsm_reduce_scatter_v_sum_float(&w.t, ptr(send), ptr(recv), &ccounts[0])
+	})
+}
+
 // Barrier returns once every rank has entered it.
 func (w *World) Barrier() error {
 	return w.call("MPI_Barrier", func() C.int { return C.tsm_barrier(&w.t) })
@@ -345,15 +418,18 @@ func (w *World) Abort(code int) {
 	if exit == 0 {
 		exit = 1
 	}
-	if !w.finalized.Load() {
+	if !w.mpiFinalized() {
 		C.tsm_abort(&w.t, C.int(code))
 	}
 	os.Exit(exit)
 }
 
-// Close finalises MPI (MPI_Finalize, which every rank must call). It is
-// idempotent: later calls return nil, and every collective after it fails with
-// ErrClosed. The library stays mapped, since MPI's threads may still run its code.
+// Close finalises MPI (MPI_Finalize, which every rank must call), or on a Dup
+// frees its communicator (MPI_Comm_free, which every rank must call too) and
+// leaves MPI running. It is idempotent: later calls return nil, and every
+// collective after it fails with ErrClosed. A Dup closed after its origin
+// calls nothing: MPI_Finalize released its communicator. The library stays
+// mapped, since MPI's threads may still run its code.
 func (w *World) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -361,6 +437,12 @@ func (w *World) Close() error {
 		return nil
 	}
 	w.closed = true
+	if w.origin != nil {
+		if w.mpiFinalized() {
+			return nil
+		}
+		return w.check("MPI_Comm_free", C.tsm_comm_free(&w.t))
+	}
 	w.finalized.Store(true)
 	return w.check("MPI_Finalize", C.tsm_finalize(&w.t))
 }
@@ -402,7 +484,7 @@ func checkAllgather(size, local, all int) error {
 }
 
 func checkAllgatherv(rank, size, local int, counts []int, all int) error {
-	total, err := checkCounts("MPI_Allgatherv", rank, size, local, counts)
+	total, err := checkCounts("MPI_Allgatherv", "local", rank, size, local, counts)
 	if err != nil {
 		return err
 	}
@@ -413,8 +495,9 @@ func checkAllgatherv(rank, size, local int, counts []int, all int) error {
 }
 
 // checkCounts checks a v-collective's per-rank counts against the world and
-// this rank's local length, and returns their sum.
-func checkCounts(op string, rank, size, local int, counts []int) (int, error) {
+// the length of this rank's own block (the slice named what), and returns
+// their sum.
+func checkCounts(op, what string, rank, size, local int, counts []int) (int, error) {
 	if len(counts) != size {
 		return 0, fmt.Errorf("mpi: %s: len(counts) = %d, want the world size %d", op, len(counts), size)
 	}
@@ -429,7 +512,7 @@ func checkCounts(op string, rank, size, local int, counts []int) (int, error) {
 		}
 	}
 	if local != counts[rank] {
-		return 0, fmt.Errorf("mpi: %s: len(local) = %d, want counts[%d] = %d", op, local, rank, counts[rank])
+		return 0, fmt.Errorf("mpi: %s: len(%s) = %d, want counts[%d] = %d", op, what, local, rank, counts[rank])
 	}
 	return total, nil
 }

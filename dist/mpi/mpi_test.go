@@ -35,6 +35,8 @@ func TestClosedWorld(t *testing.T) {
 		"MPI_Bcast":                func() error { return w.BcastBytes([]byte{1}, 0) },
 		"MPI_Allreduce":            func() error { return w.AllreduceSumFloat32([]float32{1}) },
 		"MPI_Reduce_scatter_block": func() error { return w.ReduceScatterSumFloat32([]float32{1}, []float32{0}) },
+		"MPI_Reduce_scatter":       func() error { return w.ReduceScatterSumFloat32V([]float32{1}, []int{1}, []float32{0}) },
+		"MPI_Comm_dup":             func() error { _, err := w.Dup(); return err },
 		"MPI_Barrier":              w.Barrier,
 	}
 	for op, call := range calls {
@@ -84,6 +86,16 @@ func TestArgumentValidation(t *testing.T) {
 			"MPI_Gatherv: len(all) = 4 on root 1, want sum(counts) = 3"},
 		{"bcast root negative", func() error { return w.BcastBytes([]byte{1}, -1) }, "MPI_Bcast: root -1 outside [0, 3)"},
 		{"bcast root past size", func() error { return w.BcastBytes([]byte{1}, 3) }, "MPI_Bcast: root 3 outside [0, 3)"},
+		{"reduce-scatter-v counts length", func() error { return w.ReduceScatterSumFloat32V(nil, []int{0}, nil) },
+			"MPI_Reduce_scatter: len(counts) = 1, want the world size 3"},
+		{"reduce-scatter-v negative count", func() error { return w.ReduceScatterSumFloat32V(nil, []int{0, 0, -4}, nil) },
+			"MPI_Reduce_scatter: counts[2] = -4 is negative"},
+		{"reduce-scatter-v recv mismatch", func() error {
+			return w.ReduceScatterSumFloat32V(make([]float32, 6), []int{1, 2, 3}, make([]float32, 3))
+		}, "MPI_Reduce_scatter: len(recv) = 3, want counts[1] = 2"},
+		{"reduce-scatter-v send mismatch", func() error {
+			return w.ReduceScatterSumFloat32V(make([]float32, 5), []int{1, 2, 3}, make([]float32, 2))
+		}, "MPI_Reduce_scatter: len(send) = 5, want sum(counts) = 6"},
 		{"reduce-scatter send mismatch", func() error { return w.ReduceScatterSumFloat32(make([]float32, 7), make([]float32, 2)) },
 			"MPI_Reduce_scatter_block: len(send) = 7, want size 3 × len(recv) 2 = 6"},
 	}

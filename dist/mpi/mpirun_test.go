@@ -26,7 +26,7 @@ import (
 )
 
 const (
-	// workerEnv selects the worker's job: collectives, abort, bench-allgather, bench-mlp.
+	// workerEnv selects the worker's job: collectives, abort, mlp-shard, bench-allgather, bench-mlp, ...
 	workerEnv = "TURNSTILE_MPI_WORKER"
 	// itersEnv is a benchmark worker's iteration count.
 	itersEnv = "TURNSTILE_MPI_ITERS"
@@ -136,7 +136,12 @@ func TestMPIWorker(t *testing.T) {
 	switch mode {
 	case "collectives":
 		checkCollectives(t, w)
+		checkDup(t, w)
+		late, err := w.Dup() // left open past MPI_Finalize
+		require.NoError(t, err)
 		require.NoError(t, w.Close())
+		require.ErrorIs(t, late.Barrier(), ErrClosed, "no MPI call after the origin finalised")
+		require.NoError(t, late.Close(), "a Dup closed after MPI_Finalize frees nothing")
 		require.NoError(t, w.Close(), "Close is idempotent")
 		require.ErrorIs(t, w.Barrier(), ErrClosed)
 		fmt.Printf("rank %d ok\n", w.Rank())
@@ -151,6 +156,7 @@ func TestMPIWorker(t *testing.T) {
 		run, ok := map[string]func(*testing.T, *World){
 			"liveness": livenessWorker, "gather-route": gatherRouteWorker, "bench-gather-route": benchGatherRouteWorker,
 			"bench-allgather": benchAllgatherWorker, "bench-mlp": benchMLPWorker,
+			"mlp-shard": shardWorker,
 		}[mode]
 		if !ok {
 			t.Fatalf("%s=%q: unknown worker mode", workerEnv, mode)
@@ -268,12 +274,70 @@ func checkCollectives(t *testing.T, w *World) {
 		require.Equal(t, float32(size*(size-1)/2+size*(rank*k+i)), recv[i], "reduce-scatter element %d", i)
 	}
 
+	// Reduce-scatter with variable blocks, rank 1's empty: rank r sends
+	// send[j] = r + j, and receives its block of the sum at offset
+	// off(rank): recv[i] = Σ_r (r + off(rank) + i). Two sizes: a few floats,
+	// and 64 tokens × 64 floats per block, past the point where Open MPI
+	// switches algorithm.
+	for _, scale := range []int{1, 64 * 64} {
+		vcounts := make([]int, size)
+		vtotal, off := 0, 0
+		for r := range vcounts {
+			vcounts[r] = pattern[r%len(pattern)] * scale
+			if r < rank {
+				off += vcounts[r]
+			}
+			vtotal += vcounts[r]
+		}
+		vsend := make([]float32, vtotal)
+		for j := range vsend {
+			vsend[j] = float32(rank + j%1000)
+		}
+		vrecv := make([]float32, vcounts[rank])
+		require.NoError(t, w.ReduceScatterSumFloat32V(vsend, vcounts, vrecv))
+		for i := range vrecv {
+			require.Equal(t, float32(size*(size-1)/2+size*((off+i)%1000)), vrecv[i], "reduce-scatter-v ×%d element %d", scale, i)
+		}
+	}
+	// Every count zero: a valid no-op that every rank skips alike.
+	require.NoError(t, w.ReduceScatterSumFloat32V(nil, make([]int, size), nil))
+
 	// Validation errors are local and identical on every rank: no rank
 	// enters the collective, so nobody hangs.
 	require.ErrorContains(t, w.AllgatherInt64(local, all[:1]), "len(all) = 1")
 	require.ErrorContains(t, w.BcastBytes(buf, size), fmt.Sprintf("root %d outside [0, %d)", size, size))
 
 	require.NoError(t, w.Barrier())
+}
+
+// checkDup: a duplicated communicator has the world's ranks, and its
+// collectives run while a world collective is blocked on another goroutine.
+// Rank 0 enters a world barrier that the other ranks join only after an
+// allreduce on the duplicate, which rank 0 must complete meanwhile: were the
+// two communicators (or their locks) shared, rank 0's allreduce would wait
+// behind its barrier and the job would hang until mpirun's deadline.
+func checkDup(t *testing.T, w *World) {
+	d, err := w.Dup()
+	require.NoError(t, err)
+	require.Equal(t, w.Rank(), d.Rank())
+	require.Equal(t, w.Size(), d.Size())
+
+	barrier := make(chan error, 1)
+	if w.Rank() == 0 {
+		go func() { barrier <- w.Barrier() }()
+	}
+	sum := []float32{float32(w.Rank() + 1)}
+	require.NoError(t, d.AllreduceSumFloat32(sum))
+	require.Equal(t, float32(w.Size()*(w.Size()+1)/2), sum[0])
+	if w.Rank() != 0 {
+		go func() { barrier <- w.Barrier() }()
+	}
+	require.NoError(t, <-barrier)
+
+	require.NoError(t, d.Close())
+	require.NoError(t, d.Close(), "Close is idempotent")
+	require.ErrorIs(t, d.Barrier(), ErrClosed)
+	require.NoError(t, w.Barrier(), "closing the Dup leaves the world running")
 }
 
 // iters reads the benchmark worker's iteration count.

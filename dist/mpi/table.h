@@ -30,6 +30,8 @@ typedef struct {
 	int (*MPI_Comm_rank)(tsm_handle, int *);
 	int (*MPI_Comm_size)(tsm_handle, int *);
 	int (*MPI_Comm_set_errhandler)(tsm_handle, tsm_handle);
+	int (*MPI_Comm_dup)(tsm_handle, tsm_handle *);
+	int (*MPI_Comm_free)(tsm_handle *);
 	int (*MPI_Error_string)(int, char *, int *);
 	int (*MPI_Barrier)(tsm_handle);
 	int (*MPI_Bcast)(void *, int, tsm_handle, int, tsm_handle);
@@ -41,6 +43,8 @@ typedef struct {
 	int (*MPI_Allreduce)(const void *, void *, int, tsm_handle, tsm_handle, tsm_handle);
 	int (*MPI_Reduce_scatter_block)(const void *, void *, int, tsm_handle, tsm_handle,
 					tsm_handle);
+	int (*MPI_Reduce_scatter)(const void *, void *, const int *, tsm_handle, tsm_handle,
+				  tsm_handle);
 
 	// Predefined handles: the addresses of the exported objects, not their values.
 	tsm_handle comm_world;     // MPI_COMM_WORLD: ompi_mpi_comm_world
@@ -49,6 +53,11 @@ typedef struct {
 	tsm_handle dt_int64;       // MPI_INT64_T: ompi_mpi_int64_t
 	tsm_handle op_sum;         // MPI_SUM: ompi_mpi_op_sum
 	tsm_handle errors_return;  // MPI_ERRORS_RETURN: ompi_mpi_errors_return
+
+	// The communicator every call but MPI_Abort runs on: comm_world after
+	// tsm_load's caller sets it, or a duplicate of it (MPI_Comm_dup). Not
+	// resolved by tsm_load.
+	tsm_handle comm;
 } tsm_mpi;
 
 
