@@ -153,6 +153,17 @@ func (m *Llama) WeightBytes() int64 {
 	return n
 }
 
+// MLPWeightBytes is the bytes of the whole MLP (gate, up and down of every
+// layer), which a sharded runner splits across ranks.
+func (m *Llama) MLPWeightBytes() int64 {
+	var n int64
+	for i := range m.layers {
+		l := &m.layers[i]
+		n += int64(len(l.gate.Data) + len(l.up.Data) + len(l.down.Data))
+	}
+	return n
+}
+
 // MatMulFLOPs is the floating-point operations of the weight matrices for
 // one token (2 per multiply-add), excluding attention over the context.
 func (m *Llama) MatMulFLOPs() int64 {

@@ -94,6 +94,9 @@ type runnerSizes struct {
 	kvBlocks int
 	fraction float64 // CUDA: share of device memory when kvBlocks is 0
 	workers  int     // CPU: cores the kernels use (0: GOMAXPROCS)
+	// mlp, when set, makes the CPU runner's MLP tensor-parallel across the
+	// attention-DP ranks of this group (one per process).
+	mlp model.MLPGroup
 }
 
 // newRunner builds the runner for the resolved device sel; mem is the CUDA
@@ -104,11 +107,14 @@ func newRunner(command string, sel cuda.Selection, m *model.Llama, s runnerSizes
 			return nil, nil, fmt.Errorf("%s: the CPU runner needs a KV size (got %d blocks)", command, s.kvBlocks)
 		}
 		cpu, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: s.seats, KVBlocks: s.kvBlocks, BlockSize: s.blockSize,
-			MaxBatchTokens: s.maxBatchTokens, Workers: s.workers})
+			MaxBatchTokens: s.maxBatchTokens, Workers: s.workers, MLP: s.mlp})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", command, err)
 		}
 		return cpu, nil, nil
+	}
+	if s.mlp != nil {
+		return nil, nil, fmt.Errorf("%s: --device %s: the sharded MLP runs on the CPU runner only so far (use --shard-mlp=false on GPUs)", command, sel)
 	}
 	cfg := model.CUDARunnerConfig{Device: sel.Index, Seats: s.seats, BlockSize: s.blockSize, MaxBatchTokens: s.maxBatchTokens,
 		KVBlocks: s.kvBlocks}

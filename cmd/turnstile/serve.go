@@ -53,6 +53,9 @@ type serveOptions struct {
 	// verifyPlacement hashes and compares every placement (debug).
 	dpWatchdog      time.Duration
 	verifyPlacement bool
+	// shardMLP makes the MLP tensor-parallel across the ranks under mpirun
+	// (CPU runner).
+	shardMLP bool
 }
 
 // newServeOptions is serve's configuration before any flag: the engine's
@@ -60,7 +63,7 @@ type serveOptions struct {
 func newServeOptions() serveOptions {
 	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, admission: "A",
 		programs: newProgramFlags(), drain: 30 * time.Second, logFormat: "text", logLevel: "info", getenv: os.Getenv,
-		dpWatchdog: time.Minute}
+		dpWatchdog: time.Minute, shardMLP: true}
 }
 
 // serveEngineFlags are the engine flags serve registers.
@@ -137,6 +140,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&o.port, "port", o.port, "TCP port (0: any free port)")
 	f.IntVar(&o.dp, "dp", o.dp, "attention data-parallel ranks, each its own engine, KV cache and seats, routed at one gather point; under mpirun one rank per process, and --dp must equal -np")
 	f.DurationVar(&o.dpWatchdog, "dp-watchdog", o.dpWatchdog, "under mpirun: end the job (naming the rank and collective) when one lockstep iteration takes longer than this; 0 disables")
+	f.BoolVar(&o.shardMLP, "shard-mlp", o.shardMLP, "under mpirun on the CPU: run the MLP tensor-parallel across the ranks (each process holds 1/N of the MLP weights; every rank steps in lockstep)")
 	f.BoolVar(&o.verifyPlacement, "verify-placement", o.verifyPlacement, "debug: every process hashes each iteration's placements and the job stops if any differs")
 	f.StringVar(&o.admission, "admission", o.admission, "program admission for requests with a program id: A or tokens (each program's tokens + a buffer), B or blocks (distinct shared KV blocks + a growth reserve), C or pausing (A with pause thresholds), or none")
 	p := &o.programs
@@ -436,18 +440,40 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 		device = o.rankDevice(device)
 		sz.device = device
 	}
+	// The sharded MLP's collectives run on the runner's stream while the
+	// gather runs on the loop: its own communicator.
+	var mlpComm *mpi.World
+	if world != nil && o.shardMLP && device.Backend != cuda.BackendCUDA {
+		if mlpComm, err = world.Dup(); err != nil {
+			return fmt.Errorf("serve: the sharded MLP's communicator: %w", err)
+		}
+		defer mlpComm.Close()
+	}
 	workers := o.rankWorkers()
 	// One engine per attention-DP rank, each with its own runner, KV cache
 	// and seats; executor.New validates each rank's seat pool against its
 	// runner's buffers and its own block-table rows in both directions.
 	engines := make([]*executor.Engine, 0, ranksHere)
+	var dummies []func() error
+	mlpLine := "whole MLP"
 	for range ranksHere {
-		runner, gpu, err := newRunner("serve", device, m, runnerSizes{seats: sz.seats, blockSize: o.blockSize,
-			maxBatchTokens: o.maxBatched, kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: workers})
+		rs := runnerSizes{seats: sz.seats, blockSize: o.blockSize,
+			maxBatchTokens: o.maxBatched, kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: workers}
+		if mlpComm != nil {
+			rs.mlp = mlpComm
+		}
+		runner, gpu, err := newRunner("serve", device, m, rs)
 		if err != nil {
 			return err
 		}
 		defer runner.Close()
+		if cpu, ok := runner.(*model.CPURunner); ok && mlpComm != nil {
+			// A rank with nothing to launch still joins every layer's MLP
+			// collectives.
+			dummies = append(dummies, cpu.DummyStep)
+			mlpLine = fmt.Sprintf("MLP shard %d of %d: %.1f KiB of the MLP weights (whole: %.1f KiB)", world.Rank()+1, world.Size(),
+				float64(cpu.MLPWeightBytes())/1024, float64(m.MLPWeightBytes())/1024)
+		}
 		if gpu != nil {
 			sz.gpu = gpu
 			if sz.blocks == 0 { // sized by the runner from --gpu-memory-fraction
@@ -473,7 +499,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 		acfg := adp.Config{Policy: adp.Policy{ChargeRetiring: o.chargeRetiring},
 			Logf: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }}
 		if world != nil {
-			acfg.Comm, acfg.VerifyPlacement, acfg.Watchdog = world, o.verifyPlacement, o.dpWatchdog
+			acfg.Comm, acfg.VerifyPlacement, acfg.Watchdog, acfg.Dummies = world, o.verifyPlacement, o.dpWatchdog, dummies
 			acfg.OnStuck = func(msg string) {
 				log.Error("attention-DP watchdog: ending the job", slog.String("reason", msg), slog.Int("rank", proc))
 				world.Abort(3)
@@ -487,8 +513,8 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	}
 	if world != nil {
 		host, _ := os.Hostname()
-		line := fmt.Sprintf("host %s, pid %d, device %s, %d kernel workers, KV %d blocks × %d tokens, %d seats",
-			host, os.Getpid(), device, max(workers, 1), sz.blocks, o.blockSize, sz.seats)
+		line := fmt.Sprintf("host %s, pid %d, device %s, %d kernel workers, KV %d blocks × %d tokens, %d seats, %s",
+			host, os.Getpid(), device, max(workers, 1), sz.blocks, o.blockSize, sz.seats, mlpLine)
 		if proc != 0 {
 			if err := printWorld(world, io.Discard, line); err != nil {
 				return err
