@@ -21,6 +21,11 @@
 # The NCCL bindings (dist/nccl): a one-rank communicator on device 0 through
 # all-reduce, all-gather, reduce-scatter and broadcast; it needs libnccl.so.2 on
 # the GPU machine. Multi-GPU NCCL stays unverified until a multi-GPU machine exists.
+#
+# Serving on CUDA: `turnstile serve --device cuda` loaded by `turnstile bench
+# serve --url` (1 and 8 clients), then the same under `mpirun -np 1` (one
+# attention-DP rank per process, the GPU of its local rank) when Open MPI is
+# installed there; without mpirun that half is a NOTE, not a failure.
 # The model tests need testdata/models/stories260K.gguf (make model) next to
 # the binaries: carry it to the GPU machine with bin/gpu-check.
 set -uo pipefail
@@ -36,6 +41,25 @@ build() {
 	go test -c -o "$BIN/nccl.test" ./dist/nccl || exit 1
 	go build -o "$BIN/turnstile" ./cmd/turnstile || exit 1
 	echo "gpu-check: built $BIN/kernels.test, $BIN/cuda.test, $BIN/model.test, $BIN/nccl.test and $BIN/turnstile"
+}
+
+# serve_check LAUNCHER...: serves stories260K on CUDA (under LAUNCHER, if
+# any), loads it with bench serve --url, then stops it with SIGTERM.
+serve_check() {
+	local log="$out/serve-$#.log" port=18181
+	"$@" "$BIN/turnstile" serve --dp 1 --device cuda --model testdata/models/stories260K.gguf --port "$port" >"$log" 2>&1 &
+	local pid=$!
+	for _ in $(seq 90); do
+		grep -q 'msg=serving' "$log" && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 1
+	done
+	cat "$log"
+	timeout 60 "$BIN/turnstile" bench serve --url "http://127.0.0.1:$port" --clients 1,8 --duration 3s --warmup 0 --max-tokens 32
+	local rc=$?
+	kill -TERM "$pid" 2>/dev/null
+	wait "$pid"
+	return "$rc"
 }
 
 run() {
@@ -86,6 +110,14 @@ run() {
 			echo "gpu-check: NOTE: the one-GPU NCCL test skipped on this machine (see the reason above; install libnccl2 to run it)"
 		fi
 		rm -f "$log"
+		echo "## serve on CUDA, loaded by bench serve --url"
+		serve_check || status=1
+		if command -v mpirun >/dev/null; then
+			echo "## serve on CUDA under mpirun -np 1 (one rank per process)"
+			OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 serve_check mpirun -np 1 || status=1
+		else
+			echo "gpu-check: NOTE: mpirun not installed on this machine: the mpirun -np 1 serve check did not run (install openmpi-bin)"
+		fi
 		echo "## simulator cost model fitted to the CUDA runner (stories260K)"
 		timeout 90 "$BIN/turnstile" bench calibrate --device cuda --model testdata/models/stories260K.gguf \
 			--max-batch-size 32 --requests 64 --out "$out/cuda-profile" || status=1

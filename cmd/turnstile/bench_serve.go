@@ -35,6 +35,11 @@ type benchServeOptions struct {
 	maxTokens   int
 	ignoreEOS   bool
 	timeout     time.Duration // per request
+	// url, when set, is a server already running (e.g. an mpirun
+	// deployment) to load instead of starting one; dp is the in-process
+	// server's attention-DP ranks.
+	url string
+	dp  int
 }
 
 // benchServeEngineFlags are the engine flags bench serve registers.
@@ -42,7 +47,7 @@ const benchServeEngineFlags = flagModel | flagDevice | flagMaxBatchSize | flagKV
 
 func newBenchServeCmd() *cobra.Command {
 	o := benchServeOptions{engineFlags: newServeOptions().engineFlags, clients: []int{1, 16, 128}, duration: 30 * time.Second,
-		warmup: 2 * time.Second, maxRequests: 1_000_000, maxTokens: 64, ignoreEOS: true, timeout: serveload.DefaultRequestTimeout}
+		warmup: 2 * time.Second, maxRequests: 1_000_000, maxTokens: 64, ignoreEOS: true, timeout: serveload.DefaultRequestTimeout, dp: 1}
 	cmd := &cobra.Command{
 		Use:   "serve [--model FILE.gguf] [--clients 1,16,128] [--duration 30s] [--max-tokens 64] [--seed N] [--out DIR]",
 		Short: "Load-test an in-process server with concurrent streaming clients",
@@ -73,6 +78,8 @@ func newBenchServeCmd() *cobra.Command {
 	f.IntVar(&o.maxTokens, "max-tokens", o.maxTokens, "max_tokens of each request")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", o.ignoreEOS, "generate exactly --max-tokens per request (equal work per request)")
 	f.DurationVar(&o.timeout, "request-timeout", o.timeout, "longest one request may take (then it is an error)")
+	f.StringVar(&o.url, "url", o.url, "load this running server (e.g. one started by `mpirun -np N turnstile serve --dp N`) instead of starting one; RSS is then not measured")
+	f.IntVar(&o.dp, "dp", o.dp, "attention-DP ranks of the in-process server (ignored with --url)")
 	return cmd
 }
 
@@ -95,6 +102,8 @@ func (o *benchServeOptions) validate() error {
 		return fmt.Errorf("bench serve: --max-tokens %d: must be >= 1", o.maxTokens)
 	case o.timeout <= 0:
 		return fmt.Errorf("bench serve: --request-timeout %v: must be > 0", o.timeout)
+	case o.url != "" && !strings.HasPrefix(o.url, "http://") && !strings.HasPrefix(o.url, "https://"):
+		return fmt.Errorf("bench serve: --url %q: must start with http:// or https://", o.url)
 	}
 	for _, c := range o.clients {
 		if c < 1 || c > maxBenchClients {
@@ -126,6 +135,7 @@ func (o *benchServeOptions) serveOptions() (serveOptions, error) {
 		return serveOptions{}, fmt.Errorf("bench serve: %w", err)
 	}
 	so.port, so.maxQueue, so.drain, so.logLevel = 0, max(4*seats, slicesMax(o.clients)), 10*time.Second, "warn"
+	so.dp = o.dp
 	if err := so.validate(); err != nil {
 		return serveOptions{}, fmt.Errorf("bench %w", err)
 	}
@@ -144,6 +154,7 @@ func slicesMax(xs []int) int {
 // load, and one row per client level.
 type benchServeReport struct {
 	Model        string  `json:"model"`
+	URL          string  `json:"url,omitempty"` // --url: a server not started here (RSS not measured)
 	Duration     string  `json:"duration_per_level"`
 	MaxRequests  int     `json:"max_requests_per_level"`
 	MaxTokens    int     `json:"max_tokens"`
@@ -182,15 +193,20 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 
 	srvCtx, stopServer := context.WithCancel(ctx)
 	defer stopServer()
-	addrc := make(chan string, 1)
 	served := make(chan error, 1)
-	go func() { served <- runServe(srvCtx, so, out, io.Discard, func(a string) { addrc <- a }) }()
-	var url string
-	select {
-	case a := <-addrc:
-		url = "http://" + a
-	case err := <-served:
-		return rep, fmt.Errorf("bench %w", err)
+	url := strings.TrimRight(o.url, "/")
+	if url == "" {
+		addrc := make(chan string, 1)
+		go func() { served <- runServe(srvCtx, so, out, io.Discard, func(a string) { addrc <- a }) }()
+		select {
+		case a := <-addrc:
+			url = "http://" + a
+		case err := <-served:
+			return rep, fmt.Errorf("bench %w", err)
+		}
+	} else {
+		rep.Model, rep.URL = url, url
+		served <- nil // nothing to stop: the server is not ours
 	}
 
 	rep.LoadBefore, _ = serveload.LoadAverage() // 0 where /proc is absent
@@ -209,13 +225,18 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 		if runErr != nil {
 			break
 		}
-		before, err := serveload.ResidentBytes()
-		if err != nil {
-			runErr = err
-			break
+		var before, after int64
+		var rerr error
+		if o.url == "" {
+			if before, err = serveload.ResidentBytes(); err != nil {
+				runErr = err
+				break
+			}
 		}
 		res, err := serveload.Run(ctx, o.loadConfig(url, n, o.duration))
-		after, rerr := serveload.ResidentBytes()
+		if o.url == "" {
+			after, rerr = serveload.ResidentBytes()
+		}
 		rep.Levels = append(rep.Levels, benchServeLevel{Result: res, RSSBeforeMiB: mib(before), RSSAfterMiB: mib(after)})
 		if err = errors.Join(err, rerr); err != nil {
 			runErr = fmt.Errorf("bench serve: --clients %d: %w", n, err)
