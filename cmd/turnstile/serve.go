@@ -399,6 +399,16 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			log.Info("device", slog.String("device", device.String()), slog.String("reason", note))
 		}
 	}
+	// On the CPU a sharded MLP's collectives run on the cores the loop's
+	// gather spins on: overlapping the two (the gather of step n+1 while
+	// step n's layers exchange rows) oversubscribes them and costs each
+	// exchange a scheduler time slice (measured: ~100× slower decode with
+	// two ranks on two cores). The ranks step without overlap instead.
+	overlapNote := ""
+	if o.acrossProcesses() && o.shardMLP && device.Backend != cuda.BackendCUDA && !o.noOverlap {
+		o.noOverlap = true
+		overlapNote = " (overlap off: on the CPU the sharded MLP's collectives share the cores the gather waits on; --shard-mlp=false keeps overlap)"
+	}
 	if isTerminal(logOut) {
 		if err := warmFile(o.model, logOut); err != nil {
 			return fmt.Errorf("serve: %w", err)
@@ -516,7 +526,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 		line := fmt.Sprintf("host %s, pid %d, device %s, %d kernel workers, KV %d blocks × %d tokens, %d seats, %s",
 			host, os.Getpid(), device, max(workers, 1), sz.blocks, o.blockSize, sz.seats, mlpLine)
 		if proc != 0 {
-			if err := printWorld(world, io.Discard, line); err != nil {
+			if err := printWorld(world, io.Discard, line, ""); err != nil {
 				return err
 			}
 			return serveRank(ctx, eng, world, log)
@@ -529,7 +539,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 		if err := sz.print(out, name, o.model); err != nil {
 			return err
 		}
-		if err := printWorld(world, out, line); err != nil {
+		if err := printWorld(world, out, line, overlapNote); err != nil {
 			return err
 		}
 	} else if err := sz.print(out, name, o.model); err != nil {

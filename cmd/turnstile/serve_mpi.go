@@ -92,8 +92,9 @@ func (o *serveOptions) rankWorkers() int {
 const worldLineBytes = 256
 
 // printWorld gathers every process's line to process 0, which prints the
-// world: one line per rank (host, device, sizes). Every process calls it.
-func printWorld(w *mpi.World, out io.Writer, line string) error {
+// world (with note after its header): one line per rank (host, device,
+// sizes). Every process calls it.
+func printWorld(w *mpi.World, out io.Writer, line, note string) error {
 	mine := make([]byte, worldLineBytes)
 	copy(mine, line)
 	counts := make([]int, w.Size())
@@ -110,7 +111,7 @@ func printWorld(w *mpi.World, out io.Writer, line string) error {
 	if w.Rank() != 0 {
 		return nil
 	}
-	if _, err := fmt.Fprintf(out, "  world        %d processes, one attention-DP rank each (MPI: %s, %v)\n", w.Size(), w.Library(), w.ThreadLevel()); err != nil {
+	if _, err := fmt.Fprintf(out, "  world        %d processes, one attention-DP rank each (MPI: %s, %v)%s\n", w.Size(), w.Library(), w.ThreadLevel(), note); err != nil {
 		return err
 	}
 	for r := range w.Size() {
