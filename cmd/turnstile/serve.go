@@ -219,8 +219,8 @@ func (o *serveOptions) validate() error {
 // arm's defaults with the parameters given on the command line. The policy
 // validates them (policy.Config.Validate, the one statement of its rules);
 // each given flag is applied and validated in turn, so an error names the
-// flag that made the configuration invalid. MaxActive is left to the
-// engine (its MaxBatchSize).
+// flag that made the configuration invalid. MaxActive is --max-batch-size
+// (the engine's MaxBatchSize, the most it accepts).
 func (o *serveOptions) programPolicy() (*policy.Config, error) {
 	if o.admission == "none" {
 		return nil, nil
@@ -229,7 +229,10 @@ func (o *serveOptions) programPolicy() (*policy.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve: --admission: %w", err)
 	}
-	c := policy.DefaultConfig(arm, 1)
+	// At most --max-batch-size ACTIVE programs (what the sizing report
+	// says): one step's sequences. 1 here once held every program but the
+	// first waiting behind it.
+	c := policy.DefaultConfig(arm, o.maxBatchSize)
 	for _, p := range o.programs.params() {
 		if !o.programs.set[p.name] {
 			continue

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-llm/turnstile/internal/testwait"
 	"github.com/turnstile-llm/turnstile/policy"
 )
 
@@ -65,7 +66,8 @@ func TestServeFlagErrors(t *testing.T) {
 	}
 }
 
-// TestServeProgramPolicy: the arm's defaults, overridden by the flags given.
+// TestServeProgramPolicy: the arm's defaults, overridden by the flags given;
+// at most --max-batch-size (defaultServeOptions: 4) ACTIVE programs.
 func TestServeProgramPolicy(t *testing.T) {
 	for _, tc := range []struct {
 		admission string
@@ -74,15 +76,15 @@ func TestServeProgramPolicy(t *testing.T) {
 	}{
 		{"none", nil, func(t *testing.T, c *policy.Config) { require.Nil(t, c) }},
 		{"", nil, func(t *testing.T, c *policy.Config) {
-			require.Equal(t, policy.DefaultConfig(policy.TokenAccounting, 1), *c, "default: A with its defaults")
+			require.Equal(t, policy.DefaultConfig(policy.TokenAccounting, 4), *c, "default: A with its defaults")
 		}},
 		{"c", map[string]bool{"pause-target": true, "program-lease": true}, func(t *testing.T, c *policy.Config) {
-			want := policy.DefaultConfig(policy.PausingAccounting, 1)
+			want := policy.DefaultConfig(policy.PausingAccounting, 4)
 			want.PauseTarget, want.Lease = 0.5, time.Minute
 			require.Equal(t, want, *c, "C's thresholds, the target and lease given")
 		}},
 		{"B", map[string]bool{"admission-reserve": true, "aging-tau": true}, func(t *testing.T, c *policy.Config) {
-			want := policy.DefaultConfig(policy.BlockAccounting, 1)
+			want := policy.DefaultConfig(policy.BlockAccounting, 4)
 			want.Reserve, want.AgingTau = 64, 0
 			require.Equal(t, want, *c)
 		}},
@@ -298,5 +300,27 @@ func TestServeUnderMPILauncher(t *testing.T) {
 			}
 			require.ErrorContains(t, err, tc.want)
 		})
+	}
+}
+
+// TestServeProgramsRunSideBySide: with the default program admission, a
+// second program's request runs while the first program is between turns
+// (up to --max-batch-size ACTIVE programs, as the sizing report says),
+// instead of waiting behind it until its lease or a forced resume.
+func TestServeProgramsRunSideBySide(t *testing.T) {
+	url, out, stop := serveInProcess(t, defaultServeOptions())
+	defer func() { require.NoError(t, stop()) }()
+	require.Contains(t, out.String(), "at most 4 ACTIVE programs")
+	for _, id := range []string{"agent-1", "agent-2", "agent-1"} {
+		req, err := http.NewRequestWithContext(testwait.Ctx(t), http.MethodPost, url+"/v1/completions",
+			strings.NewReader(`{"prompt":"Once upon a time","max_tokens":8,"temperature":0}`))
+		require.NoError(t, err)
+		req.Header.Set("X-Program-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err, "program %s", id)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "program %s: %s", id, body)
 	}
 }
