@@ -140,6 +140,7 @@ func (x *crossing) poll(d *Deployment) {
 	if d.proc == 0 {
 		return
 	}
+	x.pollMetrics(d)
 	for id, f := range x.forwards {
 		for {
 			dl, ok, err := f.s.TryRecv()
@@ -159,6 +160,11 @@ func (x *crossing) poll(d *Deployment) {
 			}
 		}
 	}
+}
+
+// pollMetrics puts the ranks' executor metrics in the outbox when due:
+// every metricsEvery while they have work, and once when they go idle.
+func (x *crossing) pollMetrics(d *Deployment) {
 	if !d.stepped {
 		return
 	}
