@@ -19,7 +19,7 @@ func TestRelayStream(t *testing.T) {
 	require.NoError(t, s.Relay(Delta{Text: "ab", TokenIDs: []int32{1, 2}, Logprobs: []float32{-1, -2},
 		TopLogprobs: [][]TokenLogprob{{{Token: 1, Logprob: -1}, {Token: 3, Logprob: -3}}, {{Token: 2, Logprob: -2}}}}))
 	require.NoError(t, s.Relay(Delta{Text: "c", TokenIDs: []int32{4}, Logprobs: []float32{-4},
-		TopLogprobs: [][]TokenLogprob{{{Token: 4, Logprob: -4}, {Token: 5, Logprob: -5}}},
+		TopLogprobs:  [][]TokenLogprob{{{Token: 4, Logprob: -4}, {Token: 5, Logprob: -5}}},
 		FinishReason: FinishLength, Usage: Usage{Prompt: 2, Completion: 3}}))
 	require.ErrorContains(t, s.Relay(Delta{Text: "late"}), "after the stream's finish")
 	d, err := s.Collect(context.Background())
