@@ -29,6 +29,8 @@ func TestBenchServeFlagErrors(t *testing.T) {
 		{"kv", []string{"--kv-cache-tokens", "-1"}, "bench serve: --kv-cache-tokens -1"},
 		{"workers", []string{"--workers", "-1"}, "bench serve: --workers -1"},
 		{"timeout", []string{"--request-timeout", "0s"}, "bench serve: --request-timeout 0s"},
+		{"url without scheme", []string{"--url", "localhost:8080"}, `bench serve: --url "localhost:8080": must start with http:// or https://`},
+		{"dp 0", []string{"--dp", "0"}, "serve: --dp 0: must be in [1, 64]"},
 		{"model", []string{"--model", ""}, "bench serve: --model is empty"},
 		{"missing model", []string{"--model", "/no/such.gguf"}, "/no/such.gguf"},
 		{"out is a file", []string{"--out", filepath.Join(file, "sub")}, "bench serve: --out"},

@@ -44,6 +44,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{"batch 0", []string{"--max-batch-size", "0"}, "serve: --max-batch-size 0"},
 		{"batched tokens 0", []string{"--max-num-batched-tokens", "0"}, "serve: --max-num-batched-tokens 0"},
 		{"port", []string{"--port", "70000"}, "serve: --port 70000"},
+		{"dp watchdog", []string{"--dp-watchdog", "-1s"}, "serve: --dp-watchdog -1s: must be >= 0"},
 		{"kv and gpu", []string{"--kv-cache-tokens", "4096", "--gpu-memory-fraction", "0.9"}, "serve: --kv-cache-tokens and --gpu-memory-fraction are exclusive"},
 		{"gpu on explicit CPU", []string{"--device", "cpu", "--gpu-memory-fraction", "0.5"}, "serve: --gpu-memory-fraction 0.5: applies to the CUDA runner, but --device cpu selects the CPU"},
 		{"gpu fraction 0", []string{"--gpu-memory-fraction", "0"}, "serve: --gpu-memory-fraction 0: must be in (0, 1]"},
