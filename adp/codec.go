@@ -335,8 +335,6 @@ type release struct {
 	id     string
 }
 
-func (w *window) empty() bool { return len(w.aborts)+len(w.releases)+len(w.reqs) == 0 }
-
 func (w *window) reset() {
 	w.aborts, w.releases, w.ids = w.aborts[:0], w.releases[:0], w.ids[:0]
 	clear(w.reqs)

@@ -41,7 +41,9 @@ func TestWindowRoundTrip(t *testing.T) {
 	b = b[:0]
 	empty.encode(&b)
 	require.NoError(t, decodeWindow(b, &got))
-	require.True(t, got.empty())
+	require.Empty(t, got.aborts)
+	require.Empty(t, got.releases)
+	require.Empty(t, got.reqs)
 }
 
 // TestRepliesRoundTrip: every record kind a process sends process 0.

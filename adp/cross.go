@@ -325,7 +325,7 @@ func (x *crossing) broadcast(d *Deployment, n int) error {
 		}
 	}
 	for _, r := range w.releases {
-		found, err := releaseOn(d)(r.id)
+		found, err := d.releaseLocal(r.id)
 		putReleaseReply(&x.outbox, r.ticket, found, err)
 	}
 	d.reqs, d.ids = append(d.reqs[:0], w.reqs...), append(d.ids[:0], w.ids...)
@@ -341,7 +341,7 @@ func (x *crossing) broadcast(d *Deployment, n int) error {
 func (x *crossing) applyControl(d *Deployment) error {
 	clear(x.win.reqs)
 	for _, r := range x.releases {
-		found, err := releaseOn(d)(r.id)
+		found, err := d.releaseLocal(r.id)
 		r.found, r.err, r.remaining = found, err, d.procs-1
 		if r.remaining == 0 {
 			close(r.done)
@@ -353,23 +353,22 @@ func (x *crossing) applyControl(d *Deployment) error {
 	return nil
 }
 
-// releaseOn ends a program on this process's ranks.
-func releaseOn(d *Deployment) func(id string) (bool, error) {
-	return func(id string) (bool, error) {
-		found := false
-		for _, r := range d.ranks {
-			pr, ok := r.(programReleaser)
-			if !ok {
-				return false, executor.ErrNoPrograms
-			}
-			f, err := pr.ReleaseProgram(id)
-			if err != nil {
-				return false, err
-			}
-			found = found || f
+// releaseLocal ends program id on this process's ranks and reports
+// whether any knew it.
+func (d *Deployment) releaseLocal(id string) (bool, error) {
+	found := false
+	for _, r := range d.ranks {
+		pr, ok := r.(programReleaser)
+		if !ok {
+			return false, executor.ErrNoPrograms
 		}
-		return found, nil
+		f, err := pr.ReleaseProgram(id)
+		if err != nil {
+			return false, err
+		}
+		found = found || f
 	}
+	return found, nil
 }
 
 // close ends every relay (abort: the deployment stopped), fails pending

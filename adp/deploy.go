@@ -190,27 +190,26 @@ type Deployment struct {
 	// every rank's state as the gather exchanged it (through comm, on the
 	// wire format a multi-process deployment uses), the only state routing
 	// and liveness read.
-	comm         Comm
-	proc, procs  int // this process, processes
-	first        int // the global index of ranks[0]
-	local        []RankState
-	wire         Exchange
-	states       []RankState
-	me           ProcState
-	ps           []ProcState
-	loads        Loads
-	queue        []*Handle
-	reqs         []*executor.Request
-	ids          []uint64
-	pending      []Pending
-	out          []int
-	m            Metrics
-	stopped      bool
-	stopping     bool
-	lastIdle     bool
-	stepped      bool
-	x            crossing // the byte wire (more than one process)
-	relayStopped bool
+	comm        Comm
+	proc, procs int // this process, processes
+	first       int // the global index of ranks[0]
+	local       []RankState
+	wire        Exchange
+	states      []RankState
+	me          ProcState
+	ps          []ProcState
+	loads       Loads
+	queue       []*Handle
+	reqs        []*executor.Request
+	ids         []uint64
+	pending     []Pending
+	out         []int
+	m           Metrics
+	stopped     bool
+	stopping    bool
+	lastIdle    bool
+	stepped     bool
+	x           crossing // the byte wire (more than one process)
 
 	mu       sync.Mutex // guards the fields below
 	incoming []*Handle
@@ -568,19 +567,11 @@ func (d *Deployment) hand(n int) {
 		if r < 0 {
 			continue
 		}
-		rm := &d.m.Ranks[r]
-		rm.Routed++
-		rm.RoutedTokens += uint64(d.pending[j].Tokens)
-		d.m.Routed++
-		owner := r / L
-		switch {
+		switch owner := r / L; {
 		case d.proc == 0 && owner == 0:
 			h := d.queue[j]
 			s, err := d.ranks[r].Submit(h.ctx, h.req)
 			if err != nil {
-				d.m.Routed--
-				rm.Routed--
-				rm.RoutedTokens -= uint64(d.pending[j].Tokens)
 				d.m.Refused++
 				h.finish(nil, r, fmt.Errorf("adp: rank %d refused the request: %w", r, err))
 				continue
@@ -592,6 +583,12 @@ func (d *Deployment) hand(n int) {
 		case owner == d.proc:
 			d.x.serve(d, d.ranks[r-d.first], d.ids[j], d.reqs[j])
 		}
+		// Routed on every process alike (a refusal elsewhere than here
+		// travels back as an aborted stream, not as a count).
+		rm := &d.m.Ranks[r]
+		rm.Routed++
+		rm.RoutedTokens += uint64(d.pending[j].Tokens)
+		d.m.Routed++
 	}
 	if d.proc != 0 {
 		return

@@ -532,7 +532,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			if err := printWorld(world, io.Discard, line, ""); err != nil {
 				return err
 			}
-			return serveRank(ctx, eng, world, log)
+			return serveRank(eng, world, log)
 		}
 		defer func() {
 			if err != nil { // a peer may wait in a collective for this process
@@ -608,11 +608,10 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 // its rank steps with the others until process 0 stops the deployment (its
 // own signals are left to process 0, which drains first); a failure ends
 // the whole job, since the peers may be waiting in a collective for it.
-func serveRank(ctx context.Context, eng interface {
+func serveRank(eng interface {
 	Run(context.Context) error
 	Check() error
 }, world *mpi.World, log *slog.Logger) error {
-	_ = ctx // the deployment stops when process 0 does
 	log.Debug("rank serving", slog.Int("rank", world.Rank()))
 	err := eng.Run(context.Background())
 	if err == nil {

@@ -88,6 +88,24 @@ func runMPI(tb testing.TB, np int, mode string, env ...string) (string, error) {
 	return string(out), err
 }
 
+// requireEveryRankOK checks that each of the np ranks printed "rank N ok"
+// exactly once in out.
+func requireEveryRankOK(t *testing.T, out string, np int) {
+	t.Helper()
+	var ranks []int
+	for _, m := range rankOK.FindAllStringSubmatch(out, -1) {
+		r, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		ranks = append(ranks, r)
+	}
+	slices.Sort(ranks)
+	want := make([]int, np)
+	for i := range want {
+		want[i] = i
+	}
+	require.Equal(t, want, ranks, "every rank reports success exactly once:\n%s", out)
+}
+
 // TestMPICollectives runs every collective across 1, 3 and 4 processes (more
 // than the cores: oversubscribed) and checks each result exactly on every rank.
 func TestMPICollectives(t *testing.T) {
@@ -96,18 +114,7 @@ func TestMPICollectives(t *testing.T) {
 		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
 			out, err := runMPI(t, np, "collectives")
 			require.NoError(t, err, "mpirun -np %d:\n%s", np, out)
-			var ranks []int
-			for _, m := range rankOK.FindAllStringSubmatch(out, -1) {
-				r, err := strconv.Atoi(m[1])
-				require.NoError(t, err)
-				ranks = append(ranks, r)
-			}
-			slices.Sort(ranks)
-			want := make([]int, np)
-			for i := range want {
-				want[i] = i
-			}
-			require.Equal(t, want, ranks, "every rank reports success exactly once:\n%s", out)
+			requireEveryRankOK(t, out, np)
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"math"
 	"regexp"
 	"slices"
-	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -57,18 +56,7 @@ func TestMPIShardedMLP(t *testing.T) {
 		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
 			out, err := runMPI(t, np, "mlp-shard")
 			require.NoError(t, err, "mpirun -np %d:\n%s", np, out)
-			var ranks []int
-			for _, m := range rankOK.FindAllStringSubmatch(out, -1) {
-				r, err := strconv.Atoi(m[1])
-				require.NoError(t, err)
-				ranks = append(ranks, r)
-			}
-			slices.Sort(ranks)
-			want := make([]int, np)
-			for i := range want {
-				want[i] = i
-			}
-			require.Equal(t, want, ranks, "every rank reports success exactly once:\n%s", out)
+			requireEveryRankOK(t, out, np)
 			for _, m := range comparedLine.FindAllString(out, -1) {
 				t.Log(m)
 			}
