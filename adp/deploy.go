@@ -304,7 +304,7 @@ func New(cfg Config, ranks []Rank) (*Deployment, error) {
 	for i, r := range ranks {
 		r.State(&d.local[i])
 	}
-	if err := d.wire.Gather(d.comm, d.local, d.states, &d.me, d.ps); err != nil {
+	if err := d.wire.Gather(d.comm, d.local, d.states, &d.me, d.ps, false); err != nil {
 		return nil, err
 	}
 	total := 0
@@ -429,7 +429,9 @@ func (d *Deployment) Step() (idle bool, err error) {
 	d.x.poll(d)
 	d.me = ProcState{Queued: len(d.queue), Control: d.x.control(), Out: len(d.x.outbox), Open: d.x.open(), Stop: d.stopping}
 	d.enter("the gather's allgather (a peer has not entered it)")
-	if err := d.wire.Gather(d.comm, d.local, d.states, &d.me, d.ps); err != nil {
+	// After an idle iteration the gather waits for process 0 to get work,
+	// possibly for hours: it sleeps between polls instead of spinning.
+	if err := d.wire.Gather(d.comm, d.local, d.states, &d.me, d.ps, d.lastIdle); err != nil {
 		return false, err
 	}
 	if err := d.x.gatherOutput(d); err != nil {

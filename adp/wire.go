@@ -268,11 +268,21 @@ func (p *ProcState) set(src []int64) error {
 	return nil
 }
 
+// PatientCollective is a Collective whose allgather can wait without
+// spinning a core (dist/mpi's World polls a nonblocking one and sleeps).
+// Every process must choose it at the same point: MPI never matches a
+// nonblocking collective with a blocking one.
+type PatientCollective interface {
+	AllgatherInt64Patient(local, all []int64) error
+}
+
 // Gather is the deployment's gather: one allgather of every rank's counts
 // (local: this process's ranks, the same number on every process; all:
 // every rank, rank-major) and every process's own words (p: this
-// process's; ps: every process's, len c.Size()).
-func (x *Exchange) Gather(c Collective, local, all []RankState, p *ProcState, ps []ProcState) error {
+// process's; ps: every process's, len c.Size()). patient, decided alike
+// on every process, uses c's PatientCollective allgather when it has one:
+// for a gather that may wait long (the deployment was idle).
+func (x *Exchange) Gather(c Collective, local, all []RankState, p *ProcState, ps []ProcState, patient bool) error {
 	size, L := c.Size(), len(local)
 	if n := size * L; n != len(all) {
 		return fmt.Errorf("adp: %d processes × %d local ranks = %d, but the deployment has %d ranks", size, L, n, len(all))
@@ -287,7 +297,11 @@ func (x *Exchange) Gather(c Collective, local, all []RankState, p *ProcState, ps
 		local[i].PutCounts(x.local[i*CountWords : (i+1)*CountWords])
 	}
 	p.put(x.local[L*CountWords:])
-	if err := c.AllgatherInt64(x.local, x.all); err != nil {
+	gather := c.AllgatherInt64
+	if pc, ok := c.(PatientCollective); ok && patient {
+		gather = pc.AllgatherInt64Patient
+	}
+	if err := gather(x.local, x.all); err != nil {
 		return fmt.Errorf("adp: gather: %w", err)
 	}
 	var errs []error

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,4 +148,54 @@ func timeIters(t *testing.T, w *World, n int, f func() error) float64 {
 		require.NoError(t, f())
 	}
 	return float64(time.Since(start).Nanoseconds()) / float64(n)
+}
+
+// idleWait is how long rank 0 keeps the others waiting in
+// TestMPIIdleGatherCPU's gathers.
+const idleWait = 500 * time.Millisecond
+
+var idleCPULine = regexp.MustCompile(`(?m)^rank (\d+) (blocking|patient) wait cpu (\S+) of wall (\S+)$`)
+
+// TestMPIIdleGatherCPU: while rank 0 keeps them waiting, the other ranks
+// burn a core in the blocking allgather (MPI polls) and next to none in
+// the patient one (it sleeps between polls). The CPU times are logged, not
+// asserted (they are the machine's); the gathers' results are checked.
+func TestMPIIdleGatherCPU(t *testing.T) {
+	mpirunPath(t)
+	out, err := runMPI(t, 2, "idle-cpu")
+	require.NoError(t, err, out)
+	ms := idleCPULine.FindAllStringSubmatch(out, -1)
+	require.Len(t, ms, 2, out)
+	for _, m := range ms {
+		t.Logf("rank %s, %s allgather waiting for rank 0: CPU %s in %s", m[1], m[2], m[3], m[4])
+	}
+}
+
+// idleCPUWorker: rank 1 waits idleWait for rank 0 in a blocking, then a
+// patient allgather, and reports its CPU time during each.
+func idleCPUWorker(t *testing.T, w *World) {
+	local, all := []int64{int64(w.Rank())}, make([]int64, w.Size())
+	for _, mode := range []string{"blocking", "patient"} {
+		require.NoError(t, w.Barrier())
+		if w.Rank() == 0 {
+			time.Sleep(idleWait)
+		}
+		cpu0, start := cpuTime(t), time.Now()
+		gather := w.AllgatherInt64
+		if mode == "patient" {
+			gather = w.AllgatherInt64Patient
+		}
+		require.NoError(t, gather(local, all))
+		require.Equal(t, []int64{0, 1}, all)
+		if w.Rank() == 1 {
+			fmt.Printf("rank 1 %s wait cpu %v of wall %v\n", mode, (cpuTime(t) - cpu0).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
+
+// cpuTime is this process's user + system CPU time.
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

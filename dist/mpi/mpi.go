@@ -31,6 +31,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/turnstile-llm/turnstile/internal/dl"
@@ -291,6 +292,26 @@ func (w *World) AllgatherInt64(local, all []int64) error {
 	}
 	return w.call("MPI_Allgather", func() C.int {
 		return C.tsm_allgather_int64(&w.t, ptr(local), C.int(len(local)), ptr(all))
+	})
+}
+
+// PatientPoll is the longest sleep between polls of AllgatherInt64Patient:
+// the most it adds to noticing that the last peer arrived.
+const PatientPoll = time.Millisecond
+
+// AllgatherInt64Patient is AllgatherInt64 for a gather that may wait long
+// (an idle deployment's ranks waiting for rank 0 to get work, possibly for
+// hours): it polls a nonblocking allgather (MPI_Iallgather, MPI_Test) and
+// sleeps between polls, up to PatientPoll, so the waiting thread sleeps
+// instead of spinning a core as MPI's blocking collectives do. MPI never
+// matches a nonblocking collective with a blocking one: every rank must
+// call AllgatherInt64Patient at the same point.
+func (w *World) AllgatherInt64Patient(local, all []int64) error {
+	if err := checkAllgather(w.size, len(local), len(all)); err != nil {
+		return err
+	}
+	return w.call("MPI_Iallgather", func() C.int {
+		return C.tsm_allgather_int64_patient(&w.t, ptr(local), C.int(len(local)), ptr(all), C.long(PatientPoll/time.Microsecond))
 	})
 }
 

@@ -163,7 +163,7 @@ func TestMPIWorker(t *testing.T) {
 		run, ok := map[string]func(*testing.T, *World){
 			"liveness": livenessWorker, "gather-route": gatherRouteWorker, "bench-gather-route": benchGatherRouteWorker,
 			"bench-allgather": benchAllgatherWorker, "bench-mlp": benchMLPWorker,
-			"mlp-shard": shardWorker, "deploy": deployWorker, "ladder": ladderWorker, "bench-step": benchStepWorker,
+			"mlp-shard": shardWorker, "idle-cpu": idleCPUWorker, "deploy": deployWorker, "ladder": ladderWorker, "bench-step": benchStepWorker,
 		}[mode]
 		if !ok {
 			t.Fatalf("%s=%q: unknown worker mode", workerEnv, mode)
@@ -198,6 +198,17 @@ func checkCollectives(t *testing.T, w *World) {
 	}
 	// A zero-length allgather is a valid no-op.
 	require.NoError(t, w.AllgatherInt64(nil, nil))
+	// The patient allgather gives the same result, also when rank 0 comes
+	// late (the others poll and sleep meanwhile).
+	if rank == 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	clear(all)
+	require.NoError(t, w.AllgatherInt64Patient(local, all))
+	for r := range size {
+		require.Equal(t, []int64{int64(r), -int64(r) - 1, 1<<40 + int64(r)}, all[r*3:r*3+3], "patient allgather: rank %d's block", r)
+	}
+	require.ErrorContains(t, w.AllgatherInt64Patient(local, all[:1]), "MPI_Allgather")
 
 	// Allgatherv with uneven counts, rank 1's being zero.
 	pattern := []int{2, 0, 3, 1}

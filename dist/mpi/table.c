@@ -35,6 +35,8 @@ int tsm_load(void *handle, tsm_mpi *t, const char **missing) {
 	    ENTRY(MPI_Allreduce),
 	    ENTRY(MPI_Reduce_scatter_block),
 	    ENTRY(MPI_Reduce_scatter),
+	    ENTRY(MPI_Iallgather),
+	    ENTRY(MPI_Test),
 	    HANDLE(comm_world, "ompi_mpi_comm_world"),
 	    HANDLE(dt_byte, "ompi_mpi_byte"),
 	    HANDLE(dt_float, "ompi_mpi_float"),

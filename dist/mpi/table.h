@@ -45,6 +45,9 @@ typedef struct {
 					tsm_handle);
 	int (*MPI_Reduce_scatter)(const void *, void *, const int *, tsm_handle, tsm_handle,
 				  tsm_handle);
+	int (*MPI_Iallgather)(const void *, int, tsm_handle, void *, int, tsm_handle, tsm_handle,
+			      tsm_handle *);
+	int (*MPI_Test)(tsm_handle *, int *, void *);
 
 	// Predefined handles: the addresses of the exported objects, not their values.
 	tsm_handle comm_world;     // MPI_COMM_WORLD: ompi_mpi_comm_world
