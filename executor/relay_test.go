@@ -35,3 +35,24 @@ func TestRelayStream(t *testing.T) {
 	require.ErrorContains(t, s.Relay(Delta{TokenIDs: []int32{1}}), "0 logprobs for 1 tokens")
 	require.ErrorContains(t, s.Relay(Delta{TokenIDs: []int32{1}, Logprobs: []float32{0}}), "0 top-logprob rows for 1 tokens")
 }
+
+// TestStreamEnded: Ended closes when the finish is recorded, before the
+// consumer reads anything, and not before.
+func TestStreamEnded(t *testing.T) {
+	s := NewRelayStream(sampling.DefaultParams())
+	require.NoError(t, s.Relay(Delta{Text: "a", TokenIDs: []int32{1}}))
+	select {
+	case <-s.Ended():
+		t.Fatal("Ended closed before the finish")
+	default:
+	}
+	require.NoError(t, s.Relay(Delta{Text: "b", TokenIDs: []int32{2}, FinishReason: FinishStop}))
+	select {
+	case <-s.Ended():
+	default:
+		t.Fatal("Ended still open after the finish, with nothing read")
+	}
+	d, err := s.Collect(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, "ab", d.Text)
+}

@@ -128,6 +128,9 @@ type Stream struct {
 	usage  Usage
 	final  bool // the last delta was delivered
 	notify chan struct{}
+	// ended is closed once the finish is recorded: the request no longer
+	// needs the engine, whether or not its consumer has read it.
+	ended chan struct{}
 }
 
 // streamPrealloc is the output (tokens) a stream buffers without allocating
@@ -138,7 +141,7 @@ const streamPrealloc = 64
 // buffers log-probabilities only when p asks for them, and p.TopLogprobs
 // alternatives per token.
 func newStream(p sampling.Params) *Stream {
-	s := &Stream{logprobs: p.Logprobs || p.TopLogprobs > 0, topN: p.TopLogprobs, notify: make(chan struct{}, 1)}
+	s := &Stream{logprobs: p.Logprobs || p.TopLogprobs > 0, topN: p.TopLogprobs, notify: make(chan struct{}, 1), ended: make(chan struct{})}
 	s.text = make([]byte, 0, 4*streamPrealloc)
 	s.ids = make([]int32, 0, streamPrealloc)
 	if s.logprobs {
@@ -164,6 +167,22 @@ func (s *Stream) Recv(ctx context.Context) (Delta, error) {
 			return Delta{}, ctx.Err()
 		}
 	}
+}
+
+// Ended is closed when the request's finish is recorded (its last token
+// produced, or it was aborted): the engine is done with it, though the
+// consumer may not have read the output yet. A front end that bounds the
+// requests in flight frees the request's place here, so a client that reads
+// slowly does not hold capacity the engine no longer uses.
+func (s *Stream) Ended() <-chan struct{} { return s.ended }
+
+// finishLocked records reason and u as the finish, once; s.mu is held.
+func (s *Stream) finishLocked(reason FinishReason, u Usage) {
+	if s.finish != FinishNone || reason == FinishNone {
+		return
+	}
+	s.finish, s.usage = reason, u
+	close(s.ended)
 }
 
 // TryRecv is Recv without blocking: ok is false when nothing is pending.
@@ -251,7 +270,7 @@ func (s *Stream) push(text []byte, id int32, lp float32, topIDs []int32, topLPs 
 func (s *Stream) end(text []byte, reason FinishReason, u Usage) {
 	s.mu.Lock()
 	s.text = append(s.text, text...)
-	s.finish, s.usage = reason, u
+	s.finishLocked(reason, u)
 	s.mu.Unlock()
 	s.wake()
 }
@@ -358,9 +377,7 @@ func (s *Stream) Relay(d Delta) error {
 			}
 		}
 	}
-	if d.FinishReason != FinishNone {
-		s.finish, s.usage = d.FinishReason, d.Usage
-	}
+	s.finishLocked(d.FinishReason, d.Usage)
 	s.mu.Unlock()
 	s.wake()
 	return nil
