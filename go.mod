@@ -8,6 +8,8 @@ require (
 	gonum.org/v1/plot v0.17.0
 )
 
+require golang.org/x/net v0.62.0 // indirect
+
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect

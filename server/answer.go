@@ -19,15 +19,18 @@ type answer struct {
 	model   string
 	tok     Tokenizer
 	offsets []int // per choice: text bytes sent so far (completions' text_offset)
+	// places frees a choice's in-flight place as soon as its last delta
+	// is read, before the client can see it.
+	places *hold
 }
 
-func (s *Server) newAnswer(j *job) *answer {
+func (s *Server) newAnswer(j *job, places *hold) *answer {
 	prefix := "cmpl-"
 	if j.chat {
 		prefix = "chatcmpl-"
 	}
 	return &answer{j: j, id: newID(prefix), created: time.Now().Unix(), model: s.cfg.Model,
-		tok: s.cfg.Tokenizer, offsets: make([]int, len(j.reqs))}
+		tok: s.cfg.Tokenizer, offsets: make([]int, len(j.reqs)), places: places}
 }
 
 func jsonEncoder(w io.Writer) *json.Encoder {
@@ -150,15 +153,26 @@ func abortedError() *APIError {
 		Message: "the request was aborted: the server is shutting down"}
 }
 
+// clientLeft reports whether ctx ended because the client went away (and
+// not because the drain deadline aborted it).
+func clientLeft(ctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), errShutdownAbort)
+}
+
 // whole collects every choice and answers one JSON response.
 func (s *Server) whole(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream) {
 	ds := make([]executor.Delta, len(streams))
 	for i, st := range streams {
 		d, err := st.Collect(ctx)
-		if err != nil || d.FinishReason == executor.FinishAbort {
-			writeError(w, abortedError()) // the client may be gone; then nobody reads it
+		if clientLeft(ctx) {
+			clientGone(w) // nobody reads an answer
 			return
 		}
+		if err != nil || d.FinishReason == executor.FinishAbort {
+			writeError(w, abortedError())
+			return
+		}
+		a.places.free(i)
 		ds[i] = d
 		s.observe(&d)
 	}
@@ -211,6 +225,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a *answer, s
 			empty := ""
 			if sse.send(chatResponse{ID: a.id, Object: "chat.completion.chunk", Created: a.created, Model: a.model,
 				Choices: []chatChoice{{Index: i, Delta: &chatOut{Role: "assistant", Content: &empty}}}}) != nil {
+				clientGone(w)
 				return
 			}
 		}
@@ -221,13 +236,16 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a *answer, s
 		select {
 		case ev = <-events:
 		case <-ctx.Done():
+			s.cut(ctx, w, sse)
 			return
 		}
 		if ev.err != nil {
-			return // ctx ended: the client is gone or the drain deadline passed
+			s.cut(ctx, w, sse) // ctx ended: the client is gone or the drain deadline passed
+			return
 		}
 		d := &ev.d
 		if d.FinishReason != executor.FinishNone {
+			a.places.free(ev.i)
 			final[ev.i] = *d
 			s.observe(d)
 			left--
@@ -249,6 +267,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a *answer, s
 					FinishReason: finishString(d.FinishReason)}}}
 		}
 		if sse.send(chunk) != nil {
+			clientGone(w)
 			return
 		}
 	}
@@ -261,10 +280,26 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a *answer, s
 				Choices: []chatChoice{}, Usage: u}
 		}
 		if sse.send(chunk) != nil {
+			clientGone(w)
 			return
 		}
 	}
-	_ = sse.done()
+	if sse.done() != nil {
+		clientGone(w)
+	}
+}
+
+// cut ends a stream whose context ended: a client that went away is
+// recorded as such; a stream the drain deadline aborted gets an error
+// event and [DONE], so its client knows it was cut.
+func (s *Server) cut(ctx context.Context, w http.ResponseWriter, sse *sseWriter) {
+	if clientLeft(ctx) {
+		clientGone(w)
+		return
+	}
+	if sse.send(abortedError().body()) != nil || sse.done() != nil {
+		clientGone(w)
+	}
 }
 
 // forward sends st's deltas to events until its last one or an error; it

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -33,6 +34,12 @@ func (k *keyring) enabled() bool { return len(k.digests) > 0 }
 func (k *keyring) check(r *http.Request) (string, *APIError) {
 	if !k.enabled() {
 		return "", nil
+	}
+	if n := len(r.Header.Values("Authorization")); n > 1 {
+		// Proxies and servers may disagree on which of several is the one;
+		// refusing keeps them from disagreeing about who is authenticated.
+		return "", &APIError{Status: http.StatusBadRequest, Type: errInvalidRequest, Code: "duplicate_authorization",
+			Message: fmt.Sprintf("%d Authorization headers: send exactly one", n)}
 	}
 	auth := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(auth, " ")

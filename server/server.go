@@ -7,24 +7,48 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/turnstile-llm/turnstile/executor"
+	"github.com/turnstile-llm/turnstile/internal/clock"
 )
 
 // Defaults for Config's zero values.
 const (
-	DefaultMaxBodyBytes = 16 << 20
-	DefaultMaxN         = 16
-	defaultMaxPrograms  = 1 << 16
+	DefaultMaxBodyBytes   = 16 << 20
+	DefaultMaxN           = 16
+	DefaultReadTimeout    = 30 * time.Second
+	DefaultWriteTimeout   = 30 * time.Second
+	DefaultIdleTimeout    = 60 * time.Second
+	DefaultMaxConnections = 1024
+	DefaultProgramIdleTTL = 30 * time.Minute
+	defaultMaxPrograms    = 1 << 16
 )
+
+// abortGrace bounds shutdown after the drain deadline: aborted handlers get
+// this long to send their last event, then their connections are closed,
+// and Serve waits this long again for the handlers to return.
+const abortGrace = 2 * time.Second
+
+// errShutdownAbort is the cause of the requests the drain deadline aborts
+// (a client that went away cancels with context.Canceled instead).
+var errShutdownAbort = errors.New("the server is shutting down: the drain deadline passed")
+
+// statusClientClosed is the outcome of a request whose client went away
+// before its answer was written (nginx's 499): logged and counted on its
+// own, never as a server error.
+const statusClientClosed = 499
 
 // Config configures a Server.
 type Config struct {
@@ -47,10 +71,74 @@ type Config struct {
 	// it requests get 429 with Retry-After. Required (> 0); serve uses 4×
 	// the engine's seats.
 	MaxInFlight int
+	// MaxProgramInFlight bounds, apart from MaxInFlight, the engine
+	// requests of program turns (requests with a program id): a turn may
+	// wait for its program's admission for as long as the policy says,
+	// and such waiting turns never take the places of requests that can
+	// run (0: MaxInFlight).
+	MaxProgramInFlight int
 	// MaxN bounds n, the choices per prompt (0: DefaultMaxN).
 	MaxN int
+	// ReadTimeout bounds reading one request's headers, and again its
+	// body (0: DefaultReadTimeout); a client slower than that gets 408.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds each write of an answer (every event of a
+	// stream): a client that takes nothing for this long is dropped and
+	// its requests aborted (0: DefaultWriteTimeout).
+	WriteTimeout time.Duration
+	// IdleTimeout bounds a keep-alive connection's wait for its next
+	// request (0: DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// MaxConnections bounds open client connections; more wait in the
+	// listen backlog until one closes (0: DefaultMaxConnections).
+	MaxConnections int
+	// MaxParsing bounds the requests whose bodies are read, parsed and
+	// tokenised at once, the only work done before the in-flight bounds
+	// apply (0: 2 × GOMAXPROCS, at least 4). A request waits for a place
+	// up to ReadTimeout, then gets 429.
+	MaxParsing int
+	// ProgramIdleTTL is how long the server's table of program ids keeps
+	// an id with nothing in flight (0: DefaultProgramIdleTTL).
+	ProgramIdleTTL time.Duration
+	// Clock is the time source of the program table (nil: the wall clock).
+	Clock clock.Clock
 	// Logger receives one line per request (nil: discard).
 	Logger *slog.Logger
+}
+
+// withDefaults fills cfg's zero values.
+func (cfg Config) withDefaults() Config {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&cfg.ReadTimeout, DefaultReadTimeout)
+	def(&cfg.WriteTimeout, DefaultWriteTimeout)
+	def(&cfg.IdleTimeout, DefaultIdleTimeout)
+	def(&cfg.ProgramIdleTTL, DefaultProgramIdleTTL)
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxN == 0 {
+		cfg.MaxN = DefaultMaxN
+	}
+	if cfg.MaxProgramInFlight == 0 {
+		cfg.MaxProgramInFlight = cfg.MaxInFlight
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.MaxParsing == 0 {
+		cfg.MaxParsing = max(4, 2*runtime.GOMAXPROCS(0))
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg
 }
 
 // Server is the OpenAI-compatible HTTP front of an Engine.
@@ -64,12 +152,15 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 
-	inFlightMu sync.Mutex
-	inFlight   int // engine requests in flight
+	// plain and program bound the engine requests in flight: those
+	// without and with a program id.
+	plain, program *bound
+	parsing        chan struct{} // a place per request being read, parsed and tokenised
+	handlers       sync.WaitGroup
 
 	draining atomic.Bool
 	cancelMu sync.Mutex
-	cancels  map[*context.CancelFunc]struct{} // in-flight requests, aborted when draining times out
+	cancels  map[*context.CancelCauseFunc]struct{} // in-flight requests, aborted when draining times out
 }
 
 // New builds a Server over eng. The chat template is compiled here, so a
@@ -86,27 +177,27 @@ func New(cfg Config, eng Engine) (*Server, error) {
 		return nil, fmt.Errorf("server: MaxInFlight %d: must be > 0", cfg.MaxInFlight)
 	case cfg.MaxN < 0 || cfg.MaxBodyBytes < 0:
 		return nil, fmt.Errorf("server: MaxN %d and MaxBodyBytes %d must be >= 0", cfg.MaxN, cfg.MaxBodyBytes)
+	case cfg.MaxProgramInFlight < 0 || cfg.MaxConnections < 0 || cfg.MaxParsing < 0:
+		return nil, fmt.Errorf("server: MaxProgramInFlight %d, MaxConnections %d and MaxParsing %d must be >= 0",
+			cfg.MaxProgramInFlight, cfg.MaxConnections, cfg.MaxParsing)
+	case cfg.ReadTimeout < 0 || cfg.WriteTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ProgramIdleTTL < 0:
+		return nil, fmt.Errorf("server: ReadTimeout %v, WriteTimeout %v, IdleTimeout %v and ProgramIdleTTL %v must be >= 0",
+			cfg.ReadTimeout, cfg.WriteTimeout, cfg.IdleTimeout, cfg.ProgramIdleTTL)
 	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.MaxN == 0 {
-		cfg.MaxN = DefaultMaxN
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.withDefaults()
 	tok := cfg.Tokenizer
 	chat, err := newChatTemplate(cfg.ChatTemplate, tok.Token(tok.BOS()), tok.Token(tok.EOS()))
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg, eng: eng, keys: newKeyring(cfg.APIKeys), progs: newPrograms(defaultMaxPrograms),
-		log: cfg.Logger, cancels: make(map[*context.CancelFunc]struct{}),
+		cfg: cfg, eng: eng, keys: newKeyring(cfg.APIKeys), progs: newPrograms(defaultMaxPrograms, cfg.ProgramIdleTTL, cfg.Clock),
+		log: cfg.Logger, cancels: make(map[*context.CancelCauseFunc]struct{}),
+		plain: &bound{max: cfg.MaxInFlight}, program: &bound{max: cfg.MaxProgramInFlight},
+		parsing: make(chan struct{}, cfg.MaxParsing),
 		parse: parser{tok: tok, chat: chat, lim: limits{
 			model: cfg.Model, maxContext: cfg.MaxContext, vocab: tok.VocabSize(),
-			maxN: cfg.MaxN, maxChoices: cfg.MaxInFlight,
+			maxN: cfg.MaxN, maxChoices: min(cfg.MaxInFlight, cfg.MaxProgramInFlight),
 		}},
 	}
 	s.metrics = newMetrics(eng, s.progs)
@@ -137,10 +228,17 @@ func New(cfg Config, eng Engine) (*Server, error) {
 // Handler is the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// statusWriter records the status code for logs and metrics.
+// statusWriter records the status code for logs and metrics, and gives
+// every write its deadline: a client that takes nothing for WriteTimeout
+// is dropped, whatever the handler is writing.
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	rc      *http.ResponseController
+	timeout time.Duration
+	code    int
+	// outcome, when set, is what the request is logged and counted as
+	// instead of code (statusClientClosed).
+	outcome int
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -154,27 +252,47 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
+	// An error only means the connection cannot take deadlines; the write
+	// then fails or succeeds on its own.
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
 	return w.ResponseWriter.Write(b)
 }
 
 // Unwrap lets http.ResponseController reach the connection's Flush.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// clientGone records that w's client went away before its answer was
+// complete.
+func clientGone(w http.ResponseWriter) {
+	if sw, ok := w.(*statusWriter); ok {
+		sw.outcome = statusClientClosed
+	}
+}
+
 // route registers h under pattern with logging and request counting.
 func (s *Server) route(pattern, endpoint string, h http.HandlerFunc) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		s.handlers.Add(1)
+		defer s.handlers.Done()
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
 		h(sw, r)
 		code := sw.code
 		if code == 0 {
 			code = http.StatusOK
 		}
-		s.metrics.requests.WithLabelValues(endpoint, fmt.Sprint(code)).Inc()
+		if sw.outcome != 0 {
+			code = sw.outcome
+		}
+		s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
 		if code < 300 && (endpoint == "completions" || endpoint == "chat") {
 			s.metrics.latency.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
 		}
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("method", r.Method),
+		msg := "request"
+		if code == statusClientClosed {
+			msg = "client closed the connection before the answer was complete"
+		}
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, msg, slog.String("method", r.Method),
 			slog.String("path", r.URL.Path), slog.Int("status", code), slog.Duration("duration", time.Since(start)),
 			slog.String("remote", r.RemoteAddr))
 	})
@@ -216,19 +334,19 @@ func (s *Server) handleDeleteProgram(w http.ResponseWriter, r *http.Request) {
 	if ok {
 		found, err = rel.ReleaseProgram(id)
 	}
-	if !ok || errors.Is(err, executor.ErrNoPrograms) {
-		s.progs.release(id)
-		writeError(w, &APIError{Status: http.StatusNotFound, Type: errInvalidRequest, Param: "id", Code: "not_supported",
-			Message: fmt.Sprintf("program %q: this engine does not track programs", id)})
-		return
-	}
-	if err != nil {
+	switch {
+	case !ok || errors.Is(err, executor.ErrNoPrograms):
+		// No program policy: the server's table is all there is of the
+		// program, and DELETE ends it there, answered like the policy's.
+		found = s.progs.release(id)
+	case err != nil:
 		writeError(w, &APIError{Status: http.StatusInternalServerError, Type: errServer, Message: fmt.Sprintf("program %q: %v", id, err)})
 		return
+	default:
+		// The engine's policy owns program state: its answer decides. The
+		// server's table only forgets its HTTP view of id.
+		s.progs.release(id)
 	}
-	// The engine's policy owns program state: its answer decides. The
-	// server's table only forgets its HTTP view of id.
-	s.progs.release(id)
 	if !found {
 		writeError(w, &APIError{Status: http.StatusNotFound, Type: errInvalidRequest, Param: "id", Code: "program_not_found",
 			Message: fmt.Sprintf("program %q is not known", id)})
@@ -243,13 +361,43 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v)
 }
 
-// readBody reads a request body of at most the configured size.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
+// checkJSON refuses a request body that does not say it is JSON: a
+// browser can send text/plain, form and multipart bodies to any origin
+// without a CORS preflight, application/json only after one.
+func checkJSON(r *http.Request) *APIError {
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && mt == "application/json" {
+		return nil
+	}
+	if ct == "" {
+		ct = "(none)"
+	}
+	return &APIError{Status: http.StatusUnsupportedMediaType, Type: errInvalidRequest, Code: "unsupported_media_type",
+		Message: fmt.Sprintf("Content-Type %s: this endpoint takes a JSON body; send Content-Type: application/json", ct)}
+}
+
+// readBody reads a request body of at most the configured size within
+// ReadTimeout of start.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, start time.Time) ([]byte, *APIError) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(start.Add(s.cfg.ReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err == nil {
+		// Cleared at once: the server's background read, which notices a
+		// client going away, must not time out during a long answer. On
+		// an error it stays: what is left of the body is discarded when
+		// the handler returns, and that must not wait on the client.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	var mbe *http.MaxBytesError
+	var ne net.Error
 	switch {
 	case errors.As(err, &mbe):
 		return nil, badRequest("", "request_too_large", "request body exceeds %d bytes", mbe.Limit)
+	case errors.As(err, &ne) && ne.Timeout():
+		return nil, &APIError{Status: http.StatusRequestTimeout, Type: errInvalidRequest, Code: "request_timeout",
+			Message: fmt.Sprintf("the request body took longer than %v to arrive", s.cfg.ReadTimeout)}
 	case err != nil:
 		return nil, badRequest("", "invalid_body", "reading the request body: %v", err)
 	}
@@ -264,6 +412,50 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	s.serveJob(w, r, s.parse.chatCompletion)
 }
 
+// readJob authenticates, reads and parses one request, holding a parsing
+// place meanwhile: reading, parsing and tokenising are all the work a
+// request costs before the in-flight bounds apply. (nil, nil) means the
+// client went away.
+func (s *Server) readJob(w http.ResponseWriter, r *http.Request, parse func([]byte) (*job, *APIError)) (*job, *APIError) {
+	start := time.Now()
+	// A refusal before the whole body is read closes the connection and
+	// ends its reads now: the server would otherwise read (and discard) up
+	// to 256 KiB of the rest of the body, unbounded in time, before it
+	// answered or let the connection go.
+	refuse := func(e *APIError) (*job, *APIError) {
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		return nil, e
+	}
+	salt, e := s.keys.check(r)
+	if e != nil {
+		return refuse(e)
+	}
+	if e := checkJSON(r); e != nil {
+		return refuse(e)
+	}
+	wait := time.NewTimer(s.cfg.ReadTimeout)
+	defer wait.Stop()
+	select {
+	case s.parsing <- struct{}{}:
+		defer func() { <-s.parsing }()
+	case <-wait.C:
+		return refuse(&APIError{Status: http.StatusTooManyRequests, Type: errRateLimit, Code: "server_busy", RetryAfter: 1,
+			Message: fmt.Sprintf("%d requests are being read and parsed; none finished within %v; retry later", s.cfg.MaxParsing, s.cfg.ReadTimeout)})
+	case <-r.Context().Done():
+		return nil, nil
+	}
+	body, e := s.readBody(w, r, start)
+	if e != nil {
+		return refuse(e)
+	}
+	j, e := parse(body)
+	if e == nil {
+		e = s.applyHeaders(j, r, salt)
+	}
+	return j, e
+}
+
 // serveJob authenticates, parses and admits one request, submits its
 // choices and answers them (streamed or whole).
 func (s *Server) serveJob(w http.ResponseWriter, r *http.Request, parse func([]byte) (*job, *APIError)) {
@@ -272,37 +464,33 @@ func (s *Server) serveJob(w http.ResponseWriter, r *http.Request, parse func([]b
 			Message: "the server is shutting down"})
 		return
 	}
-	salt, e := s.keys.check(r)
-	if e != nil {
+	j, e := s.readJob(w, r, parse)
+	switch {
+	case e != nil:
 		writeError(w, e)
 		return
-	}
-	body, e := s.readBody(w, r)
-	if e != nil {
-		writeError(w, e)
+	case j == nil:
+		clientGone(w)
 		return
 	}
-	j, e := parse(body)
-	if e == nil {
-		e = s.applyHeaders(j, r, salt)
+	b, what := s.plain, "requests"
+	if j.programID != "" {
+		b, what = s.program, "program turns"
 	}
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	if !s.acquire(len(j.reqs)) {
+	h, ok := b.hold(len(j.reqs))
+	if !ok {
 		writeError(w, &APIError{Status: http.StatusTooManyRequests, Type: errRateLimit, Code: "queue_full", RetryAfter: 1,
-			Message: fmt.Sprintf("the server has %d requests in flight; retry later", s.cfg.MaxInFlight)})
+			Message: fmt.Sprintf("the server has %d %s in flight; retry later", b.max, what)})
 		return
 	}
-	defer s.release(len(j.reqs))
+	defer h.freeAll()
 	if j.programID != "" {
 		s.progs.begin(j.programID)
 		defer s.endProgram(j)
 	}
 
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
 	s.track(&cancel, true)
 	defer s.track(&cancel, false)
 
@@ -310,13 +498,16 @@ func (s *Server) serveJob(w http.ResponseWriter, r *http.Request, parse func([]b
 	for i := range j.reqs {
 		st, err := s.eng.Submit(ctx, &j.reqs[i])
 		if err != nil {
-			cancel() // aborts the choices already submitted
+			cancel(nil) // aborts the choices already submitted
 			writeError(w, submitError(err))
 			return
 		}
 		streams[i] = st
+		// The place is the engine's: it is freed when the engine is done
+		// with the choice, even while this handler is still writing.
+		go h.freeWhen(i, st.Ended(), ctx.Done())
 	}
-	a := s.newAnswer(j)
+	a := s.newAnswer(j, h)
 	if j.stream {
 		s.stream(ctx, w, a, streams)
 	} else {
@@ -347,6 +538,10 @@ func (s *Server) applyHeaders(j *job, r *http.Request, keySalt string) *APIError
 	}
 	if j.programRelease && j.programID == "" {
 		return badRequest("program_release", "invalid_value", "program_release needs a program_id (or the X-Program-Id header)")
+	}
+	if j.programID != "" && len(j.reqs) > s.program.max {
+		return badRequest("n", "invalid_value", "%d sequences exceed this server's limit of %d program turns in flight",
+			len(j.reqs), s.program.max)
 	}
 	for i := range j.reqs {
 		rq := &j.reqs[i]
@@ -387,31 +582,11 @@ func submitError(err error) *APIError {
 	return badRequest("", "invalid_value", "%v", err)
 }
 
-// acquire takes n of the in-flight bound, or none when that would exceed the bound.
-func (s *Server) acquire(n int) bool {
-	s.inFlightMu.Lock()
-	defer s.inFlightMu.Unlock()
-	if s.inFlight+n > s.cfg.MaxInFlight {
-		return false
-	}
-	s.inFlight += n
-	return true
-}
+// InFlight is the number of engine requests the server has in flight, with
+// and without a program id.
+func (s *Server) InFlight() int { return s.plain.inFlight() + s.program.inFlight() }
 
-func (s *Server) release(n int) {
-	s.inFlightMu.Lock()
-	s.inFlight -= n
-	s.inFlightMu.Unlock()
-}
-
-// InFlight is the number of engine requests the server has in flight.
-func (s *Server) InFlight() int {
-	s.inFlightMu.Lock()
-	defer s.inFlightMu.Unlock()
-	return s.inFlight
-}
-
-func (s *Server) track(c *context.CancelFunc, add bool) {
+func (s *Server) track(c *context.CancelCauseFunc, add bool) {
 	s.cancelMu.Lock()
 	defer s.cancelMu.Unlock()
 	if add {
@@ -422,29 +597,39 @@ func (s *Server) track(c *context.CancelFunc, add bool) {
 }
 
 // abortAll cancels every request in flight; the engine aborts them by its
-// next step boundary.
+// next step boundary, and their answers end with an abort.
 func (s *Server) abortAll() int {
 	s.cancelMu.Lock()
 	defer s.cancelMu.Unlock()
 	for c := range s.cancels {
-		(*c)()
+		(*c)(errShutdownAbort)
 	}
 	return len(s.cancels)
 }
 
-// Serve answers HTTP on ln until ctx ends, then drains: it stops accepting,
-// lets requests in flight finish for up to drain, aborts the rest, and
-// returns nil once every handler has returned. /health answers 503 while
-// draining.
-func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
-	hs := &http.Server{
+// httpServer is the HTTP server Serve runs: its timeouts bound every
+// client (the body's read deadline and each write's are set per request).
+func (s *Server) httpServer() *http.Server {
+	return &http.Server{
 		Handler:           s.mux,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: s.cfg.ReadTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+}
+
+// Serve answers HTTP on ln (at most MaxConnections at once) until ctx
+// ends, then drains: it stops accepting, lets requests in flight finish
+// for up to drain, aborts the rest (their streams end with an error event
+// and [DONE]), closes the connections still open abortGrace later, and
+// returns once every handler has returned, or abortGrace after that. It
+// always returns within drain + 2 × abortGrace of ctx ending. /health
+// answers 503 while draining.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
+	hs := s.httpServer()
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(netutil.LimitListener(ln, s.cfg.MaxConnections)) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("server: %w", err)
@@ -458,9 +643,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	if errors.Is(err, context.DeadlineExceeded) {
 		n := s.abortAll()
 		s.log.Warn("drain deadline passed; aborting requests", slog.Int("requests", n))
-		err = hs.Shutdown(context.Background()) // handlers return promptly once aborted
+		gctx, cancel := context.WithTimeout(context.Background(), abortGrace)
+		err = hs.Shutdown(gctx)
+		cancel()
 		if errors.Is(err, net.ErrClosed) {
 			err = nil // the listener was closed by the first Shutdown
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			// A handler still blocked writes to a client that takes
+			// nothing: closing its connection ends the write.
+			s.log.Warn("closing connections that did not end after the abort", slog.Duration("grace", abortGrace))
+			if err = hs.Close(); errors.Is(err, net.ErrClosed) {
+				err = nil
+			}
+			s.waitHandlers(abortGrace)
 		}
 	}
 	if err != nil {
@@ -470,6 +666,19 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 		return fmt.Errorf("server: %w", err)
 	}
 	return nil
+}
+
+// waitHandlers waits up to d for every handler to return.
+func (s *Server) waitHandlers(d time.Duration) {
+	done := make(chan struct{})
+	go func() { s.handlers.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.log.Warn("handlers still running after their connections closed", slog.Duration("waited", d))
+	}
 }
 
 // newID is a random response id with prefix.

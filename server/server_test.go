@@ -328,6 +328,7 @@ func startStream(t *testing.T, e *env, ctx context.Context) (*http.Response, fun
 	body := `{"prompt":"Once","stream":true,"ignore_eos":true}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.ts.URL+"/v1/completions", strings.NewReader(body))
 	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := e.ts.Client().Do(req)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -430,7 +431,9 @@ func TestShutdownDrains(t *testing.T) {
 				require.True(t, strings.HasSuffix(string(rest), "data: [DONE]\n\n"))
 				require.Equal(t, uint64(1), e.eng.Snapshot().Finished)
 			} else {
-				require.NotContains(t, string(rest), "[DONE]")
+				// A stream the deadline cut says so: an error event, then [DONE].
+				require.Contains(t, string(rest), `"code":"aborted"`)
+				require.True(t, strings.HasSuffix(string(rest), "data: [DONE]\n\n"), "the cut stream ends with [DONE]: %q", rest)
 				require.Eventually(t, func() bool { return e.eng.Snapshot().Aborted == 1 }, 10*time.Second, time.Millisecond)
 			}
 			_, err = client.Post(url+"/v1/completions", "application/json", strings.NewReader(tc.body))
@@ -486,9 +489,21 @@ func TestPrograms(t *testing.T) {
 		}
 		return resp.StatusCode, out
 	}
+	// Without a program policy the server's table is the program: DELETE
+	// ends an id it knows and answers 404 for one it does not, and either
+	// way the table agrees with the answer.
 	code, out := del(e.srv, "p1")
-	require.Equal(t, http.StatusNotFound, code, "the sim engine does not track programs")
-	require.Equal(t, "not_supported", *out.Error.Code)
+	require.Equal(t, http.StatusNotFound, code, "p1 was never seen")
+	require.Equal(t, "program_not_found", *out.Error.Code)
+	resp := e.post(t, "/v1/completions", `{"prompt":"hi","max_tokens":2}`, "X-Program-Id", "p2")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp.Body.Close()
+	require.Equal(t, 1, e.srv.progs.size())
+	code, _ = del(e.srv, "p2")
+	require.Equal(t, http.StatusOK, code)
+	require.Zero(t, e.srv.progs.size(), "a DELETE that answers 200 forgets the id")
+	code, _ = del(e.srv, "p2")
+	require.Equal(t, http.StatusNotFound, code, "and a second DELETE finds nothing")
 
 	// An engine implementing ProgramReleaser gets the header's program,
 	// the release flag and DELETE.
@@ -496,7 +511,7 @@ func TestPrograms(t *testing.T) {
 	srv, err := New(e.srv.cfg, rel)
 	require.NoError(t, err)
 	e.ts.Config.Handler = srv.Handler()
-	resp := e.post(t, "/v1/completions", `{"prompt":"hi","max_tokens":2}`, "X-Program-Id", "agent-7", "X-Program-Release", "true")
+	resp = e.post(t, "/v1/completions", `{"prompt":"hi","max_tokens":2}`, "X-Program-Id", "agent-7", "X-Program-Release", "true")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	resp.Body.Close()
 	resp = e.post(t, "/v1/completions", `{"prompt":"hi","max_tokens":2,"program_id":"agent-8"}`)
