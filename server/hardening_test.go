@@ -461,6 +461,6 @@ func TestProgramTableExpires(t *testing.T) {
 	require.NoError(t, clk.Advance(time.Hour))
 	require.Equal(t, 1, srv.progs.size())
 	srv.progs.end("busy", false)
-	require.NoError(t, clk.Advance(time.Minute + time.Minute/8))
+	require.NoError(t, clk.Advance(time.Minute+time.Minute/8))
 	require.Zero(t, srv.progs.size())
 }

@@ -36,9 +36,13 @@ type Tokenizer interface {
 
 // Request-size limits beyond the configurable ones.
 const (
-	maxStops        = 16 // stop strings per request
+	maxStops        = 16   // stop strings per request
+	maxStopBytes    = 1024 // bytes per stop string
 	maxStopTokenIDs = 64
 )
+
+// maxTemperature is the top of OpenAI's documented temperature range [0, 2].
+const maxTemperature = 2
 
 // limits are what parsing checks requests against.
 type limits struct {
@@ -47,6 +51,59 @@ type limits struct {
 	vocab      int
 	maxN       int // most choices per prompt
 	maxChoices int // most engine requests one HTTP request may create
+	// maxPiece is the longest token piece in bytes (maxPieceBytes): text
+	// longer than maxContext*maxPiece bytes cannot fit the context and is
+	// refused before it is tokenized. New always sets it; 0 skips that
+	// byte pre-check (the exact token check still runs).
+	maxPiece int
+}
+
+// maxPieceBytes is the longest piece of tok's vocabulary in bytes, at least
+// 1. Every token Encode emits for text stands for at most that many of the
+// text's bytes (a piece is the text it covers; a byte-fallback or unknown
+// token covers one byte or character), so text of B bytes encodes to at
+// least B/maxPieceBytes tokens. (A byte the vocabulary can encode neither
+// as a byte token nor as unknown is dropped and breaks the bound; no
+// vocabulary the tokenizer loads for real models lacks both.)
+func maxPieceBytes(tok Tokenizer) int {
+	m := 1
+	for id := 0; id < tok.VocabSize(); id++ {
+		m = max(m, len(tok.Piece(int32(id))))
+	}
+	return m
+}
+
+// byteBound is the most bytes of text that can fit the context, or 0 when
+// unknown (lim.maxPiece unset).
+func (p *parser) byteBound() int {
+	if p.lim.maxPiece <= 0 || p.lim.maxContext <= 0 {
+		return 0
+	}
+	return p.lim.maxContext * p.lim.maxPiece
+}
+
+// checkBytes refuses text of n bytes (what names it) that surely exceeds
+// the context, before anything tokenizes or renders it: encoding costs
+// memory in proportion to the text, so an oversized prompt must not get
+// that far.
+func (p *parser) checkBytes(param, what string, n int) *APIError {
+	bound := p.byteBound()
+	if bound == 0 || n <= bound {
+		return nil
+	}
+	return badRequest(param, "context_length_exceeded",
+		"%s is %d bytes: more than the model's context of %d tokens can hold (at most %d bytes: %d tokens × %d bytes per token at most); nothing was tokenized",
+		what, n, p.lim.maxContext, bound, p.lim.maxContext, p.lim.maxPiece)
+}
+
+// checkPromptTokens is the exact context check of prompt i, n tokens long.
+func (p *parser) checkPromptTokens(i, n int) *APIError {
+	if n < p.lim.maxContext {
+		return nil
+	}
+	return badRequest("prompt", "context_length_exceeded",
+		"prompt %d is %d tokens, but the model's context is %d tokens (at least one must be left to generate)",
+		i, n, p.lim.maxContext)
 }
 
 // maxCompletionLogprobs bounds the legacy completions logprobs field
@@ -77,32 +134,170 @@ type parser struct {
 	chat *chatTemplate
 }
 
-// decode unmarshals body into v, mapping failures to 400 errors that name
-// the field. body must be valid UTF-8 (JSON's encoding; the standard decoder
-// would silently replace bad bytes).
+// completionBody and chatBody shadow the fields whose elements are decoded
+// one at a time, so that an error names the element's index and a long
+// list is refused after its first elements instead of decoded whole.
+type completionBody struct {
+	completionRequest
+	StopTokenIDs json.RawMessage `json:"stop_token_ids"`
+}
+
+type chatBody struct {
+	chatRequest
+	Messages     json.RawMessage `json:"messages"`
+	StopTokenIDs json.RawMessage `json:"stop_token_ids"`
+}
+
+// decode unmarshals body, which must hold a JSON object, into v, mapping
+// failures to 400 errors that name the field. body must be valid UTF-8
+// (JSON's encoding; the standard decoder would silently replace bad bytes).
 func decode(body []byte, v any) *APIError {
 	if !utf8.Valid(body) {
 		return badRequest("", "invalid_utf8", "request body is not valid UTF-8")
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
 		return badRequest("", "invalid_json", "request body is empty; expected a JSON object")
 	}
-	err := json.Unmarshal(body, v)
+	// Unmarshal of null into a struct succeeds doing nothing, which would
+	// report the first missing field instead of the wrong body.
+	if trimmed[0] != '{' && json.Valid(trimmed) {
+		return badRequest("", "invalid_json", "request body must be a JSON object, got %s", jsonValueKind(trimmed))
+	}
+	return unmarshalAt(body, v, "")
+}
+
+// unmarshalAt unmarshals data into v; errors name the offending value by
+// its path under at (the API's name for data; "" for the request body).
+func unmarshalAt(data []byte, v any, at string) *APIError {
+	err := json.Unmarshal(data, v)
 	if err == nil {
 		return nil
 	}
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
-	case errors.As(err, &te) && te.Field == "":
-		return badRequest("", "invalid_json", "request body must be a JSON object, got a JSON %s", te.Value)
 	case errors.As(err, &te):
-		te.Field = strings.TrimPrefix(te.Field, "sharedFields.") // the embedded struct is not part of the API
-		return badRequest(te.Field, "invalid_type", "%s: expected %s, got a JSON %s", te.Field, jsonKind(te.Type.String()), te.Value)
+		param := joinParam(at, apiField(te.Field))
+		if param == "" {
+			return badRequest("", "invalid_json", "request body must be a JSON object, got a JSON %s", te.Value)
+		}
+		return badRequest(param, "invalid_type", "%s: expected %s, got a JSON %s", param, jsonKind(te.Type.String()), te.Value)
 	case errors.As(err, &se):
-		return badRequest("", "invalid_json", "malformed JSON at byte %d: %v", se.Offset, err)
+		return badRequest(at, "invalid_json", "malformed JSON at byte %d: %v", se.Offset, err)
 	default:
-		return badRequest("", "invalid_json", "malformed JSON: %v", err)
+		return badRequest(at, "invalid_json", "malformed JSON: %v", err)
+	}
+}
+
+// decodeElem decodes one array element into v (a pointer); unlike
+// Unmarshal, it refuses null rather than leaving v's zero value.
+func decodeElem(elem json.RawMessage, v any, at string) *APIError {
+	if string(bytes.TrimSpace(elem)) == "null" {
+		return badRequest(at, "invalid_type", "%s: expected %s, got null", at, jsonKind(fmt.Sprintf("%T", v)))
+	}
+	return unmarshalAt(elem, v, at)
+}
+
+// eachElem calls fn on each element of the JSON array raw, in order, until
+// fn returns an error. Elements are read one at a time, so a list refused
+// at its k-th element costs k elements' work, whatever its length. raw was
+// checked as JSON by the body's decode; elem is reused, fn must not keep
+// it.
+func eachElem(raw json.RawMessage, at string, fn func(i int, elem json.RawMessage) *APIError) *APIError {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		return badRequest(at, "invalid_type", "%s: expected an array, got %s", at, jsonValueKind(raw))
+	}
+	var elem json.RawMessage
+	for i := 0; dec.More(); i++ {
+		if err := dec.Decode(&elem); err != nil {
+			return badRequest(at, "invalid_json", "%s[%d]: malformed JSON: %v", at, i, err)
+		}
+		if e := fn(i, elem); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// tokenIDs decodes a JSON array of token ids; errors name the element as
+// at[k].
+func tokenIDs(raw json.RawMessage, at string) ([]int32, *APIError) {
+	if !isArray(raw) {
+		var ids []int32
+		return nil, decodeElem(raw, &ids, at)
+	}
+	// One Unmarshal is the fast path; only a failure, or a null (which
+	// Unmarshal reads as id 0), walks the elements to name the bad one.
+	var ids []int32
+	err := json.Unmarshal(raw, &ids)
+	if err == nil && !bytes.Contains(raw, []byte("null")) {
+		return ids, nil
+	}
+	if e := eachElem(raw, at, func(k int, elem json.RawMessage) *APIError {
+		var id int32
+		return decodeElem(elem, &id, fmt.Sprintf("%s[%d]", at, k))
+	}); e != nil {
+		return nil, e
+	}
+	if err != nil {
+		return nil, unmarshalAt(raw, &ids, at)
+	}
+	return ids, nil
+}
+
+func isArray(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && raw[0] == '['
+}
+
+// apiField strips the Go names of embedded structs, which
+// json.UnmarshalTypeError puts in Field but are not part of the API, from a
+// type error's field path.
+func apiField(field string) string {
+	embedded := [...]string{"completionRequest.", "chatRequest.", "sharedFields."}
+	for changed := true; changed; {
+		changed = false
+		for _, n := range embedded {
+			if rest, ok := strings.CutPrefix(field, n); ok {
+				field, changed = rest, true
+			}
+		}
+	}
+	return field
+}
+
+func joinParam(at, field string) string {
+	switch {
+	case at == "":
+		return field
+	case field == "":
+		return at
+	default:
+		return at + "." + field
+	}
+}
+
+// jsonValueKind names the JSON value raw (valid JSON) holds, for errors.
+func jsonValueKind(raw []byte) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '{':
+		return "a JSON object"
+	case '[':
+		return "a JSON array"
+	case '"':
+		return "a JSON string"
+	case 't', 'f':
+		return "a JSON boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a JSON number"
 	}
 }
 
@@ -127,8 +322,12 @@ func jsonKind(goType string) string {
 
 // completion parses a POST /v1/completions body.
 func (p *parser) completion(body []byte) (*job, *APIError) {
-	var r completionRequest
-	if e := decode(body, &r); e != nil {
+	var b completionBody
+	if e := decode(body, &b); e != nil {
+		return nil, e
+	}
+	r := &b.completionRequest
+	if e := decodeStopTokenIDs(&r.sharedFields, b.StopTokenIDs); e != nil {
 		return nil, e
 	}
 	if e := p.checkModel(r.Model); e != nil {
@@ -157,32 +356,27 @@ func (p *parser) completion(body []byte) (*job, *APIError) {
 
 // chatCompletion parses a POST /v1/chat/completions body.
 func (p *parser) chatCompletion(body []byte) (*job, *APIError) {
-	var r chatRequest
-	if e := decode(body, &r); e != nil {
+	var b chatBody
+	if e := decode(body, &b); e != nil {
+		return nil, e
+	}
+	r := &b.chatRequest
+	if e := decodeStopTokenIDs(&r.sharedFields, b.StopTokenIDs); e != nil {
 		return nil, e
 	}
 	if e := p.checkModel(r.Model); e != nil {
 		return nil, e
 	}
-	if len(r.Messages) == 0 {
-		return nil, badRequest("messages", "invalid_value", "messages: at least one message is required")
-	}
-	msgs := make([]message, len(r.Messages))
-	for i, m := range r.Messages {
-		param := fmt.Sprintf("messages[%d]", i)
-		if _, ok := fallbackRoles[m.Role]; !ok {
-			return nil, badRequest(param+".role", "invalid_value",
-				"%s.role %q: must be one of system, developer, user, assistant, tool", param, m.Role)
-		}
-		text, e := messageText(m.Content, param+".content")
-		if e != nil {
-			return nil, e
-		}
-		msgs[i] = message{Role: m.Role, Content: text, Name: m.Name}
+	msgs, e := p.messages(b.Messages)
+	if e != nil {
+		return nil, e
 	}
 	text, bos, err := p.chat.render(msgs)
 	if err != nil {
 		return nil, badRequest("messages", "invalid_value", "messages: %v", err)
+	}
+	if e := p.checkBytes("messages", "the rendered prompt", len(text)); e != nil {
+		return nil, e
 	}
 	prompt := p.tok.Encode(text, bos || p.tok.AddBOS())
 	if len(prompt) == 0 {
@@ -205,6 +399,81 @@ func (p *parser) chatCompletion(body []byte) (*job, *APIError) {
 	return p.finish(j, &r.sharedFields, maxTok, param, [][]int32{prompt})
 }
 
+// decodeStopTokenIDs decodes stop_token_ids (absent or null: none) into f;
+// finish checks the count and the ids.
+func decodeStopTokenIDs(f *sharedFields, raw json.RawMessage) *APIError {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	ids, e := tokenIDs(raw, "stop_token_ids")
+	if e != nil {
+		e.Param = "stop_token_ids" // the message names the element
+		return e
+	}
+	f.StopTokenIDs = ids
+	return nil
+}
+
+// messages decodes and checks the chat messages. Their content is bounded
+// in bytes before the template renders it (rendering costs time and memory
+// in proportion to the conversation), assuming the template writes every
+// message's content, as common templates do.
+func (p *parser) messages(raw json.RawMessage) ([]message, *APIError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, badRequest("messages", "invalid_value", "messages: at least one message is required")
+	}
+	if raw[0] != '[' {
+		return nil, badRequest("messages", "invalid_type", "messages: expected an array, got %s", jsonValueKind(raw))
+	}
+	var msgs []message
+	content := 0
+	e := eachElem(raw, "messages", func(i int, elem json.RawMessage) *APIError {
+		// Every message takes at least one token (its role marker, at
+		// least), so more messages than the context cannot fit.
+		if p.lim.maxContext > 0 && i >= p.lim.maxContext {
+			return badRequest("messages", "context_length_exceeded",
+				"messages: more than %d messages, more than the model's context of %d tokens can hold", i, p.lim.maxContext)
+		}
+		m, e := p.message(i, elem)
+		if e != nil {
+			return e
+		}
+		content += len(m.Content)
+		msgs = append(msgs, m)
+		return nil
+	})
+	if e != nil {
+		return nil, e
+	}
+	if len(msgs) == 0 {
+		return nil, badRequest("messages", "invalid_value", "messages: at least one message is required")
+	}
+	if e := p.checkBytes("messages", "the messages' content", content); e != nil {
+		return nil, e
+	}
+	return msgs, nil
+}
+
+// message decodes messages[i].
+func (p *parser) message(i int, elem json.RawMessage) (message, *APIError) {
+	param := fmt.Sprintf("messages[%d]", i)
+	var m chatMessage
+	if e := decodeElem(elem, &m, param); e != nil {
+		return message{}, e
+	}
+	if _, ok := fallbackRoles[m.Role]; !ok {
+		return message{}, badRequest(param+".role", "invalid_value",
+			"%s.role %q: must be one of system, developer, user, assistant, tool", param, m.Role)
+	}
+	text, e := messageText(m.Content, param+".content")
+	if e != nil {
+		return message{}, e
+	}
+	return message{Role: m.Role, Content: text, Name: m.Name}, nil
+}
+
 // messageText flattens a message's content: a string, null, or a list of
 // text parts.
 func messageText(raw json.RawMessage, param string) (string, *APIError) {
@@ -221,7 +490,7 @@ func messageText(raw json.RawMessage, param string) (string, *APIError) {
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", badRequest(param, "invalid_type", "%s: expected a string or a list of content parts", param)
+		return "", badRequest(param, "invalid_type", "%s: expected a string or a list of content parts, got %s", param, jsonValueKind(raw))
 	}
 	var b strings.Builder
 	for i, pt := range parts {
@@ -242,71 +511,133 @@ func (p *parser) checkModel(name string) *APIError {
 		Message: fmt.Sprintf("model %q does not exist; this server serves %q", name, p.lim.model)}
 }
 
+// promptKinds is what a completions prompt may be.
+const promptKinds = "a string, a list of strings, a list of token ids or a list of lists of token ids"
+
 // prompts decodes the completions prompt: a string, a list of strings, a
 // list of token ids, or a list of lists of token ids. Text is encoded with a
 // leading BOS when the tokenizer asks for one; token ids are taken as they
-// are.
+// are. Lists are bounded before their elements are decoded or tokenized.
+// Errors keep param "prompt" and name the element in the message.
 func (p *parser) prompts(raw json.RawMessage) ([][]int32, *APIError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, badRequest("prompt", "missing", "prompt is required")
 	}
-	var texts []string
-	var ids [][]int32
 	switch raw[0] {
 	case '"':
 		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, badRequest("prompt", "invalid_type", "prompt: %v", err)
+		if e := unmarshalAt(raw, &s, "prompt"); e != nil {
+			return nil, e
 		}
-		texts = []string{s}
+		return p.encodePrompts([]string{s})
 	case '[':
-		var elems []json.RawMessage
-		if err := json.Unmarshal(raw, &elems); err != nil {
-			return nil, badRequest("prompt", "invalid_type", "prompt: %v", err)
-		}
-		if len(elems) == 0 {
-			return nil, badRequest("prompt", "invalid_value", "prompt: empty list")
-		}
-		// A failed Unmarshal may leave its target partly filled: decode
-		// into fresh variables and keep only the one that succeeded.
-		var strs []string
-		var one []int32
-		var many [][]int32
-		switch {
-		case json.Unmarshal(raw, &strs) == nil:
-			texts = strs
-		case json.Unmarshal(raw, &one) == nil:
-			ids = [][]int32{one}
-		case json.Unmarshal(raw, &many) == nil:
-			ids = many
-		default:
-			return nil, badRequest("prompt", "invalid_type",
-				"prompt: expected a string, a list of strings, a list of token ids or a list of lists of token ids")
-		}
+		return p.promptList(raw)
 	default:
-		return nil, badRequest("prompt", "invalid_type",
-			"prompt: expected a string, a list of strings, a list of token ids or a list of lists of token ids")
+		return nil, badRequest("prompt", "invalid_type", "prompt: expected %s, got %s", promptKinds, jsonValueKind(raw))
 	}
-	out := make([][]int32, 0, len(texts)+len(ids))
+}
+
+// promptList decodes a list prompt, which its first element's kind
+// decides: strings, lists of token ids, or token ids.
+func (p *parser) promptList(raw json.RawMessage) ([][]int32, *APIError) {
+	switch first := bytes.TrimSpace(raw[1:]); first[0] {
+	case ']':
+		return nil, badRequest("prompt", "invalid_value", "prompt: empty list")
+	case '"':
+		var texts []string
+		e := eachElem(raw, "prompt", func(i int, elem json.RawMessage) *APIError {
+			if e := p.checkPromptCount(i); e != nil {
+				return e
+			}
+			var s string
+			if e := decodeElem(elem, &s, fmt.Sprintf("prompt[%d]", i)); e != nil {
+				e.Param = "prompt"
+				return e
+			}
+			texts = append(texts, s)
+			return nil
+		})
+		if e != nil {
+			return nil, e
+		}
+		return p.encodePrompts(texts)
+	case '[':
+		var out [][]int32
+		e := eachElem(raw, "prompt", func(i int, elem json.RawMessage) *APIError {
+			if e := p.checkPromptCount(i); e != nil {
+				return e
+			}
+			toks, e := p.promptIDs(i, elem)
+			if e != nil {
+				return e
+			}
+			out = append(out, toks)
+			return nil
+		})
+		if e != nil {
+			return nil, e
+		}
+		return out, nil
+	default:
+		toks, e := p.promptIDs(0, raw)
+		if e != nil {
+			return nil, e
+		}
+		return [][]int32{toks}, nil
+	}
+}
+
+// checkPromptCount refuses a list's prompt i when it is one too many: each
+// prompt makes at least one choice (n >= 1; finish checks n × prompts).
+func (p *parser) checkPromptCount(i int) *APIError {
+	if i < p.lim.maxChoices {
+		return nil
+	}
+	return badRequest("prompt", "invalid_value",
+		"prompt: more than %d prompts; this server makes at most %d sequences per request (prompts × n)", i, p.lim.maxChoices)
+}
+
+// promptIDs decodes and checks prompt i given as token ids.
+func (p *parser) promptIDs(i int, raw json.RawMessage) ([]int32, *APIError) {
+	toks, e := tokenIDs(raw, fmt.Sprintf("prompt[%d]", i))
+	if e != nil {
+		e.Param = "prompt"
+		return nil, e
+	}
+	if len(toks) == 0 {
+		return nil, badRequest("prompt", "invalid_value", "prompt[%d]: empty list of token ids", i)
+	}
+	if e := p.checkPromptTokens(i, len(toks)); e != nil {
+		return nil, e
+	}
+	for k, t := range toks {
+		if t < 0 || int(t) >= p.lim.vocab {
+			return nil, badRequest("prompt", "invalid_value", "prompt[%d][%d]: token %d outside the vocabulary [0, %d)", i, k, t, p.lim.vocab)
+		}
+	}
+	return toks, nil
+}
+
+// encodePrompts tokenizes text prompts after checking all of them against
+// the byte bound, so a refused request tokenizes nothing.
+func (p *parser) encodePrompts(texts []string) ([][]int32, *APIError) {
 	for i, s := range texts {
 		if s == "" {
 			return nil, badRequest("prompt", "invalid_value", "prompt[%d]: empty string", i)
 		}
+		if e := p.checkBytes("prompt", fmt.Sprintf("prompt[%d]", i), len(s)); e != nil {
+			return nil, e
+		}
+	}
+	out := make([][]int32, 0, len(texts))
+	for i, s := range texts {
 		toks := p.tok.Encode(s, p.tok.AddBOS())
 		if len(toks) == 0 {
 			return nil, badRequest("prompt", "invalid_value", "prompt[%d]: encodes to no tokens", i)
 		}
-		out = append(out, toks)
-	}
-	for i, toks := range ids {
-		if len(toks) == 0 {
-			return nil, badRequest("prompt", "invalid_value", "prompt[%d]: empty list of token ids", i)
-		}
-		for k, t := range toks {
-			if t < 0 || int(t) >= p.lim.vocab {
-				return nil, badRequest("prompt", "invalid_value", "prompt[%d][%d]: token %d outside the vocabulary [0, %d)", i, k, t, p.lim.vocab)
-			}
+		if e := p.checkPromptTokens(i, len(toks)); e != nil {
+			return nil, e
 		}
 		out = append(out, toks)
 	}
@@ -328,10 +659,8 @@ func (p *parser) finish(j *job, f *sharedFields, maxTok *int, param string, prom
 			len(prompts), n, n*len(prompts), p.lim.maxChoices)
 	}
 	for i, pr := range prompts {
-		if len(pr) >= p.lim.maxContext {
-			return nil, badRequest("prompt", "context_length_exceeded",
-				"prompt %d is %d tokens, but the model's context is %d tokens (at least one must be left to generate)",
-				i, len(pr), p.lim.maxContext)
+		if e := p.checkPromptTokens(i, len(pr)); e != nil {
+			return nil, e
 		}
 	}
 	maxTokens := 0 // up to the context
@@ -394,6 +723,14 @@ func (p *parser) finish(j *job, f *sharedFields, maxTok *int, param string, prom
 func (p *parser) sampling(f *sharedFields) (sampling.Params, *APIError) {
 	ps := sampling.DefaultParams()
 	ps.Temperature = 1
+	if t := f.Temperature; t != nil && (*t < 0 || *t > maxTemperature) {
+		return ps, badRequest("temperature", "invalid_value", "temperature %v: must be in [0, %d]", *t, maxTemperature)
+	}
+	// 0 and -1 mean off; a larger k than the vocabulary is a client error
+	// (OpenAI-compatible servers refuse it too).
+	if k := f.TopK; k != nil && *k > p.lim.vocab {
+		return ps, badRequest("top_k", "invalid_value", "top_k %d: must be at most the vocabulary size %d (0 or -1 means off)", *k, p.lim.vocab)
+	}
 	type field struct {
 		name string
 		src  *float64
@@ -430,28 +767,53 @@ func (p *parser) sampling(f *sharedFields) (sampling.Params, *APIError) {
 }
 
 // stopStrings decodes stop: absent, null, a string or a list of strings.
+// Errors keep param "stop" and name the element in the message.
 func stopStrings(raw json.RawMessage) ([]string, *APIError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
-	var stops []string
-	if raw[0] == '"' {
+	switch raw[0] {
+	case '"':
 		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, badRequest("stop", "invalid_type", "stop: %v", err)
+		if e := unmarshalAt(raw, &s, "stop"); e != nil {
+			return nil, e
 		}
-		stops = []string{s}
-	} else if err := json.Unmarshal(raw, &stops); err != nil {
-		return nil, badRequest("stop", "invalid_type", "stop: expected a string or a list of strings")
-	}
-	if len(stops) > maxStops {
-		return nil, badRequest("stop", "invalid_value", "stop: %d strings, at most %d", len(stops), maxStops)
-	}
-	for i, s := range stops {
-		if s == "" {
-			return nil, badRequest("stop", "invalid_value", "stop[%d]: empty string", i)
+		if e := checkStop(0, s); e != nil {
+			return nil, e
 		}
+		return []string{s}, nil
+	case '[':
+		var stops []string
+		e := eachElem(raw, "stop", func(i int, elem json.RawMessage) *APIError {
+			if i >= maxStops {
+				return badRequest("stop", "invalid_value", "stop: more than %d strings, at most %d", i, maxStops)
+			}
+			var s string
+			if e := decodeElem(elem, &s, fmt.Sprintf("stop[%d]", i)); e != nil {
+				e.Param = "stop"
+				return e
+			}
+			stops = append(stops, s)
+			return checkStop(i, s)
+		})
+		if e != nil {
+			return nil, e
+		}
+		return stops, nil
+	default:
+		return nil, badRequest("stop", "invalid_type", "stop: expected a string or a list of strings, got %s", jsonValueKind(raw))
 	}
-	return stops, nil
+}
+
+// checkStop checks stop string i: not empty (it would match everywhere),
+// and bounded, as every sequence's output is scanned for it.
+func checkStop(i int, s string) *APIError {
+	switch {
+	case s == "":
+		return badRequest("stop", "invalid_value", "stop[%d]: empty string", i)
+	case len(s) > maxStopBytes:
+		return badRequest("stop", "invalid_value", "stop[%d]: %d bytes, at most %d", i, len(s), maxStopBytes)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,7 +12,7 @@ func testParser(t testing.TB, template string) *parser {
 	tok := storiesTokenizer(t)
 	chat, err := newChatTemplate(template, tok.Token(tok.BOS()), tok.Token(tok.EOS()))
 	require.NoError(t, err)
-	return &parser{tok: tok, chat: chat, lim: limits{model: testModel, maxContext: 64, vocab: tok.VocabSize(), maxN: 4, maxChoices: 8}}
+	return &parser{tok: tok, chat: chat, lim: limits{model: testModel, maxContext: 64, vocab: tok.VocabSize(), maxN: 4, maxChoices: 8, maxPiece: maxPieceBytes(tok)}}
 }
 
 func TestParseFields(t *testing.T) {
@@ -66,6 +67,16 @@ func FuzzParse(f *testing.F) {
 		`{"prompt":"x","logprobs":5}`, `{"prompt":"x","logprobs":-1}`,
 		`{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":20}`,
 		`{"messages":[{"role":"user","content":"hi"}],"top_logprobs":3}`,
+		// Bounds and element errors.
+		`1`, `"x"`, `true`, ` null `, `{"prompt":"hi","temperature":100}`, `{"prompt":"hi","temperature":2}`,
+		`{"prompt":"hi","top_k":100000}`, `{"prompt":"hi","top_k":512}`,
+		`{"prompt":"hi","stop":["a",1]}`, `{"prompt":"hi","stop":[null]}`, `{"prompt":"hi","stop_token_ids":[1,"x"]}`,
+		`{"prompt":"hi","stop_token_ids":[1,null]}`, `{"prompt":[1,null]}`, `{"prompt":[[1],null]}`, `{"prompt":["a",null]}`,
+		`{"prompt":["a","b","c","d","e","f","g","h","i"]}`, `{"prompt":[[1],[2],[3],[4],[5],[6],[7],[8],[9]]}`,
+		`{"messages":[{"role":1,"content":"hi"}]}`, `{"messages":[null]}`, `{"messages":[{"role":"user","content":"hi"},7]}`,
+		`{"prompt":"` + strings.Repeat("Once upon a time. ", 30) + `"}`,
+		`{"messages":[{"role":"user","content":"` + strings.Repeat("Once upon a time. ", 30) + `"}]}`,
+		`{"prompt":"hi","stop":"` + strings.Repeat("x", maxStopBytes+1) + `"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -99,7 +110,10 @@ func FuzzParse(f *testing.F) {
 				require.Equal(t, ps.Logprobs, j.logprobs)
 				for _, s := range r.Stop {
 					require.NotEmpty(t, s)
+					require.LessOrEqual(t, len(s), maxStopBytes)
 				}
+				require.LessOrEqual(t, ps.Temperature, float32(maxTemperature))
+				require.LessOrEqual(t, ps.TopK, p.lim.vocab)
 			}
 		}
 	})

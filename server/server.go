@@ -196,7 +196,7 @@ func New(cfg Config, eng Engine) (*Server, error) {
 		plain: &bound{max: cfg.MaxInFlight}, program: &bound{max: cfg.MaxProgramInFlight},
 		parsing: make(chan struct{}, cfg.MaxParsing),
 		parse: parser{tok: tok, chat: chat, lim: limits{
-			model: cfg.Model, maxContext: cfg.MaxContext, vocab: tok.VocabSize(),
+			model: cfg.Model, maxContext: cfg.MaxContext, vocab: tok.VocabSize(), maxPiece: maxPieceBytes(tok),
 			maxN: cfg.MaxN, maxChoices: min(cfg.MaxInFlight, cfg.MaxProgramInFlight),
 		}},
 	}
