@@ -118,12 +118,12 @@ func count(t *testing.T, srv *Server, code string) float64 {
 func (e *env) engSubmitted() uint64 { return e.eng.Snapshot().Submitted }
 
 // Finding 3: a client that never reads its stream no longer holds the
-// server's capacity once the engine is done with its requests, and it is
-// dropped after the write timeout.
+// server's capacity once the engine is done with its requests (its write
+// timeout is far away: the places are freed while it is still connected).
 func TestStalledReaderFreesCapacity(t *testing.T) {
 	const prompts = 64
 	e := newSimEnv(t, simOpts{mbs: 16, maxContext: 512, maxInFlight: prompts})
-	s := serveReal(t, e, time.Minute, func(c *Config) { c.WriteTimeout, c.MaxN = 500*time.Millisecond, prompts })
+	s := serveReal(t, e, 50*time.Millisecond, func(c *Config) { c.WriteTimeout, c.MaxN = time.Hour, prompts })
 	stalledStream(t, s.addr, prompts, 400)
 
 	require.Eventually(t, func() bool { return e.eng.Snapshot().Finished == prompts }, testwait.Bound, time.Millisecond,
@@ -133,6 +133,16 @@ func TestStalledReaderFreesCapacity(t *testing.T) {
 	resp := s.post(t, `{"prompt":"hi","max_tokens":2}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "a new request is served while the stalled client is connected")
 	resp.Body.Close()
+	require.Zero(t, count(t, s.srv, "499"), "the stalled client is still connected")
+}
+
+// Finding 6: a client that takes nothing is dropped after the write
+// timeout, and counted as a client close.
+func TestStalledReaderDropped(t *testing.T) {
+	const prompts = 64
+	e := newSimEnv(t, simOpts{mbs: 16, maxContext: 512, maxInFlight: prompts})
+	s := serveReal(t, e, time.Minute, func(c *Config) { c.WriteTimeout, c.MaxN = 300*time.Millisecond, prompts })
+	stalledStream(t, s.addr, prompts, 400)
 	require.Eventually(t, func() bool { return count(t, s.srv, "499") == 1 }, testwait.Bound, 5*time.Millisecond,
 		"the stalled client is dropped after the write timeout")
 }
@@ -362,7 +372,7 @@ func TestClientDisconnectIs499(t *testing.T) {
 func TestFinishedStreamFreesItsPlaceFirst(t *testing.T) {
 	e := newSimEnv(t, simOpts{maxInFlight: 1})
 	c := &http.Client{Timeout: testwait.Bound, Transport: &http.Transport{DisableKeepAlives: true}}
-	for i := range 200 {
+	for i := range 2000 {
 		resp, err := c.Post(e.ts.URL+"/v1/completions", "application/json",
 			strings.NewReader(`{"prompt":"hi","max_tokens":2,"stream":true,"ignore_eos":true}`))
 		require.NoError(t, err)

@@ -582,6 +582,10 @@ func submitError(err error) *APIError {
 	return badRequest("", "invalid_value", "%v", err)
 }
 
+// MaxParsing is the bound on requests read, parsed and tokenised at once
+// (Config.MaxParsing, its default resolved).
+func (s *Server) MaxParsing() int { return s.cfg.MaxParsing }
+
 // InFlight is the number of engine requests the server has in flight, with
 // and without a program id.
 func (s *Server) InFlight() int { return s.plain.inFlight() + s.program.inFlight() }

@@ -40,9 +40,16 @@ type serveOptions struct {
 	programs     programFlags
 	// chargeRetiring charges retiring requests (experiments only).
 	chargeRetiring bool
-	apiKeys        []string
+	apiKeys        []string // --api-key; validate adds --api-key-file's and TURNSTILE_API_KEY
+	apiKeyFile     string
 	maxQueue       int // 0: 4 × seats
-	drain          time.Duration
+	// maxProgramQueue bounds program turns in flight apart from maxQueue
+	// (0: maxQueue).
+	maxProgramQueue int
+	// The server's client bounds (server.Config; 0 takes its defaults).
+	readTimeout, writeTimeout, idleTimeout time.Duration
+	maxConnections                         int
+	drain                                  time.Duration
 	logFormat      string
 	logLevel       string
 	// getenv reads the launcher's environment (os.Getenv; tests fake it);
@@ -63,7 +70,8 @@ type serveOptions struct {
 func newServeOptions() serveOptions {
 	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, admission: "A",
 		programs: newProgramFlags(), drain: 30 * time.Second, logFormat: "text", logLevel: "info", getenv: os.Getenv,
-		dpWatchdog: time.Minute, shardMLP: true}
+		dpWatchdog: time.Minute, shardMLP: true, readTimeout: server.DefaultReadTimeout, writeTimeout: server.DefaultWriteTimeout,
+		idleTimeout: server.DefaultIdleTimeout, maxConnections: server.DefaultMaxConnections}
 }
 
 // serveEngineFlags are the engine flags serve registers.
@@ -74,6 +82,7 @@ const serveEngineFlags = flagModel | flagDevice | flagGPUFraction | flagMaxBatch
 // command line (set) take the arm's defaults (policy.DefaultConfig); the
 // policy validates them (policy.Config.Validate).
 type programFlags struct {
+	maxActive                                     int // 0: --max-batch-size
 	buffer, reserve                               int
 	actingWeight                                  float64
 	pauseThreshold, pauseTarget, resumeHysteresis float64
@@ -99,6 +108,7 @@ type programParam struct {
 // threshold before the target and hysteresis it bounds).
 func (p *programFlags) params() []programParam {
 	return []programParam{
+		{"max-active-programs", strconv.Itoa(p.maxActive), func(c *policy.Config) { c.MaxActive = p.maxActive }},
 		{"admission-buffer", strconv.Itoa(p.buffer), func(c *policy.Config) { c.Buffer = p.buffer }},
 		{"admission-reserve", strconv.Itoa(p.reserve), func(c *policy.Config) { c.Reserve = p.reserve }},
 		{"acting-token-weight", fmt.Sprint(p.actingWeight), func(c *policy.Config) { c.ActingTokenWeight = p.actingWeight }},
@@ -129,6 +139,9 @@ func newServeCmd() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
+			if err := o.addAPIKeys(); err != nil {
+				return err
+			}
 			return untilSignal(cmd, func(ctx context.Context) error { return runServe(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr(), nil) })
 		},
 	}
@@ -144,6 +157,7 @@ func newServeCmd() *cobra.Command {
 	f.BoolVar(&o.verifyPlacement, "verify-placement", o.verifyPlacement, "debug: every process hashes each iteration's placements and the job stops if any differs")
 	f.StringVar(&o.admission, "admission", o.admission, "program admission for requests with a program id: A or tokens (each program's tokens + a buffer), B or blocks (distinct shared KV blocks + a growth reserve), C or pausing (A with pause thresholds), or none")
 	p := &o.programs
+	f.IntVar(&p.maxActive, "max-active-programs", p.maxActive, "most programs ACTIVE at once; the others' turns wait (default: --max-batch-size)")
 	f.IntVar(&p.buffer, "admission-buffer", p.buffer, "tokens charged per ACTIVE program under A and C")
 	f.IntVar(&p.reserve, "admission-reserve", p.reserve, "tokens charged per ACTIVE program under B (growth headroom)")
 	f.Float64Var(&p.actingWeight, "acting-token-weight", p.actingWeight, "weight of a program's tokens between turns under A and C, in [0, 1]")
@@ -152,10 +166,16 @@ func newServeCmd() *cobra.Command {
 	f.Float64Var(&p.resumeHysteresis, "resume-hysteresis", p.resumeHysteresis, "resume while used + estimate <= threshold - this (C's default: 0.10)")
 	f.DurationVar(&p.agingTau, "aging-tau", p.agingTau, "aging of waiting programs: effective size = tokens / (1 + wait/tau); 0 disables")
 	f.DurationVar(&p.forcedResume, "forced-resume", p.forcedResume, "resume a waiting turn after this long even if it does not fit")
-	f.DurationVar(&p.lease, "program-lease", p.lease, "end a program after this long without a turn")
+	f.DurationVar(&p.lease, "program-lease", p.lease, "end a program after this long without a turn (with --admission none, the server forgets its id then)")
 	f.BoolVar(&o.chargeRetiring, "charge-retiring", o.chargeRetiring, "experiments only: charge retiring requests against admission and step budgets (what engines without the retiring rule do)")
-	f.StringArrayVar(&o.apiKeys, "api-key", o.apiKeys, "require 'Authorization: Bearer KEY' (repeatable; each key is its own cache tenant)")
+	f.StringArrayVar(&o.apiKeys, "api-key", o.apiKeys, "require 'Authorization: Bearer KEY' (repeatable; each key is its own cache tenant; visible in ps: prefer --api-key-file or "+apiKeyEnv+")")
+	f.StringVar(&o.apiKeyFile, "api-key-file", o.apiKeyFile, "read API keys from this file, one per line (blank lines and lines starting with # are skipped); adds to --api-key and "+apiKeyEnv)
 	f.IntVar(&o.maxQueue, "max-queue", o.maxQueue, "most requests in flight before 429 (default: 4 × seats)")
+	f.IntVar(&o.maxProgramQueue, "max-program-queue", o.maxProgramQueue, "most program turns (requests with a program id) in flight before 429, a bound apart from --max-queue, so turns waiting for admission never refuse other requests (default: --max-queue)")
+	f.DurationVar(&o.readTimeout, "read-timeout", o.readTimeout, "longest a client may take to send a request's headers, and again its body (408 beyond)")
+	f.DurationVar(&o.writeTimeout, "write-timeout", o.writeTimeout, "longest one write of an answer may wait on the client (every event of a stream): a client that reads nothing for this long is dropped and its requests aborted")
+	f.DurationVar(&o.idleTimeout, "idle-timeout", o.idleTimeout, "longest a keep-alive connection waits for its next request")
+	f.IntVar(&o.maxConnections, "max-connections", o.maxConnections, "most client connections open at once; more wait in the listen backlog")
 	f.DurationVar(&o.drain, "drain-timeout", o.drain, "on SIGINT/SIGTERM, how long requests in flight may finish")
 	f.StringVar(&o.logFormat, "log-format", o.logFormat, "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "log level: debug, info, warn or error")
@@ -174,6 +194,16 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("serve: --dp %d: must be in [1, %d]", o.dp, adp.MaxRanks)
 	case o.maxQueue < 0:
 		return fmt.Errorf("serve: --max-queue %d: must be >= 0", o.maxQueue)
+	case o.maxProgramQueue < 0:
+		return fmt.Errorf("serve: --max-program-queue %d: must be >= 0", o.maxProgramQueue)
+	case o.readTimeout <= 0:
+		return fmt.Errorf("serve: --read-timeout %v: must be > 0", o.readTimeout)
+	case o.writeTimeout <= 0:
+		return fmt.Errorf("serve: --write-timeout %v: must be > 0", o.writeTimeout)
+	case o.idleTimeout <= 0:
+		return fmt.Errorf("serve: --idle-timeout %v: must be > 0", o.idleTimeout)
+	case o.maxConnections < 1:
+		return fmt.Errorf("serve: --max-connections %d: must be >= 1", o.maxConnections)
 	case o.drain < 0:
 		return fmt.Errorf("serve: --drain-timeout %v: must be >= 0", o.drain)
 	case o.dpWatchdog < 0:
@@ -204,8 +234,8 @@ func (o *serveOptions) validate() error {
 		return err
 	}
 	for i, k := range o.apiKeys {
-		if strings.TrimSpace(k) == "" || strings.ContainsAny(k, " \t\r\n") {
-			return fmt.Errorf("serve: --api-key #%d: must be non-empty without whitespace", i+1)
+		if err := checkAPIKey(k, fmt.Sprintf("--api-key #%d", i+1)); err != nil {
+			return err
 		}
 	}
 	var lvl slog.Level
@@ -215,12 +245,58 @@ func (o *serveOptions) validate() error {
 	return nil
 }
 
+// apiKeyEnv names the environment variable holding an API key (vLLM reads
+// VLLM_API_KEY the same way): unlike --api-key, it is not shown by ps.
+const apiKeyEnv = "TURNSTILE_API_KEY"
+
+func checkAPIKey(k, where string) error {
+	if k == "" || strings.ContainsAny(k, " \t\r\n") {
+		return fmt.Errorf("serve: %s: an API key must be non-empty without whitespace", where)
+	}
+	return nil
+}
+
+// addAPIKeys adds the keys of --api-key-file and TURNSTILE_API_KEY to
+// --api-key's (serve runs it once, after validate); an error names the
+// source of the bad key.
+func (o *serveOptions) addAPIKeys() error {
+	if o.apiKeyFile != "" {
+		b, err := os.ReadFile(o.apiKeyFile)
+		if err != nil {
+			return fmt.Errorf("serve: --api-key-file: %w", err)
+		}
+		n := 0
+		for i, line := range strings.Split(string(b), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			if err := checkAPIKey(line, fmt.Sprintf("--api-key-file %s line %d", o.apiKeyFile, i+1)); err != nil {
+				return err
+			}
+			o.apiKeys = append(o.apiKeys, line)
+			n++
+		}
+		if n == 0 {
+			return fmt.Errorf("serve: --api-key-file %s: no keys in it", o.apiKeyFile)
+		}
+	}
+	if k := strings.TrimSpace(o.getenv(apiKeyEnv)); k != "" {
+		if err := checkAPIKey(k, apiKeyEnv); err != nil {
+			return err
+		}
+		o.apiKeys = append(o.apiKeys, k)
+	}
+	return nil
+}
+
 // programPolicy is the program policy the flags ask for (nil: none): the
 // arm's defaults with the parameters given on the command line. The policy
 // validates them (policy.Config.Validate, the one statement of its rules);
 // each given flag is applied and validated in turn, so an error names the
-// flag that made the configuration invalid. MaxActive is --max-batch-size
-// (the engine's MaxBatchSize, the most it accepts).
+// flag that made the configuration invalid. MaxActive is
+// --max-active-programs, by default --max-batch-size (one step's
+// sequences).
 func (o *serveOptions) programPolicy() (*policy.Config, error) {
 	if o.admission == "none" {
 		return nil, nil
@@ -264,7 +340,7 @@ type sizes struct {
 	blocks, kvTokens      int
 	context, vocab        int
 	batchSeqs, batchToks  int
-	maxQueue              int
+	maxQueue, maxPrograms int // in-flight bounds: requests, program turns
 	overlap               bool
 	admission, chatSource string
 	programs              *policy.Config
@@ -312,6 +388,10 @@ func (o *serveOptions) resolve(ctxLen, vocab int, device cuda.Selection) (sizes,
 	if s.maxQueue < o.maxBatchSize {
 		return s, fmt.Errorf("serve: --max-queue %d is less than --max-batch-size %d: batches could never fill", s.maxQueue, o.maxBatchSize)
 	}
+	s.maxPrograms = o.maxProgramQueue
+	if s.maxPrograms == 0 {
+		s.maxPrograms = s.maxQueue
+	}
 	return s, nil
 }
 
@@ -340,7 +420,7 @@ func (s sizes) print(w io.Writer, name, path string) error {
 		}
 		adm = fmt.Sprintf("%v for requests with a program id: %s per program, of %d tokens; at most %d ACTIVE programs;\n"+
 			"               pause above %g down to %g, resume below %g; aging tau %v, forced resume %v, lease %v",
-			c.Accounting, charge, s.kvTokens, s.batchSeqs, c.PauseThreshold, c.PauseTarget, c.PauseThreshold-c.ResumeHysteresis,
+			c.Accounting, charge, s.kvTokens, c.MaxActive, c.PauseThreshold, c.PauseTarget, c.PauseThreshold-c.ResumeHysteresis,
 			c.AgingTau, c.ForcedResume, c.Lease)
 	}
 	dev := s.device.String()
@@ -352,11 +432,11 @@ func (s sizes) print(w io.Writer, name, path string) error {
 		"  seats        %d = max-batch-size %d + overlap headroom %d (overlap %v)\n"+
 		"  KV cache     %d blocks × %d tokens = %d tokens\n"+
 		"  step budget  %d sequences, %d tokens\n"+
-		"  queue bound  %d requests in flight (429 beyond)\n"+
+		"  queue bound  %d requests in flight (429 beyond); program turns: %d of their own\n"+
 		"  admission    %s\n"+
 		"  chat         %s\n",
 		name, path, s.context, s.vocab, dev, s.seats, s.batchSeqs, s.headroom, s.overlap,
-		s.blocks, s.kvTokens/max(s.blocks, 1), s.kvTokens, s.batchSeqs, s.batchToks, s.maxQueue, adm, s.chatSource)
+		s.blocks, s.kvTokens/max(s.blocks, 1), s.kvTokens, s.batchSeqs, s.batchToks, s.maxQueue, s.maxPrograms, adm, s.chatSource)
 	return err
 }
 
@@ -548,10 +628,17 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	} else if err := sz.print(out, name, o.model); err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: tok, ChatTemplate: tmpl,
-		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, Logger: log}, eng)
+	scfg := server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: tok, ChatTemplate: tmpl,
+		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, MaxProgramInFlight: sz.maxPrograms,
+		ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: o.idleTimeout, MaxConnections: o.maxConnections,
+		ProgramIdleTTL: o.programs.lease, Logger: log}
+	srv, err := server.New(scfg, eng)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if _, err := fmt.Fprintf(out, "  clients      read timeout %v, write timeout %v, idle timeout %v; at most %d connections, %d requests read and parsed at once\n",
+		o.readTimeout, o.writeTimeout, o.idleTimeout, o.maxConnections, srv.MaxParsing()); err != nil {
+		return err
 	}
 	if o.dp > 1 && world == nil {
 		if _, err := fmt.Fprintf(out, "  ranks        %d attention-DP ranks (each: the seats, KV cache and step budget above; %d kernel workers)\n", o.dp, workers); err != nil {

@@ -263,6 +263,7 @@ func TestServeMPIKillRank(t *testing.T) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.url+"/v1/completions",
 			strings.NewReader(fmt.Sprintf(`{"prompt":"Once %d","max_tokens":1500,"ignore_eos":true,"temperature":0,"stream":true}`, i)))
 		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		first := make([]byte, 6)

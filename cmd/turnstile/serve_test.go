@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -56,6 +57,13 @@ func TestServeFlagErrors(t *testing.T) {
 		{"log format", []string{"--log-format", "xml"}, `--log-format "xml"`},
 		{"log level", []string{"--log-level", "loud"}, `--log-level "loud"`},
 		{"empty key", []string{"--api-key", ""}, "--api-key #1"},
+		{"max program queue", []string{"--max-program-queue", "-1"}, "serve: --max-program-queue -1: must be >= 0"},
+		{"max active programs", []string{"--max-active-programs", "0"}, "serve: --max-active-programs 0: policy: max active programs 0: must be > 0"},
+		{"read timeout", []string{"--read-timeout", "0s"}, "serve: --read-timeout 0s: must be > 0"},
+		{"write timeout", []string{"--write-timeout", "-1s"}, "serve: --write-timeout -1s: must be > 0"},
+		{"idle timeout", []string{"--idle-timeout", "0s"}, "serve: --idle-timeout 0s: must be > 0"},
+		{"max connections", []string{"--max-connections", "0"}, "serve: --max-connections 0: must be >= 1"},
+		{"key file missing", []string{"--api-key-file", "/no/such/keys"}, "serve: --api-key-file: open /no/such/keys"},
 		{"missing model", []string{"--model", "/no/such.gguf", "--port", "0"}, "/no/such.gguf"},
 		{"kv below context", []string{"--kv-cache-tokens", "100", "--port", "0"}, "serve: --kv-cache-tokens 112 is less than the model context of 2048 tokens"},
 		{"queue below batch", []string{"--max-queue", "2", "--port", "0"}, "--max-queue 2 is less than --max-batch-size 8"},
@@ -316,6 +324,7 @@ func TestServeProgramsRunSideBySide(t *testing.T) {
 		req, err := http.NewRequestWithContext(testwait.Ctx(t), http.MethodPost, url+"/v1/completions",
 			strings.NewReader(`{"prompt":"Once upon a time","max_tokens":8,"temperature":0}`))
 		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Program-Id", id)
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err, "program %s", id)
@@ -324,4 +333,86 @@ func TestServeProgramsRunSideBySide(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode, "program %s: %s", id, body)
 	}
+}
+
+// TestServeAPIKeySources: keys come from --api-key, --api-key-file (one per
+// line, comments and blank lines skipped) and TURNSTILE_API_KEY, so they
+// need not be on the command line where ps shows them; a bad key names its
+// source.
+func TestServeAPIKeySources(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return p
+	}
+	good := write("keys", "# tenants\nk-file-1\n\n  k-file-2  \n")
+	for _, tc := range []struct {
+		name, file, env string
+		want            []string
+		wantErr         string
+	}{
+		{"flag only", "", "", []string{"k-flag"}, ""},
+		{"file and env", good, "k-env", []string{"k-flag", "k-file-1", "k-file-2", "k-env"}, ""},
+		{"bad line", write("bad", "ok\nbad key\n"), "", nil, "line 2: an API key must be non-empty without whitespace"},
+		{"empty file", write("empty", "# none\n\n"), "", nil, "no keys in it"},
+		{"bad env", "", "a b", nil, "TURNSTILE_API_KEY: an API key must be non-empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := defaultServeOptions()
+			o.apiKeys, o.apiKeyFile = []string{"k-flag"}, tc.file
+			o.getenv = func(k string) string {
+				if k == apiKeyEnv {
+					return tc.env
+				}
+				return ""
+			}
+			err := o.addAPIKeys()
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, o.apiKeys)
+		})
+	}
+
+	// The environment's key is served.
+	o := defaultServeOptions()
+	o.getenv = func(k string) string {
+		if k == apiKeyEnv {
+			return "k-env"
+		}
+		return ""
+	}
+	require.NoError(t, o.addAPIKeys())
+	url, _, stop := serveInProcess(t, o)
+	defer func() { require.NoError(t, stop()) }()
+	for key, want := range map[string]int{"": http.StatusUnauthorized, "k-env": http.StatusOK} {
+		req, err := http.NewRequestWithContext(testwait.Ctx(t), http.MethodPost, url+"/v1/completions",
+			strings.NewReader(`{"prompt":"Once","max_tokens":2}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, "key %q", key)
+	}
+}
+
+// TestServeBannerStatesBounds: the start-up report states the ACTIVE cap in
+// force (--max-active-programs), the program turns' own bound and the
+// client bounds.
+func TestServeBannerStatesBounds(t *testing.T) {
+	o := defaultServeOptions()
+	o.programs.maxActive, o.programs.set = 3, map[string]bool{"max-active-programs": true}
+	o.maxProgramQueue, o.maxConnections = 7, 50
+	_, out, stop := serveInProcess(t, o)
+	require.NoError(t, stop())
+	require.Contains(t, out.String(), "at most 3 ACTIVE programs")
+	require.Contains(t, out.String(), "queue bound  32 requests in flight (429 beyond); program turns: 7 of their own")
+	require.Contains(t, out.String(), "clients      read timeout 30s, write timeout 30s, idle timeout 1m0s; at most 50 connections")
 }
