@@ -50,8 +50,8 @@ type serveOptions struct {
 	readTimeout, writeTimeout, idleTimeout time.Duration
 	maxConnections                         int
 	drain                                  time.Duration
-	logFormat      string
-	logLevel       string
+	logFormat                              string
+	logLevel                               string
 	// getenv reads the launcher's environment (os.Getenv; tests fake it);
 	// launch is what it said (checkLaunch).
 	getenv func(string) string
