@@ -7,7 +7,7 @@
 //	POST   /v1/completions       prompt: string, [string], [token ids] or [[token ids]]
 //	POST   /v1/chat/completions  messages rendered by the chat template
 //	GET    /v1/models            the one served model
-//	DELETE /v1/programs/{id}     end an agentic program (engines implementing ProgramReleaser)
+//	DELETE /v1/programs/{id}     end an agentic program
 //	GET    /health               200 while serving, 503 while draining
 //	GET    /metrics              Prometheus text format, names prefixed turnstile_
 //
@@ -27,12 +27,32 @@
 // Every check runs before anything is submitted, so a refused request
 // leaves the engine untouched. Errors are OpenAI's JSON
 // {"error": {"message", "type", "param", "code"}}: malformed JSON, wrong
-// types, invalid UTF-8, a body over Config.MaxBodyBytes, max_tokens ≤ 0 or
+// types (naming the element: messages[0].role), invalid UTF-8, a body that
+// is not a JSON object or is over Config.MaxBodyBytes, max_tokens ≤ 0 or
 // beyond the context, a prompt that leaves no room in the context and
-// out-of-range sampling values are 400 invalid_request_error; an unknown
-// model is 404; a missing or wrong API key 401 authentication_error; more
-// than Config.MaxInFlight engine requests in flight 429 rate_limit_error
-// with Retry-After.
+// sampling values outside OpenAI's ranges (temperature [0, 2], top_k at
+// most the vocabulary, stop strings at most 1024 bytes) are 400
+// invalid_request_error; a body that is not Content-Type application/json
+// is 415 (browsers send text/plain, form and multipart bodies cross-site
+// without a preflight); an unknown model is 404; a missing or wrong API key
+// 401 authentication_error, two Authorization headers 400; more than
+// Config.MaxInFlight engine requests in flight (Config.MaxProgramInFlight
+// for program turns, a bound of their own) 429 rate_limit_error with
+// Retry-After. A text prompt is bounded in bytes before it is tokenised
+// (context × the longest token piece), so refusing an oversized prompt
+// costs O(context) memory, not O(body).
+//
+// # Bounds on clients
+//
+// No client can hold what it does not use. A request's place in flight is
+// freed when the engine finishes it (executor.Stream.Ended), before its
+// client has read the answer. Headers, and again the body, must arrive
+// within Config.ReadTimeout (408 otherwise); each write of an answer must
+// be taken within Config.WriteTimeout, or the client is dropped and its
+// requests aborted; connections are bounded by Config.MaxConnections and
+// requests being read, parsed and tokenised at once by Config.MaxParsing. A
+// client that goes away before its answer is complete is logged and
+// counted as 499, never as a server error.
 //
 // # Chat template
 //
@@ -66,5 +86,12 @@
 // A client that disconnects cancels its request's context, which aborts it
 // in the engine by the next step boundary. Serve drains on shutdown: it
 // stops accepting, lets requests in flight finish up to a deadline, then
-// aborts the rest.
+// aborts the rest (a cut stream ends with an error event and [DONE]; a
+// whole answer is 503), closes the connections still open 2 s later and
+// returns at most 2 s after that, whatever the clients do.
+//
+// Without a program policy in the engine, the server's table of program
+// ids (for /metrics) is the program: DELETE /v1/programs/{id} ends an id it
+// knows (200) or answers 404 program_not_found, and ids idle for
+// Config.ProgramIdleTTL are forgotten.
 package server
