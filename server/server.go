@@ -233,9 +233,10 @@ func (s *Server) Handler() http.Handler { return s.mux }
 // is dropped, whatever the handler is writing.
 type statusWriter struct {
 	http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
-	code    int
+	rc          *http.ResponseController
+	timeout     time.Duration
+	deadlineSet time.Time // when the write deadline was last moved
+	code        int
 	// outcome, when set, is what the request is logged and counted as
 	// instead of code (statusClientClosed).
 	outcome int
@@ -252,9 +253,15 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
-	// An error only means the connection cannot take deadlines; the write
-	// then fails or succeeds on its own.
-	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	// The deadline moves at most every timeout/8 (setting it costs a timer
+	// reset in the poller, per event otherwise), so a write may wait
+	// between 7/8 of the timeout and all of it. An error only means the
+	// connection cannot take deadlines; the write then fails or succeeds
+	// on its own.
+	if now := time.Now(); now.Sub(w.deadlineSet) >= w.timeout/8 {
+		w.deadlineSet = now
+		_ = w.rc.SetWriteDeadline(now.Add(w.timeout))
+	}
 	return w.ResponseWriter.Write(b)
 }
 

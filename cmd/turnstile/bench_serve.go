@@ -124,8 +124,8 @@ const maxBenchClients = 4096
 
 // serveOptions is the in-process server: serve's defaults (newServeOptions)
 // with this command's engine flags, on a free loopback port, with quiet
-// logs, a shorter drain and a queue bound that admits every client (a 429
-// would be counted as an error).
+// logs, a shorter drain and queue and connection bounds that admit every
+// client (a 429 would be counted as an error).
 func (o *benchServeOptions) serveOptions() (serveOptions, error) {
 	so := newServeOptions()
 	so.engineFlags = o.engineFlags
@@ -135,6 +135,7 @@ func (o *benchServeOptions) serveOptions() (serveOptions, error) {
 		return serveOptions{}, fmt.Errorf("bench serve: %w", err)
 	}
 	so.port, so.maxQueue, so.drain, so.logLevel = 0, max(4*seats, slicesMax(o.clients)), 10*time.Second, "warn"
+	so.maxConnections = max(so.maxConnections, slicesMax(o.clients)) // every client's connection is served
 	so.dp = o.dp
 	if err := so.validate(); err != nil {
 		return serveOptions{}, fmt.Errorf("bench %w", err)
