@@ -25,6 +25,9 @@ func CublasLtCandidates(cudaHome string) []string {
 type CublasLt struct {
 	lib library
 	t   *C.tsc_cublaslt // C memory
+	// created: cublasLtCreate was called, so the library's static CUDA
+	// runtime may have started, and the library stays mapped (see Close).
+	created bool
 }
 
 // LoadCublasLt loads cuBLASLt from the first loadable of names, or by default
@@ -54,12 +57,18 @@ func (l *CublasLt) Path() string { return l.lib.name }
 // Version is cublasLtGetVersion (e.g. 120402 for 12.4.2).
 func (l *CublasLt) Version() int { return int(C.tsc_lt_version(l.t)) }
 
-// Close unloads the library; Gemms made from it must be destroyed first.
+// Close releases the table; Gemms made from it must be destroyed first.
+// Once a handle has been created the library stays mapped: dlclose would run
+// its static CUDA runtime's teardown, which calls into the driver, after the
+// device's primary context is released (as Driver keeps libcuda mapped once
+// cuInit has run).
 func (l *CublasLt) Close() {
 	if l.t != nil {
 		C.free(unsafe.Pointer(l.t))
 		l.t = nil
-		l.lib.close()
+		if !l.created {
+			l.lib.close()
+		}
 	}
 }
 
@@ -67,7 +76,21 @@ func (l *CublasLt) check(op string, r C.tsc_result) error {
 	if r == 0 {
 		return nil
 	}
-	return fmt.Errorf("cuda: %s: cublasStatus %d", op, int(r))
+	return fmt.Errorf("cuda: %s: %s", op, cublasStatusString(int(r)))
+}
+
+// cublasStatusString names a cublasStatus_t (cublas_api.h's values).
+func cublasStatusString(r int) string {
+	names := map[int]string{
+		0: "CUBLAS_STATUS_SUCCESS", 1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED",
+		7: "CUBLAS_STATUS_INVALID_VALUE", 8: "CUBLAS_STATUS_ARCH_MISMATCH", 11: "CUBLAS_STATUS_MAPPING_ERROR",
+		13: "CUBLAS_STATUS_EXECUTION_FAILED", 14: "CUBLAS_STATUS_INTERNAL_ERROR", 15: "CUBLAS_STATUS_NOT_SUPPORTED",
+		16: "CUBLAS_STATUS_LICENSE_ERROR",
+	}
+	if n, ok := names[r]; ok {
+		return fmt.Sprintf("%s (cublasStatus %d)", n, r)
+	}
+	return fmt.Sprintf("cublasStatus %d", r)
 }
 
 // DType is the element type of a GEMM input.
@@ -112,25 +135,36 @@ type gemmShape struct {
 	m, n, k int
 }
 
+// gemmPlan is one shape's descriptors and the algorithm cuBLASLt's
+// heuristic chose for them, asked once when the plan is made.
 type gemmPlan struct {
 	desc, la, lb, lc C.tsc_handle
+	algo             C.tsc_algo
 }
 
+// maxGemmPlans bounds the plans a Gemm keeps: eager steps have a new token
+// count (a new shape) almost every step, so an unbounded cache would grow
+// with every prompt length ever seen.
+const maxGemmPlans = 256
+
 // Gemm runs weight GEMMs y = x·Wᵀ through cuBLASLt on one device. It is made
-// and used through a Ctx, on the device thread; it caches one descriptor set per
-// shape, so steady-state calls do not allocate.
+// and used through a Ctx, on the device thread; it caches one descriptor set
+// and algorithm per shape (at most maxGemmPlans, the least recently used
+// dropped first), so steady-state calls neither allocate nor search.
 type Gemm struct {
 	lib    *CublasLt
 	handle C.tsc_handle
 	ws     DevicePtr
 	wsSize uint64
-	plans  map[gemmShape]gemmPlan
+	plans  *lru[gemmShape, gemmPlan]
 }
 
 // NewGemm creates a cuBLASLt handle and a workspace of wsBytes device bytes
 // (cuBLASLt suggests 4 MiB before Hopper and 32 MiB on Hopper).
 func (c Ctx) NewGemm(lib *CublasLt, wsBytes uint64) (*Gemm, error) {
-	g := &Gemm{lib: lib, wsSize: wsBytes, plans: map[gemmShape]gemmPlan{}}
+	g := &Gemm{lib: lib, wsSize: wsBytes}
+	g.plans = newLRU(maxGemmPlans, func(_ gemmShape, p gemmPlan) { g.destroyPlan(p) })
+	lib.created = true // even a failed create may have started its runtime
 	if err := lib.check("cublasLtCreate", C.tsc_lt_create(lib.t, &g.handle)); err != nil {
 		return nil, err
 	}
@@ -145,16 +179,23 @@ func (c Ctx) NewGemm(lib *CublasLt, wsBytes uint64) (*Gemm, error) {
 	return g, nil
 }
 
+// destroyPlan releases p's descriptors (those it has).
+func (g *Gemm) destroyPlan(p gemmPlan) {
+	t := g.lib.t
+	for _, h := range []C.tsc_handle{p.la, p.lb, p.lc} {
+		if h != nil {
+			C.tsc_lt_layout_destroy(t, h)
+		}
+	}
+	if p.desc != nil {
+		C.tsc_lt_desc_destroy(t, p.desc)
+	}
+}
+
 // DestroyGemm releases g's descriptors, workspace and handle.
 func (c Ctx) DestroyGemm(g *Gemm) error {
 	t := g.lib.t
-	for _, p := range g.plans {
-		C.tsc_lt_layout_destroy(t, p.la)
-		C.tsc_lt_layout_destroy(t, p.lb)
-		C.tsc_lt_layout_destroy(t, p.lc)
-		C.tsc_lt_desc_destroy(t, p.desc)
-	}
-	g.plans = nil
+	g.plans.clear()
 	var err error
 	if g.ws != 0 {
 		err = c.Free(g.ws)
@@ -165,25 +206,19 @@ func (c Ctx) DestroyGemm(g *Gemm) error {
 	return err
 }
 
-// plan builds (once per shape) the descriptors for row-major y[m][n] = x[m][k]·W[n][k]ᵀ.
-// cuBLASLt is column-major: row-major y is column-major yᵀ (n×m) = W·xᵀ, where
-// row-major W is column-major k×n (used transposed) and row-major x is
-// column-major k×m.
+// plan builds (once per shape) the descriptors for row-major y[m][n] =
+// x[m][k]·W[n][k]ᵀ and asks the heuristic for their algorithm. cuBLASLt is
+// column-major: row-major y is column-major yᵀ (n×m) = W·xᵀ, where row-major
+// W is column-major k×n (used transposed) and row-major x is column-major
+// k×m.
 func (g *Gemm) plan(s gemmShape) (gemmPlan, error) {
-	if p, ok := g.plans[s]; ok {
+	if p, ok := g.plans.get(s); ok {
 		return p, nil
 	}
 	t := g.lib.t
 	var p gemmPlan
 	fail := func(op string, r C.tsc_result) error {
-		for _, h := range []C.tsc_handle{p.la, p.lb, p.lc} {
-			if h != nil {
-				C.tsc_lt_layout_destroy(t, h)
-			}
-		}
-		if p.desc != nil {
-			C.tsc_lt_desc_destroy(t, p.desc)
-		}
+		g.destroyPlan(p)
 		return fmt.Errorf("gemm %s m=%d n=%d k=%d: %w", s.dt, s.m, s.n, s.k, g.lib.check(op, r))
 	}
 	if r := C.tsc_lt_desc_create(t, &p.desc, computeF32, C.int(F32)); r != 0 {
@@ -201,7 +236,15 @@ func (g *Gemm) plan(s gemmShape) (gemmPlan, error) {
 	if r := C.tsc_lt_layout_create(t, &p.lc, C.int(F32), C.uint64_t(s.n), C.uint64_t(s.m), C.int64_t(s.n)); r != 0 {
 		return p, fail("cublasLtMatrixLayoutCreate", r)
 	}
-	g.plans[s] = p
+	var found C.int
+	if r := C.tsc_lt_heuristic(t, g.handle, p.desc, p.la, p.lb, p.lc, C.size_t(g.wsSize), &p.algo, &found); r != 0 {
+		return p, fail("cublasLtMatmulAlgoGetHeuristic", r)
+	}
+	if found == 0 {
+		g.destroyPlan(p)
+		return p, fmt.Errorf("cuda: gemm %s m=%d n=%d k=%d: cuBLASLt found no algorithm within %d workspace bytes", s.dt, s.m, s.n, s.k, g.wsSize)
+	}
+	g.plans.put(s, p)
 	return p, nil
 }
 
@@ -219,16 +262,12 @@ func (c Ctx) MatmulWT(g *Gemm, dt DType, m, n, k int, x, w, y DevicePtr, s Strea
 		return err
 	}
 	alpha, beta := C.float(1), C.float(0)
-	var noAlgo C.int
 	r := C.tsc_matmul(g.lib.t, g.handle, p.desc, &alpha,
 		C.tsc_deviceptr(w), p.la, C.tsc_deviceptr(x), p.lb,
-		&beta, C.tsc_deviceptr(y), p.lc,
-		C.tsc_deviceptr(g.ws), C.size_t(g.wsSize), s.h, &noAlgo)
+		&beta, C.tsc_deviceptr(y), p.lc, &p.algo,
+		C.tsc_deviceptr(g.ws), C.size_t(g.wsSize), s.h)
 	if err := g.lib.check("cublasLtMatmul", r); err != nil {
 		return fmt.Errorf("gemm %s m=%d n=%d k=%d: %w", dt, m, n, k, err)
-	}
-	if noAlgo != 0 {
-		return fmt.Errorf("cuda: gemm %s m=%d n=%d k=%d: cuBLASLt found no algorithm within %d workspace bytes", dt, m, n, k, g.wsSize)
 	}
 	return nil
 }

@@ -128,7 +128,7 @@ tsc_result tsc_launch(const tsc_cuda *t, tsc_handle f, unsigned gx, unsigned gy,
 // cublasLtMatmulHeuristicResult_t: algo (8 x uint64), workspaceSize, state,
 // wavesCount, reserved[4]; the same layout in cuBLASLt 11 through 13.
 typedef struct {
-	uint64_t algo[8];
+	tsc_algo algo;
 	size_t workspace_size;
 	int state;
 	float waves;
@@ -137,13 +137,12 @@ typedef struct {
 
 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES (uint64_t).
 #define PREF_MAX_WORKSPACE_BYTES 1
+// CUBLAS_STATUS_NOT_SUPPORTED.
+#define STATUS_NOT_SUPPORTED 15
 
-tsc_result tsc_matmul(const tsc_cublaslt *t, tsc_handle lt, tsc_handle desc, const float *alpha,
-		      tsc_deviceptr a, tsc_handle la, tsc_deviceptr b, tsc_handle lb,
-		      const float *beta, tsc_deviceptr c, tsc_handle lc, tsc_deviceptr workspace,
-		      size_t ws_size,
-		      tsc_handle stream, int *no_algo) {
-	*no_algo = 0;
+tsc_result tsc_lt_heuristic(const tsc_cublaslt *t, tsc_handle lt, tsc_handle desc, tsc_handle la,
+			    tsc_handle lb, tsc_handle lc, size_t ws_size, tsc_algo *algo, int *found) {
+	*found = 0;
 	tsc_handle pref = NULL;
 	tsc_result r = t->cublasLtMatmulPreferenceCreate(&pref);
 	if (r != 0)
@@ -151,19 +150,26 @@ tsc_result tsc_matmul(const tsc_cublaslt *t, tsc_handle lt, tsc_handle desc, con
 	uint64_t ws = ws_size;
 	r = t->cublasLtMatmulPreferenceSetAttribute(pref, PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
 	heuristic h;
-	int found = 0;
+	int n = 0;
 	if (r == 0)
-		r = t->cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &h, &found);
+		r = t->cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &h, &n);
 	t->cublasLtMatmulPreferenceDestroy(pref);
-	if (r != 0)
+	if (r == STATUS_NOT_SUPPORTED && n == 0)
+		return 0; // no algorithm: *found stays 0
+	if (r != 0 || n == 0)
 		return r;
-	if (found == 0) {
-		*no_algo = 1;
-		return 0;
-	}
+	*algo = h.algo;
+	*found = 1;
+	return 0;
+}
+
+tsc_result tsc_matmul(const tsc_cublaslt *t, tsc_handle lt, tsc_handle desc, const float *alpha,
+		      tsc_deviceptr a, tsc_handle la, tsc_deviceptr b, tsc_handle lb,
+		      const float *beta, tsc_deviceptr c, tsc_handle lc, const tsc_algo *algo,
+		      tsc_deviceptr workspace, size_t ws_size, tsc_handle stream) {
 	// Device addresses become pointers only here, on the C side.
 	return t->cublasLtMatmul(lt, desc, alpha, (const void *)(uintptr_t)a, la,
 				 (const void *)(uintptr_t)b, lb, beta, (const void *)(uintptr_t)c, lc,
-				 (void *)(uintptr_t)c, lc, h.algo, (void *)(uintptr_t)workspace,
+				 (void *)(uintptr_t)c, lc, algo, (void *)(uintptr_t)workspace,
 				 ws_size, stream);
 }

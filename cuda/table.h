@@ -113,13 +113,24 @@ tsc_result tsc_launch(const tsc_cuda *t, tsc_handle f, unsigned gx, unsigned gy,
 		      unsigned bx, unsigned by, unsigned bz, unsigned shmem, tsc_handle stream,
 		      void *params, size_t size);
 
-// tsc_matmul asks cuBLASLt for its best algorithm within ws_size bytes of
-// workspace and runs D = alpha*op(A)*op(B) + beta*C with D in place of C. When the
-// heuristic finds no algorithm it returns 0 with *no_algo set to 1 and runs nothing.
+// tsc_algo is a cublasLtMatmulAlgo_t: an opaque 64-byte value.
+typedef struct {
+	uint64_t data[8];
+} tsc_algo;
+
+// tsc_lt_heuristic asks cuBLASLt for its best algorithm for the matmul desc
+// over layouts la, lb, lc (C and D alike) within ws_size bytes of workspace.
+// It sets *found to 1 and *algo on success; when there is none it returns 0
+// with *found 0: cuBLASLt says so either with zero results or with
+// CUBLAS_STATUS_NOT_SUPPORTED, and both mean the same to the caller.
+tsc_result tsc_lt_heuristic(const tsc_cublaslt *t, tsc_handle lt, tsc_handle desc, tsc_handle la,
+			    tsc_handle lb, tsc_handle lc, size_t ws_size, tsc_algo *algo, int *found);
+
+// tsc_matmul runs D = alpha*op(A)*op(B) + beta*C with D in place of C, with an
+// algorithm from tsc_lt_heuristic for the same desc and layouts.
 tsc_result tsc_matmul(const tsc_cublaslt *t, tsc_handle lt, tsc_handle desc, const float *alpha,
 		      tsc_deviceptr a, tsc_handle la, tsc_deviceptr b, tsc_handle lb,
-		      const float *beta, tsc_deviceptr c, tsc_handle lc, tsc_deviceptr workspace,
-		      size_t ws_size,
-		      tsc_handle stream, int *no_algo);
+		      const float *beta, tsc_deviceptr c, tsc_handle lc, const tsc_algo *algo,
+		      tsc_deviceptr workspace, size_t ws_size, tsc_handle stream);
 
 #endif
