@@ -127,3 +127,24 @@ __device__ __forceinline__ void ts_block_argmax(float &v, int &i) {
 	i = lane < nwarps ? pi[lane] : -1;
 	ts_warp_argmax(v, i);
 }
+
+// ts_row_argmax is the index of the first largest element of xr[0:n], by the
+// host sampler's rule (package sampling): NaN never wins over a number, +inf
+// counts as FLT_MAX (so the lower index of the two wins), and a row of only
+// NaNs gives 0. Every thread of the block gets the answer.
+__device__ __forceinline__ int ts_row_argmax(const float *xr, int n) {
+	float best = 0.0f;
+	int bi = -1;
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		float v = xr[i];
+		if (v != v)
+			continue;
+		v = fminf(v, TS_FLT_MAX); // after the NaN test: fminf(NaN, x) is x
+		if (bi < 0 || v > best) {
+			best = v;
+			bi = i;
+		}
+	}
+	ts_block_argmax(best, bi);
+	return bi < 0 ? 0 : bi;
+}

@@ -96,24 +96,13 @@ extern "C" __global__ void ts_rt_gather(unsigned *out, const unsigned *in, const
 		dst[i] = src[i];
 }
 
-// ts_rt_argmax_last writes the index of the first largest element of row r of
-// x [rows][n] to out[r] (NaN never wins; a row of NaNs gives 0) and, when
-// seat[r] ≥ 0, also to last[seat[r]]: the device-side record FutureToken
-// reads in the next step. Grid: rows blocks.
+// ts_rt_argmax_last writes ts_row_argmax of row r of x [rows][n] (the host
+// sampler's order: NaN never wins, +inf counts as FLT_MAX) to out[r] and,
+// when seat[r] ≥ 0, also to last[seat[r]]: the device-side record
+// FutureToken reads in the next step. Grid: rows blocks.
 extern "C" __global__ void ts_rt_argmax_last(int *out, int *last, const int *seat, const float *x, int n) {
-	const float *xr = x + (size_t)blockIdx.x * n;
-	float best = 0.0f;
-	int bi = -1;
-	for (int i = threadIdx.x; i < n; i += blockDim.x) {
-		const float v = xr[i];
-		if (v == v && (bi < 0 || v > best)) {
-			best = v;
-			bi = i;
-		}
-	}
-	ts_block_argmax(best, bi);
+	const int tok = ts_row_argmax(x + (size_t)blockIdx.x * n, n);
 	if (threadIdx.x == 0) {
-		const int tok = bi < 0 ? 0 : bi;
 		out[blockIdx.x] = tok;
 		const int s = seat[blockIdx.x];
 		if (s >= 0)

@@ -132,20 +132,9 @@ extern "C" __global__ void ts_cast_f32_f16(unsigned short *out, const float *in,
 		out[i] = ts_f32_to_f16(in[i]);
 }
 
-// ts_argmax: out[r] = index of the first largest element of x[r][0:n]. NaNs
-// never win over a number; a row of only NaNs gives 0. Grid: rows blocks.
+// ts_argmax: out[r] = ts_row_argmax of x[r][0:n]. Grid: rows blocks.
 extern "C" __global__ void ts_argmax(int *out, const float *x, int n) {
-	const float *xr = x + (size_t)blockIdx.x * n;
-	float best = 0.0f;
-	int bi = -1;
-	for (int i = threadIdx.x; i < n; i += blockDim.x) {
-		const float v = xr[i];
-		if (v == v && (bi < 0 || v > best)) {
-			best = v;
-			bi = i;
-		}
-	}
-	ts_block_argmax(best, bi);
+	const int tok = ts_row_argmax(x + (size_t)blockIdx.x * n, n);
 	if (threadIdx.x == 0)
-		out[blockIdx.x] = bi < 0 ? 0 : bi;
+		out[blockIdx.x] = tok;
 }

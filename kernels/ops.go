@@ -71,7 +71,10 @@ func Softmax(x []float32) {
 }
 
 // Argmax returns the index of the first largest element of x, or -1 for an
-// empty x. NaNs are never chosen over a number that precedes them.
+// empty x, in the host sampler's order (package sampling), which the CUDA
+// argmax kernel follows too: NaN is below every number, +Inf equals
+// MaxFloat32 (so the lower index of the two wins), and a row of only NaNs
+// gives 0.
 func Argmax(x []float32) int32 {
 	if len(x) == 0 {
 		return -1

@@ -98,10 +98,19 @@ func RefArgmax(x []float32) int32 {
 	if len(x) == 0 {
 		return -1
 	}
-	best := 0
+	key := func(v float32) float32 { // the sampler's order
+		switch {
+		case v != v:
+			return float32(math.Inf(-1))
+		case v > math.MaxFloat32:
+			return math.MaxFloat32
+		}
+		return v
+	}
+	best, bv := 0, key(x[0])
 	for i, v := range x {
-		if v > x[best] {
-			best = i
+		if k := key(v); k > bv {
+			best, bv = i, k
 		}
 	}
 	return int32(best)

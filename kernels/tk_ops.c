@@ -260,10 +260,16 @@ void tk_softmax(float *x, long n) {
   for (long i = 0; i < n; i++) x[i] *= inv;
 }
 
+// The sampler's order: NaN below everything, +inf equal to FLT_MAX.
+static inline float argmax_key(float v) { return v != v ? -INFINITY : (v > FLT_MAX ? FLT_MAX : v); }
+
 long tk_argmax(const float *x, long n) {
   long best = 0;
-  for (long i = 1; i < n; i++)
-    if (x[i] > x[best]) best = i;
+  float bv = argmax_key(x[0]);
+  for (long i = 1; i < n; i++) {
+    const float v = argmax_key(x[i]);
+    if (v > bv) best = i, bv = v;
+  }
   return best;
 }
 
