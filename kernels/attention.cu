@@ -46,39 +46,48 @@ extern "C" __global__ void ts_kv_write_bf16(ts_bf16 *Kc, ts_bf16 *Vc, const floa
 #define TS_MAX_HD 256
 
 // decode_attn: one query per sequence. Block (kv head, sequence, split) reads
-// the KV blocks of positions [split*split_blocks*bs, +split_blocks*bs) once for
-// all `group` query heads that share the KV head, with the split's page indices
-// staged in shared memory, and writes unnormalised partial results:
+// its split's KV blocks once for all `group` query heads that share the KV
+// head, with the split's page indices staged in shared memory, and writes
+// unnormalised partial results:
 //   o_part  [B][heads][nsplit][hd]  Σ_p e^(s_p − m)·V_p
 //   ml_part [B][heads][nsplit][2]   (m, l = Σ_p e^(s_p − m)); m = −inf if empty
-// which ts_decode_combine merges. q [B][heads*hd]; block_tables [B][max_blocks];
-// ctx_lens [B] (0 for a padding row). Grid (kvh, B, nsplit); block 128 threads;
-// dynamic shared memory ts_decode_smem bytes:
-//   4·(group·hd + group·bs + 3·group + split_blocks).
+// which ts_decode_combine merges. The split ranges come from the row's own
+// context (read from device memory, so a captured graph stays valid): with
+// row_blocks = ceil(ctx/bs) (at most max_blocks) and per = ceil(row_blocks /
+// nsplit), split s covers blocks [s·per, min(row_blocks, (s+1)·per)); an empty
+// range (a short row, a padding row) writes the neutral partial m = −inf,
+// l = 0, o = 0 (kernels.DecodeSplitRange is the same rule in Go).
+// q [B][heads*hd]; block_tables [B][max_blocks]; ctx_lens [B] (0 for a
+// padding row). Grid (kvh, B, nsplit); block 128 threads; dynamic shared
+// memory ts_decode_smem bytes, for the most pages one split can have:
+//   4·(group·hd + group·bs + 3·group + ceil(max_blocks/nsplit)).
 template <typename T>
 __device__ __forceinline__ void decode_attn(float *o_part, float *ml_part, const float *q, const T *Kc, const T *Vc,
 					    const int *block_tables, int max_blocks, const int *ctx_lens, int heads,
-					    int kvh, int bs, int hd, float scale, int split_blocks) {
+					    int kvh, int bs, int hd, float scale) {
 	extern __shared__ float smem[];
 	const int kv = blockIdx.x, b = blockIdx.y, split = blockIdx.z, nsplit = gridDim.z;
 	const int group = heads / kvh;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-	const int ctx = ctx_lens[b];
-	const int start = split * split_blocks * bs;
-	const int end = min(ctx, start + split_blocks * bs);
-	const int nblk = end > start ? (end - start + bs - 1) / bs : 0;
+	const int ctx = max(ctx_lens[b], 0);
+	const int row_blocks = min((ctx + bs - 1) / bs, max_blocks);
+	const int per_split = (row_blocks + nsplit - 1) / nsplit;
+	const int blk0 = min(row_blocks, split * per_split);
+	const int nblk = min(row_blocks, blk0 + per_split) - blk0;
+	const int start = blk0 * bs;
+	const int end = min(ctx, (blk0 + nblk) * bs);
 
 	float *q_s = smem;		   // [group][hd], pre-scaled
 	float *sc = q_s + group * hd;	   // [group][bs] scores, then weights
 	float *m_s = sc + group * bs;	   // [group] running max
 	float *l_s = m_s + group;	   // [group] running sum
 	float *a_s = l_s + group;	   // [group] rescale of this page
-	int *pages = (int *)(a_s + group); // [split_blocks]
+	int *pages = (int *)(a_s + group); // [ceil(max_blocks/nsplit)] ≥ nblk
 
 	for (int i = tid; i < group * hd; i += blockDim.x)
 		q_s[i] = q[(size_t)b * heads * hd + (size_t)kv * group * hd + i] * scale;
 	for (int i = tid; i < nblk; i += blockDim.x)
-		pages[i] = block_tables[(size_t)b * max_blocks + start / bs + i];
+		pages[i] = block_tables[(size_t)b * max_blocks + blk0 + i];
 	if (tid < group) {
 		m_s[tid] = -TS_INF;
 		l_s[tid] = 0.0f;
@@ -179,23 +188,20 @@ __device__ __forceinline__ void decode_attn(float *o_part, float *ml_part, const
 
 extern "C" __global__ void ts_paged_decode_f32(float *o_part, float *ml_part, const float *q, const float *Kc,
 					       const float *Vc, const int *block_tables, int max_blocks,
-					       const int *ctx_lens, int heads, int kvh, int bs, int hd, float scale,
-					       int split_blocks) {
-	decode_attn(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, ctx_lens, heads, kvh, bs, hd, scale,
-		    split_blocks);
+					       const int *ctx_lens, int heads, int kvh, int bs, int hd, float scale) {
+	decode_attn(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, ctx_lens, heads, kvh, bs, hd, scale);
 }
 
 extern "C" __global__ void ts_paged_decode_bf16(float *o_part, float *ml_part, const float *q, const ts_bf16 *Kc,
 						const ts_bf16 *Vc, const int *block_tables, int max_blocks,
-						const int *ctx_lens, int heads, int kvh, int bs, int hd, float scale,
-						int split_blocks) {
-	decode_attn(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, ctx_lens, heads, kvh, bs, hd, scale,
-		    split_blocks);
+						const int *ctx_lens, int heads, int kvh, int bs, int hd, float scale) {
+	decode_attn(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, ctx_lens, heads, kvh, bs, hd, scale);
 }
 
 // ts_decode_combine merges the nsplit partial results of ts_paged_decode_* into
-// out [B][heads*hd]. A row with no positions (padding) gets zeros. Grid
-// (heads, B); any block size.
+// out [B][heads*hd]. Empty splits (m = −inf) are skipped, never evaluated as
+// e^(−inf − M), so a row with no positions (padding) gets zeros, not NaN.
+// Grid (heads, B); any block size.
 extern "C" __global__ void ts_decode_combine(float *out, const float *o_part, const float *ml_part, int heads,
 					     int hd, int nsplit) {
 	const int h = blockIdx.x, b = blockIdx.y;

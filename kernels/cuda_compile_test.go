@@ -1,7 +1,9 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -135,14 +137,19 @@ func TestCUDALaunchValidation(t *testing.T) {
 			return k.KVWrite(c, s, CUDAKV{NumBlocks: 1, KVHeads: 1, BlockSize: 16, HeadDim: 512}, 1, 1, 1, 1)
 		}, "headDim 512 exceeds 256"},
 		{"decode group", func() error {
-			return k.DecodeAttention(c, s, 1, 1, kv, 1, 1, DecodeShape{Batch: 1, Heads: 3, MaxBlocks: 4, SplitBlocks: 4, Splits: 1}, 1, 1, 1)
+			return k.DecodeAttention(c, s, 1, 1, kv, 1, 1, DecodeShape{Batch: 1, Heads: 3, MaxBlocks: 4, Splits: 1}, 1, 1, 1)
 		}, "heads 3 must be a multiple of kvHeads 2"},
-		{"decode coverage", func() error {
-			return k.DecodeAttention(c, s, 1, 1, kv, 1, 1, DecodeShape{Batch: 1, Heads: 4, MaxBlocks: 9, SplitBlocks: 4, Splits: 2}, 1, 1, 1)
-		}, "cover fewer than the 9"},
+		{"decode splits", func() error {
+			return k.DecodeAttention(c, s, 1, 1, kv, 1, 1, DecodeShape{Batch: 1, Heads: 4, MaxBlocks: 9}, 1, 1, 1)
+		}, "splits"},
 		{"decode smem", func() error {
-			return k.DecodeAttention(c, s, 1, 1, kv, 1, 1, DecodeShape{Batch: 1, Heads: 4, MaxBlocks: 20000, SplitBlocks: 20000, Splits: 1}, 1, 1, 1)
-		}, "shared memory"},
+			return k.DecodeAttention(c, s, 1, 1, kv, 1, 1, DecodeShape{Batch: 1, Heads: 4, MaxBlocks: 20000, Splits: 1}, 1, 1, 1)
+		}, "20000 pages per split"},
+		// The same table in 16 splits stages a sixteenth of the pages per
+		// block: it passes validation and fails only at the launch.
+		{"decode smem split", func() error {
+			return k.DecodeAttention(c, s, 1, 1, kv, 1, 1, DecodeShape{Batch: 1, Heads: 4, MaxBlocks: 20000, Splits: 16}, 1, 1, 1)
+		}, "ts_paged_decode_f32 not loaded"},
 		{"prefill heads", func() error {
 			return k.PrefillAttention(c, s, 1, 1, kv, 1, 1, 1, 1, PrefillShape{Seqs: 1, Heads: 3, MaxQ: 4, MaxBlocks: 4}, 1)
 		}, "heads 3 is not a multiple"},
@@ -160,6 +167,113 @@ func TestDecodeScratchBytes(t *testing.T) {
 	require.Equal(t, uint64(4*2*8*3*128), o)
 	require.Equal(t, uint64(4*2*8*3*2), ml)
 	require.Equal(t, 4*(4*128+4*16+3*4+8), decodeSmem(4, 128, 16, 8))
+}
+
+// DecodeSplitRange cuts each row by its own context: the ranges of one row
+// are contiguous, cover exactly its blocks, each at most ceil(rowBlocks/splits)
+// and so at most the ceil(maxBlocks/splits) pages the launch sizes shared
+// memory for; splits past the row's end are empty.
+func TestDecodeSplitRange(t *testing.T) {
+	type rng struct{ first, end int }
+	ranges := func(ctx, bs, maxBlocks, splits int) []rng {
+		var out []rng
+		for s := range splits {
+			f, e := DecodeSplitRange(ctx, bs, maxBlocks, splits, s)
+			out = append(out, rng{f, e})
+		}
+		return out
+	}
+	// A 4K-token row of a 128K-context table (8192 columns) in 16 splits: 16
+	// blocks each, all busy, where a plan from the table width gave one split
+	// of 512 blocks the whole row.
+	for s, r := range ranges(4096, 16, 8192, 16) {
+		require.Equal(t, rng{16 * s, 16 * (s + 1)}, r, "split %d", s)
+	}
+	require.Equal(t, []rng{{0, 1}, {1, 1}, {1, 1}}, ranges(1, 16, 19, 3))
+	require.Equal(t, []rng{{0, 1}, {1, 2}, {2, 2}}, ranges(17, 16, 19, 3))
+	require.Equal(t, []rng{{0, 7}, {7, 14}, {14, 19}}, ranges(300, 16, 19, 3))
+	require.Equal(t, []rng{{0, 0}, {0, 0}}, ranges(0, 16, 19, 2), "a padding row")
+	require.Equal(t, []rng{{0, 2}, {2, 4}}, ranges(1000, 16, 4, 2), "clamped to the table")
+	for _, bs := range []int{1, 16, 32} {
+		for _, maxBlocks := range []int{1, 7, 64} {
+			for splits := 1; splits <= 20; splits++ {
+				for ctx := 0; ctx <= maxBlocks*bs; ctx++ {
+					rowBlocks := ceilDiv(ctx, bs)
+					next := 0
+					for s, r := range ranges(ctx, bs, maxBlocks, splits) {
+						require.Equal(t, next, r.first, "ctx %d bs %d splits %d: split %d starts where the last ended", ctx, bs, splits, s)
+						require.LessOrEqual(t, r.end-r.first, ceilDiv(maxBlocks, splits))
+						require.LessOrEqual(t, r.end-r.first, ceilDiv(rowBlocks, splits))
+						next = r.end
+					}
+					require.Equal(t, rowBlocks, next, "ctx %d bs %d splits %d: every block covered", ctx, bs, splits)
+				}
+			}
+		}
+	}
+}
+
+// The decode launch packs exactly the parameter list of ts_paged_decode_*
+// in attention.cu: each parameter at its natural alignment, holding the value
+// its name says (the launch fails at "not loaded", after packing).
+func TestCUDADecodeArgsMatchKernel(t *testing.T) {
+	srcs, err := CUDASources()
+	require.NoError(t, err)
+	var src string
+	for _, s := range srcs {
+		if s.Name == "attention.cu" {
+			src = s.Source
+		}
+	}
+	require.NotEmpty(t, src)
+	kv := CUDAKV{K: 0x3000, V: 0x4000, NumBlocks: 8, KVHeads: 2, BlockSize: 16, HeadDim: 64}
+	const out, q, tables, ctxLens, oPart, mlPart = 0x1000, 0x2000, 0x5000, 0x6000, 0x7000, 0x8000
+	d := DecodeShape{Batch: 3, Heads: 8, MaxBlocks: 9, Splits: 5}
+	scale := float32(0.125)
+	want := map[string]uint64{
+		"o_part": oPart, "ml_part": mlPart, "q": q, "Kc": uint64(kv.K), "Vc": uint64(kv.V),
+		"block_tables": tables, "max_blocks": uint64(d.MaxBlocks), "ctx_lens": ctxLens,
+		"heads": uint64(d.Heads), "kvh": uint64(kv.KVHeads), "bs": uint64(kv.BlockSize), "hd": uint64(kv.HeadDim),
+		"scale": uint64(math.Float32bits(scale)),
+	}
+	for _, bf16 := range []bool{false, true} {
+		kv.BF16 = bf16
+		name := "ts_paged_decode" + kv.suffix()
+		m := regexp.MustCompile(`extern "C" __global__ void ` + name + `\(([^)]*)\)`).FindStringSubmatch(src)
+		require.NotNil(t, m, "%s not found", name)
+		k := &CUDAKernels{fns: map[string]cuda.Function{}, smemCap: cudaDefaultSmemCap}
+		require.ErrorContains(t, k.DecodeAttention(cuda.Ctx{}, cuda.Stream{}, out, q, kv, tables, ctxLens, d, scale, oPart, mlPart),
+			name+" not loaded")
+		packed := k.args.Bytes()
+		off := 0
+		seen := map[string]bool{}
+		for _, p := range strings.Split(m[1], ",") {
+			p = strings.TrimSpace(p)
+			f := strings.FieldsFunc(p, func(r rune) bool { return r == ' ' || r == '*' || r == '\t' || r == '\n' })
+			pname := f[len(f)-1]
+			size := 4
+			if strings.Contains(p, "*") {
+				size = 8
+			} else {
+				require.Contains(t, []string{"int", "float"}, f[0], "%s: parameter %q", name, p)
+			}
+			off = (off + size - 1) / size * size
+			require.LessOrEqual(t, off+size, len(packed), "%s: parameter %s past the packed %d bytes", name, pname, len(packed))
+			var got uint64
+			if size == 8 {
+				got = binary.LittleEndian.Uint64(packed[off:])
+			} else {
+				got = uint64(binary.LittleEndian.Uint32(packed[off:]))
+			}
+			v, ok := want[pname]
+			require.True(t, ok, "%s: no expected value for parameter %s", name, pname)
+			require.Equal(t, v, got, "%s: parameter %s at offset %d", name, pname, off)
+			seen[pname] = true
+			off += size
+		}
+		require.Equal(t, off, len(packed), "%s: packed size", name)
+		require.Len(t, seen, len(want))
+	}
 }
 
 // BenchmarkCUDAWarmStart measures loading every kernel's cubin from a full

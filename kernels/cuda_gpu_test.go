@@ -198,13 +198,17 @@ func TestGPUAttention(t *testing.T) {
 		name              string
 		bf16              bool
 		heads, kvh, hd    int
-		blockSize, splitB int
+		blockSize, splits int   // splits cut each row by its own context (DecodeSplitRange)
 		ctx               []int // per sequence; 0 is a padding row
 		numQ              []int // prefill queries per sequence
 	}{
-		{"f32 gqa4 splits", false, 8, 2, 64, 16, 2, []int{1, 37, 100, 0}, []int{1, 5, 33, 0}},
-		{"bf16 gqa8 hd128", true, 16, 2, 128, 16, 4, []int{200, 3}, []int{64, 3}},
+		// 16 splits of rows of 1, 3, 7 blocks: most splits empty, merged as neutral.
+		{"f32 gqa4 splits", false, 8, 2, 64, 16, 16, []int{1, 37, 100, 0}, []int{1, 5, 33, 0}},
+		// 3 splits of 13 blocks (5, 5, 3) and of a 1-block row (1, 0, 0).
+		{"bf16 gqa8 hd128", true, 16, 2, 128, 16, 3, []int{200, 3}, []int{64, 3}},
 		{"f32 mha hd80 bs32", false, 4, 4, 80, 32, 1, []int{65, 64}, []int{2, 64}},
+		// Rows of 1, 17 and 300 positions (1, 2, 19 blocks) in 16 splits.
+		{"f32 gqa2 ragged 16 splits", false, 4, 2, 64, 16, 16, []int{1, 17, 300}, []int{1, 17, 40}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -280,7 +284,7 @@ func TestGPUAttention(t *testing.T) {
 				for i, cl := range tc.ctx {
 					ctxLens[i] = int32(cl)
 				}
-				d := DecodeShape{Batch: len(tc.ctx), Heads: tc.heads, MaxBlocks: maxBlocks, SplitBlocks: tc.splitB, Splits: ceilDiv(maxBlocks, tc.splitB)}
+				d := DecodeShape{Batch: len(tc.ctx), Heads: tc.heads, MaxBlocks: maxBlocks, Splits: tc.splits}
 				ob, mb := DecodeScratchBytes(d, tc.hd)
 				out := b.alloc(t, 4*len(q))
 				require.NoError(t, e.k.DecodeAttention(c, s, out, b.f32(t, q), kv, dTables, b.i32(t, ctxLens), d, scale,
@@ -488,7 +492,8 @@ func TestGPUStartup(t *testing.T) {
 }
 
 // BenchmarkGPUDecodeAttention reports the KV bandwidth of bf16 decode attention
-// (batch 32, 32 heads, 8 KV heads, head dim 128, context 4096).
+// (batch 32, 32 heads, 8 KV heads, head dim 128, context 4096, 8 splits of 32
+// blocks).
 func BenchmarkGPUDecodeAttention(b *testing.B) {
 	e := openGPU(b)
 	const batch, heads, kvh, hd, bs, ctx = 32, 32, 8, 128, 16, 4096
@@ -508,7 +513,7 @@ func BenchmarkGPUDecodeAttention(b *testing.B) {
 		kv := CUDAKV{K: buf.alloc(b, kvBytes), V: buf.alloc(b, kvBytes), BF16: true, NumBlocks: numBlocks, KVHeads: kvh, BlockSize: bs, HeadDim: hd}
 		require.NoError(b, c.MemsetD8Async(kv.K, 0x3c, uint64(kvBytes), s))
 		require.NoError(b, c.MemsetD8Async(kv.V, 0x3c, uint64(kvBytes), s))
-		d := DecodeShape{Batch: batch, Heads: heads, MaxBlocks: maxBlocks, SplitBlocks: 32, Splits: ceilDiv(maxBlocks, 32)}
+		d := DecodeShape{Batch: batch, Heads: heads, MaxBlocks: maxBlocks, Splits: 8}
 		ob, mb := DecodeScratchBytes(d, hd)
 		q, out := buf.alloc(b, 4*batch*heads*hd), buf.alloc(b, 4*batch*heads*hd)
 		require.NoError(b, c.MemsetD8Async(q, 0, uint64(4*batch*heads*hd), s))

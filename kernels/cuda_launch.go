@@ -285,8 +285,23 @@ func (k *CUDAKernels) KVWrite(c cuda.Ctx, s cuda.Stream, kv CUDAKV, kp, vp, slot
 type DecodeShape struct {
 	Batch, Heads int
 	MaxBlocks    int // columns of the block-table array
-	SplitBlocks  int // KV blocks per split
-	Splits       int // splits per sequence: ceil(longest context / (SplitBlocks·BlockSize))
+	// Splits is the number of ranges each row's context is cut into, run in
+	// parallel and merged. The ranges come from the row's own context length
+	// on the device (see DecodeSplitRange), so one plan serves every context
+	// a captured graph meets; splits past a short row's end do no work.
+	Splits int
+}
+
+// DecodeSplitRange is the block range [first, end) that split of splits
+// covers in a row of ctxLen positions over a table of maxBlocks columns, as
+// the decode kernel computes it: rowBlocks = min(ceil(ctxLen/blockSize),
+// maxBlocks), per = ceil(rowBlocks/splits), split s covers [s·per,
+// min(rowBlocks, (s+1)·per)), empty (first == end) past the row's end.
+func DecodeSplitRange(ctxLen, blockSize, maxBlocks, splits, split int) (first, end int) {
+	rowBlocks := min(ceilDiv(max(ctxLen, 0), blockSize), maxBlocks)
+	per := ceilDiv(rowBlocks, splits)
+	first = min(rowBlocks, split*per)
+	return first, min(rowBlocks, first+per)
 }
 
 // DecodeScratchBytes is the size of the partial-result buffers DecodeAttention
@@ -296,40 +311,39 @@ func DecodeScratchBytes(d DecodeShape, headDim int) (oPart, mlPart uint64) {
 	return 4 * n * uint64(headDim), 4 * n * 2
 }
 
-// decodeSmem is the dynamic shared memory of one decode block (see attention.cu).
-func decodeSmem(group, headDim, blockSize, splitBlocks int) int {
-	return 4 * (group*headDim + group*blockSize + 3*group + splitBlocks)
+// decodeSmem is the dynamic shared memory of one decode block (see
+// attention.cu): splitPages is the most pages one split stages,
+// ceil(MaxBlocks/Splits).
+func decodeSmem(group, headDim, blockSize, splitPages int) int {
+	return 4 * (group*headDim + group*blockSize + 3*group + splitPages)
 }
 
 // DecodeAttention computes one query per sequence, q and out [Batch][Heads*HeadDim],
 // over the paged cache kv, with block tables (int32 [Batch][MaxBlocks]) and context
-// lengths (int32 [Batch]; 0 for a padding row, which gets zeros). Each sequence's
-// context is split into Splits ranges of SplitBlocks blocks that run in parallel
+// lengths (int32 [Batch]; 0 for a padding row, which gets zeros). Each row's
+// context is cut into Splits ranges by DecodeSplitRange that run in parallel
 // and are merged; oPart and mlPart are scratch of DecodeScratchBytes.
 func (k *CUDAKernels) DecodeAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.DevicePtr, kv CUDAKV, tables, ctxLens cuda.DevicePtr,
 	d DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error {
 	if err := kv.validate(); err != nil {
 		return err
 	}
-	if err := positive("DecodeAttention batch, heads, maxBlocks, splitBlocks, splits", d.Batch, d.Heads, d.MaxBlocks, d.SplitBlocks, d.Splits); err != nil {
+	if err := positive("DecodeAttention batch, heads, maxBlocks, splits", d.Batch, d.Heads, d.MaxBlocks, d.Splits); err != nil {
 		return err
 	}
 	if d.Heads%kv.KVHeads != 0 || d.Heads/kv.KVHeads > cudaMaxGroup {
 		return fmt.Errorf("kernels: CUDA DecodeAttention heads %d must be a multiple of kvHeads %d with at most %d per group",
 			d.Heads, kv.KVHeads, cudaMaxGroup)
 	}
-	if d.SplitBlocks*d.Splits < d.MaxBlocks {
-		return fmt.Errorf("kernels: CUDA DecodeAttention %d splits of %d blocks cover fewer than the %d table columns",
-			d.Splits, d.SplitBlocks, d.MaxBlocks)
-	}
 	group := d.Heads / kv.KVHeads
-	smem := decodeSmem(group, kv.HeadDim, kv.BlockSize, d.SplitBlocks)
+	pages := ceilDiv(d.MaxBlocks, d.Splits)
+	smem := decodeSmem(group, kv.HeadDim, kv.BlockSize, pages)
 	if smem > k.smemCap {
-		return fmt.Errorf("kernels: CUDA DecodeAttention needs %d bytes of shared memory (group %d, headDim %d, blockSize %d, splitBlocks %d), device allows %d",
-			smem, group, kv.HeadDim, kv.BlockSize, d.SplitBlocks, k.smemCap)
+		return fmt.Errorf("kernels: CUDA DecodeAttention needs %d bytes of shared memory (group %d, headDim %d, blockSize %d, %d pages per split), device allows %d",
+			smem, group, kv.HeadDim, kv.BlockSize, pages, k.smemCap)
 	}
 	k.args.Reset().Ptr(oPart).Ptr(mlPart).Ptr(q).Ptr(kv.K).Ptr(kv.V).Ptr(tables).I32(int32(d.MaxBlocks)).Ptr(ctxLens).
-		I32(int32(d.Heads)).I32(int32(kv.KVHeads)).I32(int32(kv.BlockSize)).I32(int32(kv.HeadDim)).F32(scale).I32(int32(d.SplitBlocks))
+		I32(int32(d.Heads)).I32(int32(kv.KVHeads)).I32(int32(kv.BlockSize)).I32(int32(kv.HeadDim)).F32(scale)
 	grid := cuda.Dim3{X: uint32(kv.KVHeads), Y: uint32(d.Batch), Z: uint32(d.Splits)}
 	if err := k.launch(c, "ts_paged_decode"+kv.suffix(), grid, dim1(cudaDecodeThreads), smem, s); err != nil {
 		return err

@@ -151,7 +151,7 @@ type CUDARunner struct {
 	kvBlock   uint64           // bytes of one block of one layer's K (or V)
 	graphs    []cuda.GraphExec // parallel to host.graphSizes
 	graphIO   []bool           // per graph: the step's copies are inside it
-	splits    [][2]int         // per graph: split blocks, splits
+	splits    []int            // per graph: decode-attention splits
 	pinIn     *cuda.HostBuffer // step inputs (host.staging)
 	pinPairs  *cuda.HostBuffer // host-sampled (seat, token) pairs (host.pairs)
 	pinOut    *cuda.HostBuffer // sampled ids [rows] then logits [rows][vocab]
@@ -446,10 +446,12 @@ func (r *CUDARunner) plan(sms int) (cudaPlan, error) {
 		}
 	}
 	var oPart, mlPart uint64
-	r.splits = make([][2]int, len(p.sizes))
+	r.splits = make([]int, len(p.sizes))
 	for i, b := range p.sizes {
-		sb, ns := cudaPlanDecodeSplits(p.graphMB, b, mc.KVHeads, sms)
-		r.splits[i] = [2]int{sb, ns}
+		// The split count follows the batch and the SMs; each split's
+		// blocks follow its row's context on the device.
+		ns := cudaPlanDecodeSplits(b, mc.KVHeads, sms)
+		r.splits[i] = ns
 		o, ml := kernels.DecodeScratchBytes(kernels.DecodeShape{Batch: b, Heads: mc.Heads, Splits: ns}, mc.HeadDim)
 		oPart, mlPart = max(oPart, o), max(mlPart, ml)
 	}
@@ -672,9 +674,9 @@ func (r *CUDARunner) forward(e cudaExec, l *cudaStepLayout, graph, maxQ int) err
 		}
 		var err error
 		if graph > 0 {
-			sp := r.splits[graph-1]
+			ns := r.splits[graph-1]
 			err = e.DecodeAttention(att, q, kv, tables, ctxLen,
-				kernels.DecodeShape{Batch: l.N, Heads: mc.Heads, MaxBlocks: l.MB, SplitBlocks: sp[0], Splits: sp[1]},
+				kernels.DecodeShape{Batch: l.N, Heads: mc.Heads, MaxBlocks: l.MB, Splits: ns},
 				scale, r.buf(b.oPart), r.buf(b.mlPart))
 		} else {
 			err = e.PrefillAttention(att, q, kv, l.ptr(arena, l.qStart), l.ptr(arena, l.numQ), ctxLen, tables,

@@ -2,6 +2,8 @@ package model
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"testing"
 	"unsafe"
 
@@ -161,25 +163,87 @@ func (e *cudaEmu) layer(kv kernels.CUDAKV) *kernels.KVLayer {
 		NumBlocks: kv.NumBlocks, KVHeads: kv.KVHeads, BlockSize: kv.BlockSize, HeadDim: kv.HeadDim}
 }
 
+// DecodeAttention emulates ts_paged_decode_* and ts_decode_combine: each
+// (row, head, split) partial over the split's blocks of the row's own
+// context (kernels.DecodeSplitRange), written to the oPart/mlPart scratch
+// (so its size is checked), empty splits as the neutral (−inf, 0, 0), then
+// merged skipping empty splits; a padding row gets zeros.
 func (e *cudaEmu) DecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tables, ctxLens cuda.DevicePtr, d kernels.DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error {
-	if d.SplitBlocks*d.Splits < d.MaxBlocks || d.Heads%kv.KVHeads != 0 || d.Heads/kv.KVHeads > 16 {
+	if d.Batch < 1 || d.Heads < 1 || d.MaxBlocks < 1 || d.Splits < 1 || d.Heads%kv.KVHeads != 0 || d.Heads/kv.KVHeads > 16 {
 		return fmt.Errorf("emulated decode attention: bad plan %+v for %d KV heads", d, kv.KVHeads)
 	}
 	o, ml := kernels.DecodeScratchBytes(d, kv.HeadDim)
-	e.bytes(oPart, int(o)) // the scratch must exist
-	e.bytes(mlPart, int(ml))
-	row := d.Heads * kv.HeadDim
-	os := e.f32(out, d.Batch*row)
+	op, mp := e.f32(oPart, int(o/4)), e.f32(mlPart, int(ml/4))
+	hd, bs, row, group := kv.HeadDim, kv.BlockSize, d.Heads*kv.HeadDim, d.Heads/kv.KVHeads
+	os, qs := e.f32(out, d.Batch*row), e.f32(q, d.Batch*row)
 	lens, tab := e.i32(ctxLens, d.Batch), e.i32(tables, d.Batch*d.MaxBlocks)
-	var seqs []kernels.AttnSeq
+	l := e.layer(kv)
+	inf := float32(math.Inf(1))
+	exp := func(x float32) float32 { return float32(math.Exp(float64(x))) }
 	for b := 0; b < d.Batch; b++ {
-		if lens[b] == 0 { // a padding row gets zeros
-			clear(os[b*row : (b+1)*row])
-			continue
+		ctx := int(lens[b])
+		if ctx < 0 || ctx > d.MaxBlocks*bs {
+			return fmt.Errorf("emulated decode attention: row %d context %d outside its %d-block table", b, ctx, d.MaxBlocks)
 		}
-		seqs = append(seqs, kernels.AttnSeq{QStart: int32(b), NumQ: 1, ContextLen: lens[b], BlockTable: tab[b*d.MaxBlocks : (b+1)*d.MaxBlocks]})
+		for h := 0; h < d.Heads; h++ {
+			kvh := h / group
+			qh := qs[b*row+h*hd : b*row+(h+1)*hd]
+			r0 := (b*d.Heads + h) * d.Splits
+			for s := 0; s < d.Splits; s++ {
+				acc := op[(r0+s)*hd : (r0+s+1)*hd]
+				clear(acc)
+				m, sum := -inf, float32(0)
+				first, end := kernels.DecodeSplitRange(ctx, bs, d.MaxBlocks, d.Splits, s)
+				for p := first * bs; p < min(ctx, end*bs); p++ {
+					blk := int(tab[b*d.MaxBlocks+p/bs])
+					if blk < 0 || blk >= kv.NumBlocks {
+						return fmt.Errorf("emulated decode attention: row %d position %d in block %d of %d", b, p, blk, kv.NumBlocks)
+					}
+					off := ((blk*kv.KVHeads+kvh)*bs + p%bs) * hd
+					var score float32
+					for j, x := range qh {
+						score += x * scale * l.K[off+j]
+					}
+					mn := max(m, score)
+					a := float32(0)
+					if m != -inf {
+						a = exp(m - mn)
+					}
+					w := exp(score - mn)
+					for j := range acc {
+						acc[j] = acc[j]*a + w*l.V[off+j]
+					}
+					m, sum = mn, sum*a+w
+				}
+				mp[2*(r0+s)], mp[2*(r0+s)+1] = m, sum
+			}
+			// ts_decode_combine.
+			M := -inf
+			for s := 0; s < d.Splits; s++ {
+				M = max(M, mp[2*(r0+s)])
+			}
+			var L float32
+			dst := os[b*row+h*hd : b*row+(h+1)*hd]
+			clear(dst)
+			for s := 0; s < d.Splits; s++ {
+				if m := mp[2*(r0+s)]; m != -inf {
+					w := exp(m - M)
+					L += w * mp[2*(r0+s)+1]
+					for j := range dst {
+						dst[j] += w * op[(r0+s)*hd+j]
+					}
+				}
+			}
+			for j := range dst {
+				if L > 0 {
+					dst[j] /= L
+				} else {
+					dst[j] = 0
+				}
+			}
+		}
 	}
-	return kernels.RefPagedAttention(os, e.f32(q, d.Batch*row), e.layer(kv), seqs, d.Heads, scale)
+	return nil
 }
 
 func (e *cudaEmu) PrefillAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, qStart, numQ, ctxLens, tables cuda.DevicePtr, p kernels.PrefillShape, scale float32) error {
@@ -403,4 +467,101 @@ func TestCUDAEmuBounds(t *testing.T) {
 	require.Len(t, e.f32(cudaEmuBase.Add(32), 8), 8)
 	require.Panics(t, func() { e.f32(cudaEmuBase.Add(32), 9) })
 	require.Panics(t, func() { e.bytes(cudaEmuBase-4, 4) })
+}
+
+// The emulated decode kernel cuts each row by its own context: rows of 1, 17
+// and 300 positions (1, 2 and 19 blocks of 16) and a padding row in one
+// batch, in 1 to 40 splits (16 is what the plan gives batch 1 on 132 SMs),
+// match the CPU reference; splits past a row's end leave the neutral partial
+// (−inf, 0, 0), and the padding row gets zeros.
+func TestCUDAEmuDecodeRaggedSplits(t *testing.T) {
+	const heads, kvHeads, hd, bs = 8, 2, 32, 16
+	ctx := []int32{1, 17, 300, 0}
+	batch, maxBlocks := len(ctx), (300+bs-1)/bs
+	numBlocks := batch*maxBlocks + 5
+	row := heads * hd
+	rng := rand.New(rand.NewPCG(17, 300))
+	randv := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	cache := numBlocks * kvHeads * bs * hd
+	k, v, q := randv(cache), randv(cache), randv(batch*row)
+	perm := rng.Perm(numBlocks) // pages out of order
+	tables := make([]int32, batch*maxBlocks)
+	for i := range tables {
+		tables[i] = int32(perm[i])
+	}
+	layer := &kernels.KVLayer{K: k, V: v, NumBlocks: numBlocks, KVHeads: kvHeads, BlockSize: bs, HeadDim: hd}
+	want := make([]float32, batch*row)
+	var seqs []kernels.AttnSeq
+	for b, c := range ctx {
+		if c > 0 {
+			seqs = append(seqs, kernels.AttnSeq{QStart: int32(b), NumQ: 1, ContextLen: c, BlockTable: tables[b*maxBlocks : (b+1)*maxBlocks]})
+		}
+	}
+	scale := float32(1 / math.Sqrt(hd))
+	require.NoError(t, kernels.RefPagedAttention(want, q, layer, seqs, heads, scale))
+
+	for _, splits := range []int{1, 3, 16, 40} {
+		t.Run(fmt.Sprintf("splits=%d", splits), func(t *testing.T) {
+			d := kernels.DecodeShape{Batch: batch, Heads: heads, MaxBlocks: maxBlocks, Splits: splits}
+			o, ml := kernels.DecodeScratchBytes(d, hd)
+			sizes := []int{4 * cache, 4 * cache, 4 * len(q), 4 * len(want), 4 * len(tables), 4 * batch, int(o), int(ml)}
+			var total int
+			offs := make([]cuda.DevicePtr, len(sizes))
+			for i, n := range sizes {
+				offs[i] = cudaEmuBase.Add(uint64(total))
+				total += int(cudaAlignUp(uint64(n), cudaAlign))
+			}
+			e := &cudaEmu{base: cudaEmuBase, mem: make([]byte, total)}
+			kv := kernels.CUDAKV{K: offs[0], V: offs[1], NumBlocks: numBlocks, KVHeads: kvHeads, BlockSize: bs, HeadDim: hd}
+			copy(e.f32(kv.K, cache), k)
+			copy(e.f32(kv.V, cache), v)
+			copy(e.f32(offs[2], len(q)), q)
+			copy(e.i32(offs[4], len(tables)), tables)
+			copy(e.i32(offs[5], batch), ctx)
+			stale := append(e.f32(offs[6], int(o)/4), e.f32(offs[7], int(ml)/4)...)
+			for i := range stale { // stale scratch must not leak through
+				stale[i] = float32(math.NaN())
+			}
+			copy(e.f32(offs[6], int(o)/4), stale)
+			copy(e.f32(offs[7], int(ml)/4), stale[int(o)/4:])
+			require.NoError(t, e.DecodeAttention(offs[3], offs[2], kv, offs[4], offs[5], d, scale, offs[6], offs[7]))
+			got := e.f32(offs[3], len(want))
+			for b := range ctx {
+				r := got[b*row : (b+1)*row]
+				if ctx[b] == 0 {
+					require.Equal(t, make([]float32, row), r, "padding row")
+					continue
+				}
+				require.LessOrEqual(t, relErr(r, want[b*row:(b+1)*row]), 1e-5, "row %d (context %d)", b, ctx[b])
+			}
+			// Partials: a split is empty exactly when the row's blocks run out
+			// before it, and an empty one is (−inf, 0) with zero accumulators.
+			op, mp := e.f32(offs[6], int(o)/4), e.f32(offs[7], int(ml)/4)
+			empty := 0
+			for b, c := range ctx {
+				for h := 0; h < heads; h++ {
+					for s := 0; s < splits; s++ {
+						r := (b*heads+h)*splits + s
+						first, end := kernels.DecodeSplitRange(int(c), bs, maxBlocks, splits, s)
+						if first < end {
+							require.False(t, math.IsInf(float64(mp[2*r]), -1), "row %d split %d has blocks [%d, %d)", b, s, first, end)
+							require.Positive(t, mp[2*r+1])
+							continue
+						}
+						empty++
+						require.True(t, math.IsInf(float64(mp[2*r]), -1), "row %d split %d is empty", b, s)
+						require.Zero(t, mp[2*r+1])
+						require.Equal(t, make([]float32, hd), op[r*hd:(r+1)*hd])
+					}
+				}
+			}
+			t.Logf("%d of %d (row, head, split) partials empty", empty, batch*heads*splits)
+		})
+	}
 }

@@ -258,15 +258,20 @@ func cudaPlanBuffers(c gguf.LlamaConfig, T, R, seats int, gemm kernels.DType, oP
 // partial results to merge for little extra parallelism.
 const cudaMaxSplits = 16
 
-// cudaPlanDecodeSplits picks the split plan of a decode graph of batch rows over
-// block tables of maxBlocks columns: enough (kv head, row, split) blocks to
-// cover the SMs twice, at most cudaMaxSplits splits, and every column
-// covered. Splits over positions beyond a row's context do no work.
-func cudaPlanDecodeSplits(maxBlocks, batch, kvHeads, sms int) (splitBlocks, splits int) {
-	want := (2*max(sms, 1) + kvHeads*batch - 1) / (kvHeads * batch)
-	want = max(1, min(want, cudaMaxSplits, maxBlocks))
-	splitBlocks = (maxBlocks + want - 1) / want
-	return splitBlocks, (maxBlocks + splitBlocks - 1) / splitBlocks
+// cudaPlanDecodeSplits picks the split count of a decode graph of batch rows:
+// enough (kv head, row, split) thread blocks to cover the device's sms
+// multiprocessors twice, at most cudaMaxSplits:
+//
+//	splits = clamp(ceil(2·sms / (batch·kvHeads)), 1, cudaMaxSplits)
+//
+// It does not depend on the model's context: the kernel cuts each row's own
+// context into that many ranges on the device (kernels.DecodeSplitRange), so
+// a 4K-token row of a 128K-context model gets 16 busy splits at batch 1, not
+// one split sized for the longest table.
+func cudaPlanDecodeSplits(batch, kvHeads, sms int) int {
+	rows := max(batch, 1) * max(kvHeads, 1)
+	want := (2*max(sms, 0) + rows - 1) / rows
+	return max(1, min(want, cudaMaxSplits))
 }
 
 // cudaStepLayout places one step's int32 inputs in the arena, contiguously,

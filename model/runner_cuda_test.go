@@ -225,37 +225,94 @@ func TestCUDABufferPlan(t *testing.T) {
 	}
 }
 
+// The split count follows the batch, the KV heads and the SMs:
+// clamp(ceil(2·sms/(batch·kvHeads)), 1, 16), whatever the model's context.
 func TestCUDADecodeSplits(t *testing.T) {
 	cases := []struct {
-		maxBlocks, batch, kvHeads, sms int
-		wantSB, wantSplits             int
+		batch, kvHeads, sms int
+		want                int
 	}{
-		{512, 1, 8, 132, 32, 16},  // batch 1: as many splits as allowed
-		{512, 64, 8, 132, 512, 1}, // batch 64: the rows alone fill the SMs
-		{128, 4, 4, 132, 8, 16},
-		{3, 1, 1, 132, 1, 3}, // never more splits than columns
-		{1, 256, 8, 0, 1, 1},
+		{1, 8, 132, 16}, // batch 1 (H100/H200): as many splits as allowed, 128 thread blocks
+		{64, 8, 132, 1}, // batch 64: the rows alone fill the SMs
+		{4, 4, 132, 16}, // ceil(264/16) = 17, capped
+		{8, 8, 132, 5},  // ceil(264/64)
+		{2, 8, 108, 14}, // A100: ceil(216/16)
+		{1, 8, 16, 4},   // a small device
+		{3, 1, 132, 16}, // one KV head
+		{256, 8, 0, 1},  // no SM count known
+		{33, 8, 132, 1}, // 264 rows·heads already cover 2·132
+		{32, 8, 132, 2}, // 256 do not
 	}
 	for _, tc := range cases {
-		sb, n := cudaPlanDecodeSplits(tc.maxBlocks, tc.batch, tc.kvHeads, tc.sms)
-		require.Equal(t, [2]int{tc.wantSB, tc.wantSplits}, [2]int{sb, n}, "%+v", tc)
+		require.Equal(t, tc.want, cudaPlanDecodeSplits(tc.batch, tc.kvHeads, tc.sms), "%+v", tc)
+	}
+
+	// A 128K-context model at batch 1: 8192 table columns of 16 positions.
+	// The plan no longer sees the width, and a 4K-token row is cut into 16
+	// busy splits of 16 blocks (16 × 8 KV heads = 128 thread blocks on 132
+	// SMs), where the width-based plan gave 16 splits of 512 blocks, the
+	// whole row on split 0 (8 thread blocks).
+	const maxBlocks, bs = 131072 / 16, 16
+	splits := cudaPlanDecodeSplits(1, 8, 132)
+	require.Equal(t, 16, splits)
+	for s := range splits {
+		first, end := kernels.DecodeSplitRange(4096, bs, maxBlocks, splits, s)
+		require.Equal(t, [2]int{16 * s, 16 * (s + 1)}, [2]int{first, end}, "4K row, split %d", s)
+		first, end = kernels.DecodeSplitRange(131072, bs, maxBlocks, splits, s)
+		require.Equal(t, [2]int{512 * s, 512 * (s + 1)}, [2]int{first, end}, "128K row, split %d", s)
+	}
+	// The runner's plan: a model of 256 and one of 128K positions get the
+	// same split counts for their decode graphs (1 … 64 rows of 2 KV heads
+	// on 132 SMs), though their tables are 16 and 8192 columns wide.
+	for _, ctx := range []int{256, 131072} {
+		spec := smallSpec(gguf.TypeF32)
+		spec.Context = ctx
+		m := loadSynth(t, spec)
+		cfg, err := CUDARunnerConfig{Seats: 64, BlockSize: 16, MaxBatchTokens: 64, KVBlocks: 64}.resolve(m)
+		require.NoError(t, err)
+		r := &CUDARunner{m: m, cfg: cfg}
+		p, err := r.plan(132)
+		require.NoError(t, err)
+		require.Equal(t, []int{1, 2, 4, 8, 16, 32, 64}, p.sizes)
+		require.Equal(t, ctx/16, p.graphMB)
+		require.Equal(t, []int{16, 16, 16, 16, 9, 5, 3}, r.splits, "context %d: the same splits whatever the context", ctx)
+		// The scratch fits the largest graph's partials: 64 rows × 4 heads × 3 splits.
+		o, _ := kernels.DecodeScratchBytes(kernels.DecodeShape{Batch: 64, Heads: 4, Splits: 3}, 16)
+		require.GreaterOrEqual(t, r.bufs.mlPart-r.bufs.oPart, o, "context %d: oPart", ctx)
 	}
 }
 
 func FuzzCUDADecodeSplits(f *testing.F) {
-	f.Add(512, 1, 8, 132)
-	f.Add(1, 1, 1, 1)
-	f.Add(1000, 7, 3, 80)
-	f.Fuzz(func(t *testing.T, maxBlocks, batch, kvHeads, sms int) {
-		if maxBlocks < 1 || batch < 1 || kvHeads < 1 || sms < 0 || maxBlocks > 1<<20 || batch > 1<<12 || kvHeads > 256 || sms > 1<<12 {
+	f.Add(1, 8, 132, 4096)
+	f.Add(1, 1, 1, 0)
+	f.Add(7, 3, 80, 1000)
+	f.Fuzz(func(t *testing.T, batch, kvHeads, sms, ctx int) {
+		if batch < 1 || kvHeads < 1 || sms < 0 || ctx < 0 || batch > 1<<12 || kvHeads > 256 || sms > 1<<12 || ctx > 1<<22 {
 			return
 		}
-		sb, n := cudaPlanDecodeSplits(maxBlocks, batch, kvHeads, sms)
-		require.GreaterOrEqual(t, sb, 1)
+		n := cudaPlanDecodeSplits(batch, kvHeads, sms)
 		require.GreaterOrEqual(t, n, 1)
 		require.LessOrEqual(t, n, cudaMaxSplits)
-		require.GreaterOrEqual(t, sb*n, maxBlocks, "every table column is covered")
-		require.Less(t, sb*(n-1), maxBlocks, "no split is empty for the widest table")
+		rows := batch * kvHeads
+		if n < cudaMaxSplits {
+			require.GreaterOrEqual(t, rows*n, 2*sms, "below the cap, the thread blocks cover the SMs twice")
+		}
+		if n > 1 {
+			require.Less(t, rows*(n-1), 2*sms, "one split fewer would not")
+		}
+		require.GreaterOrEqual(t, n, cudaPlanDecodeSplits(batch+1, kvHeads, sms), "a larger batch never gets more splits")
+		// Whatever the context, the kernel's ranges for this count cover the
+		// row exactly, contiguously, within the pages one split stages.
+		const bs = 16
+		maxBlocks := max(1, (ctx+bs-1)/bs)
+		next := 0
+		for s := range n {
+			first, end := kernels.DecodeSplitRange(ctx, bs, maxBlocks, n, s)
+			require.Equal(t, next, first)
+			require.LessOrEqual(t, end-first, (maxBlocks+n-1)/n)
+			next = end
+		}
+		require.Equal(t, (ctx+bs-1)/bs, next)
 	})
 }
 
