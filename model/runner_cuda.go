@@ -541,6 +541,31 @@ func (r *CUDARunner) exec(c cuda.Ctx) cudaExec {
 // buf is the device address of an activation at offset off.
 func (r *CUDARunner) buf(off uint64) cuda.DevicePtr { return r.act.Add(off) }
 
+// hostCopier is what uploadFromHost needs of a context; cuda.Ctx satisfies
+// it.
+type hostCopier interface {
+	CopyHtoD(dst cuda.DevicePtr, src []byte) error
+	Synchronize() error
+}
+
+// uploadFromHost copies src, pageable host memory (the memory-mapped model,
+// a Go slice), to dst and returns once the bytes are on the device. It is
+// the one way weights reach the GPU: cuMemcpyHtoD from pageable memory may
+// return before its DMA completes, and the runner's stream
+// (CU_STREAM_NON_BLOCKING) is not ordered after the legacy stream the copy
+// ran on, so a kernel reading dst there could see it half written; a
+// context-wide synchronise closes that gap. (Per-step copies use pinned
+// buffers and the runner's own stream instead.)
+func uploadFromHost(c hostCopier, dst cuda.DevicePtr, src []byte) error {
+	if err := c.CopyHtoD(dst, src); err != nil {
+		return err
+	}
+	if err := c.Synchronize(); err != nil {
+		return fmt.Errorf("after the copy of %d bytes: %w", len(src), err)
+	}
+	return nil
+}
+
 // upload copies every weight into the weight allocation, converting to the
 // GEMM type where the plan says so.
 func (r *CUDARunner) upload(c cuda.Ctx) error {
@@ -563,9 +588,9 @@ func (r *CUDARunner) upload(c cuda.Ctx) error {
 		m := w.src
 		switch w.how {
 		case cudaUploadCopy:
-			err = c.CopyHtoD(dst, m.Data)
+			err = uploadFromHost(c, dst, m.Data)
 		case cudaUploadDequantQ8, cudaUploadCastF32:
-			if err = c.CopyHtoD(stage, m.Data); err != nil {
+			if err = uploadFromHost(c, stage, m.Data); err != nil {
 				return
 			}
 			if w.how == cudaUploadDequantQ8 {
@@ -588,7 +613,7 @@ func (r *CUDARunner) upload(c cuda.Ctx) error {
 				if err = cudaConvertRows(u16[:n], m, r0, r1, w.dt, f32[:n]); err != nil {
 					return
 				}
-				err = c.CopyHtoD(dst.Add(uint64(r0)*uint64(m.Cols)*2), cudaU16Bytes(u16[:n]))
+				err = uploadFromHost(c, dst.Add(uint64(r0)*uint64(m.Cols)*2), cudaU16Bytes(u16[:n]))
 			}
 		}
 		if err != nil {
@@ -603,7 +628,7 @@ func (r *CUDARunner) upload(c cuda.Ctx) error {
 		norms = append(norms, r.wplan.layers[i].attnNorm, r.wplan.layers[i].ffnNorm)
 	}
 	for _, n := range norms {
-		if err := c.CopyHtoD(r.weights.Add(n.off), cudaF32Bytes(n.src)); err != nil {
+		if err := uploadFromHost(c, r.weights.Add(n.off), cudaF32Bytes(n.src)); err != nil {
 			return fmt.Errorf("upload norm weights: %w", err)
 		}
 	}
