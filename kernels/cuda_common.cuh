@@ -129,17 +129,17 @@ __device__ __forceinline__ void ts_block_argmax(float &v, int &i) {
 }
 
 // ts_row_argmax is the index of the first largest element of xr[0:n], by the
-// host sampler's rule (package sampling): NaN never wins over a number, +inf
-// counts as FLT_MAX (so the lower index of the two wins), and a row of only
-// NaNs gives 0. Every thread of the block gets the answer.
+// host sampler's rule (package sampling): NaN counts as −inf, +inf as FLT_MAX
+// (so the lower index of the two wins), ties go to the lower index, and a row
+// of only NaNs gives 0. Every thread of the block gets the answer.
 __device__ __forceinline__ int ts_row_argmax(const float *xr, int n) {
 	float best = 0.0f;
 	int bi = -1;
 	for (int i = threadIdx.x; i < n; i += blockDim.x) {
 		float v = xr[i];
-		if (v != v)
-			continue;
-		v = fminf(v, TS_FLT_MAX); // after the NaN test: fminf(NaN, x) is x
+		// NaN is −inf (not skipped: {NaN, −inf} gives 0, as on the host);
+		// tested first because fminf(NaN, x) is x.
+		v = v != v ? -TS_INF : fminf(v, TS_FLT_MAX);
 		if (bi < 0 || v > best) {
 			best = v;
 			bi = i;

@@ -24,6 +24,7 @@ func TestGreedyArgmaxMatchesSampler(t *testing.T) {
 		{inf, inf},                    // tie
 		{nan, 1, nan, 2},              // NaN never wins
 		{nan, nan},                    // no number: 0
+		{nan, -inf},                   // NaN is -Inf: the tie goes low
 		{-inf, -inf, 3},               // -Inf below numbers
 		{float32(math.Inf(-1)), -inf}, // no number above -Inf: 0
 		{2, 5, 5, -1},                 // ties go low
