@@ -320,3 +320,273 @@ extern "C" __global__ void ts_paged_prefill_bf16(float *out, const float *q, con
 						 int hd, float scale) {
 	prefill_attn(out, q, Kc, Vc, q_start, num_q, ctx_lens, block_tables, max_blocks, heads, kvh, bs, hd, scale);
 }
+
+// ---- tensor-core prefill attention (FlashAttention-2 style) ----
+//
+// prefill_attn_tc has the semantics of prefill_attn for head dims that are a
+// multiple of 16 and at most TS_PFT_MAX_HD. Block (query tile, head, sequence)
+// computes TS_PFT_ROWS query rows of one head: warp w owns rows 16w..16w+15.
+// The key positions 0..last (last: the position of the tile's last query) are
+// walked in tiles of TS_PFT_KEYS; each tile's K and V are gathered from the
+// paged cache into shared memory as bf16, K as Ks[key][dim] and V transposed
+// as Vt[dim][key], rows padded by TS_PFT_PAD elements so that the fragment
+// loads below are free of bank conflicts. Per warp and tile:
+//   S = Q·Kᵀ     mma.m16n8k16 bf16→f32; Q (pre-scaled by scale·log2 e,
+//                rounded to bf16) is held in registers as A fragments for the
+//                whole kernel, K read as col-major B fragments from Ks;
+//   mask         key > min(row position, last) is −inf (causal, and keys
+//                past the tile's last query were not loaded);
+//   softmax      online, base 2, fp32: row max over the quad's 4 lanes by
+//                shuffles; each lane keeps a partial row sum of its columns,
+//                reduced over the quad once at the end;
+//   O += P·V     P rounded to bf16 reuses the C layout of S as the A layout
+//                (C's n-tiles 2j, 2j+1 are A's k-step j); V's B fragments are
+//                pairs of adjacent keys, one 32-bit load from Vt.
+// Rows past num_q are computed (their queries read as zero) but not written;
+// warps whose rows are all past num_q, or whose rows all precede the tile,
+// skip the tile's math but still stage and synchronise.
+// Grid (ceil(max_q/TS_PFT_ROWS), heads, nseq); block 32·TS_PFT_WARPS threads;
+// dynamic shared memory 2·(TS_PFT_KEYS·(hd+TS_PFT_PAD) + hd·(TS_PFT_KEYS+TS_PFT_PAD))
+// bytes (kernels.prefillTCSmem).
+
+#define TS_PFT_WARPS 4
+#define TS_PFT_ROWS 64 // TS_PFT_WARPS × 16 query rows
+#define TS_PFT_KEYS 64 // key positions per shared-memory tile
+#define TS_PFT_MAX_HD 128
+#define TS_PFT_PAD 8 // bf16 elements of padding per shared-memory row
+
+struct alignas(16) ts_f32x4 {
+	float x, y, z, w;
+};
+struct alignas(8) ts_f32x2 {
+	float x, y;
+};
+struct alignas(8) ts_u32x2 {
+	unsigned x, y;
+};
+
+// Two floats as a bf16 pair: lo in the low half (the lower column or row).
+__device__ __forceinline__ unsigned ts_pack_bf16x2(float lo, float hi) {
+	return (unsigned)ts_f32_to_bf16(lo) | ((unsigned)ts_f32_to_bf16(hi) << 16);
+}
+
+// Four consecutive cache elements as two bf16 pairs (p 16-byte aligned for
+// float, 8-byte for bf16).
+__device__ __forceinline__ ts_u32x2 ts_load4_bf16x2(const float *p) {
+	const ts_f32x4 v = *(const ts_f32x4 *)p;
+	ts_u32x2 r;
+	r.x = ts_pack_bf16x2(v.x, v.y);
+	r.y = ts_pack_bf16x2(v.z, v.w);
+	return r;
+}
+__device__ __forceinline__ ts_u32x2 ts_load4_bf16x2(const ts_bf16 *p) { return *(const ts_u32x2 *)p; }
+
+// c += A·B for one 16×16 A (row-major fragments a), 16×8 B (col-major
+// fragments b0, b1) and 16×8 f32 C, per the PTX ISA layout of m16n8k16.
+__device__ __forceinline__ void ts_mma_bf16_16816(float *c, const unsigned *a, unsigned b0, unsigned b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ts_pft_stage_index maps staging item c (of TS_PFT_KEYS·hd/4, four
+// consecutive dims of one key each) to its key row kr and first dim d: eight
+// consecutive items are eight keys at the same dims (32 contiguous bytes of
+// each bf16 row read per 8 lanes; the transposed V stores spread over banks).
+__device__ __forceinline__ void ts_pft_stage_index(int c, int hd, int &kr, int &d) {
+	const int chunks = hd / 4;
+	kr = (c & 7) + 8 * (c / (8 * chunks));
+	d = ((c >> 3) % chunks) * 4;
+}
+
+template <typename T>
+__device__ __forceinline__ void prefill_attn_tc(float *out, const float *q, const T *Kc, const T *Vc,
+						const int *q_start, const int *num_q, const int *ctx_lens,
+						const int *block_tables, int max_blocks, int heads, int kvh, int bs,
+						int hd, float scale) {
+	extern __shared__ ts_f32x4 pft_smem_raw[]; // 16-byte aligned, used as bf16
+	unsigned short *pft_smem = (unsigned short *)pft_smem_raw;
+	const int s = blockIdx.z, h = blockIdx.y;
+	const int nq = num_q[s];
+	const int i0 = blockIdx.x * TS_PFT_ROWS;
+	if (i0 >= nq)
+		return; // the whole block: before any synchronisation
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int g = lane >> 2, tig = lane & 3;
+	const int ks = hd + TS_PFT_PAD;		       // Ks row stride
+	const int vs = TS_PFT_KEYS + TS_PFT_PAD;       // Vt row stride
+	unsigned short *Ks = pft_smem;		       // [TS_PFT_KEYS][ks]
+	unsigned short *Vt = pft_smem + TS_PFT_KEYS * ks; // [hd][vs]
+	const int pos0 = ctx_lens[s] - nq;		       // position of query 0
+	const int last = pos0 + min(i0 + TS_PFT_ROWS, nq) - 1; // of the tile's last query
+	const int kvi = h / (heads / kvh);
+	const int *table = block_tables + (size_t)s * max_blocks;
+	const int nkd = hd / 16; // k-steps of Q·Kᵀ
+	const int ndt = hd / 8;	 // n-tiles of O
+	const int wr = i0 + warp * 16;		     // the warp's first row
+	const int r0 = wr + g, r1 = r0 + 8;	     // this lane's rows
+	const bool live = wr < nq;		     // the warp has rows to write
+	const int wlast = pos0 + min(wr + 16, nq) - 1; // position of its last such row
+	const int lim0 = min(pos0 + r0, last), lim1 = min(pos0 + r1, last);
+
+	// Q fragments: A of m16n8k16, k-step kd covers dims 16kd..16kd+15.
+	const float qs = scale * 1.4426950408889634f; // softmax in base 2
+	unsigned qa[TS_PFT_MAX_HD / 16][4];
+	const size_t qrow = (size_t)heads * hd;
+	const float *q0 = q + (size_t)(q_start[s] + r0) * qrow + (size_t)h * hd;
+	const float *q1 = q0 + 8 * qrow;
+#pragma unroll
+	for (int kd = 0; kd < TS_PFT_MAX_HD / 16; kd++) {
+		if (kd < nkd) {
+			const int d = kd * 16 + 2 * tig;
+			ts_f32x2 x00 = {0.0f, 0.0f}, x01 = x00, x10 = x00, x11 = x00;
+			if (r0 < nq) {
+				x00 = *(const ts_f32x2 *)(q0 + d);
+				x01 = *(const ts_f32x2 *)(q0 + d + 8);
+			}
+			if (r1 < nq) {
+				x10 = *(const ts_f32x2 *)(q1 + d);
+				x11 = *(const ts_f32x2 *)(q1 + d + 8);
+			}
+			qa[kd][0] = ts_pack_bf16x2(x00.x * qs, x00.y * qs);
+			qa[kd][1] = ts_pack_bf16x2(x10.x * qs, x10.y * qs);
+			qa[kd][2] = ts_pack_bf16x2(x01.x * qs, x01.y * qs);
+			qa[kd][3] = ts_pack_bf16x2(x11.x * qs, x11.y * qs);
+		}
+	}
+	float o[TS_PFT_MAX_HD / 8][4];
+#pragma unroll
+	for (int dt = 0; dt < TS_PFT_MAX_HD / 8; dt++)
+		o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+	float m0 = -TS_INF, m1 = -TS_INF; // running row maxima (base 2)
+	float l0 = 0.0f, l1 = 0.0f;	  // this lane's share of the row sums
+
+	for (int t0 = 0; t0 <= last; t0 += TS_PFT_KEYS) {
+		__syncthreads(); // the previous tile is no longer read
+		for (int c = tid; c < TS_PFT_KEYS * hd / 4; c += 32 * TS_PFT_WARPS) {
+			int kr, d;
+			ts_pft_stage_index(c, hd, kr, d);
+			const int t = t0 + kr;
+			ts_u32x2 kk = {0u, 0u}, vv = {0u, 0u}; // keys past last: zeros (masked below)
+			if (t <= last) {
+				const size_t off = (((size_t)table[t / bs] * kvh + kvi) * bs + t % bs) * hd + d;
+				kk = ts_load4_bf16x2(Kc + off);
+				vv = ts_load4_bf16x2(Vc + off);
+			}
+			*(ts_u32x2 *)(Ks + kr * ks + d) = kk;
+			Vt[(d + 0) * vs + kr] = (unsigned short)(vv.x & 0xffffu);
+			Vt[(d + 1) * vs + kr] = (unsigned short)(vv.x >> 16);
+			Vt[(d + 2) * vs + kr] = (unsigned short)(vv.y & 0xffffu);
+			Vt[(d + 3) * vs + kr] = (unsigned short)(vv.y >> 16);
+		}
+		__syncthreads();
+		if (!live || t0 > wlast)
+			continue; // warp-uniform: nothing of this tile reaches the warp's rows
+
+		// S = Q·Kᵀ: n-tile nt is keys t0+8nt..t0+8nt+7.
+		float sc[TS_PFT_KEYS / 8][4];
+#pragma unroll
+		for (int nt = 0; nt < TS_PFT_KEYS / 8; nt++)
+			sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+		for (int kd = 0; kd < TS_PFT_MAX_HD / 16; kd++) {
+			if (kd < nkd) {
+#pragma unroll
+				for (int nt = 0; nt < TS_PFT_KEYS / 8; nt++) {
+					const unsigned short *kp = Ks + (nt * 8 + g) * ks + kd * 16 + 2 * tig;
+					ts_mma_bf16_16816(sc[nt], qa[kd], *(const unsigned *)kp, *(const unsigned *)(kp + 8));
+				}
+			}
+		}
+		// Mask, then the row maxima over the quad.
+		float mx0 = -TS_INF, mx1 = -TS_INF;
+#pragma unroll
+		for (int nt = 0; nt < TS_PFT_KEYS / 8; nt++) {
+#pragma unroll
+			for (int j = 0; j < 2; j++) {
+				const int kpos = t0 + nt * 8 + 2 * tig + j;
+				if (kpos > lim0)
+					sc[nt][j] = -TS_INF;
+				if (kpos > lim1)
+					sc[nt][2 + j] = -TS_INF;
+				mx0 = fmaxf(mx0, sc[nt][j]);
+				mx1 = fmaxf(mx1, sc[nt][2 + j]);
+			}
+		}
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+		const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+		const float b0 = mn0 == -TS_INF ? 0.0f : mn0; // a row with nothing yet: e^−inf = 0, not NaN
+		const float b1 = mn1 == -TS_INF ? 0.0f : mn1;
+		const float a0 = exp2f(m0 - b0), a1 = exp2f(m1 - b1);
+		m0 = mn0;
+		m1 = mn1;
+		l0 *= a0;
+		l1 *= a1;
+#pragma unroll
+		for (int dt = 0; dt < TS_PFT_MAX_HD / 8; dt++) {
+			o[dt][0] *= a0;
+			o[dt][1] *= a0;
+			o[dt][2] *= a1;
+			o[dt][3] *= a1;
+		}
+		// P = e^(S − m): row sums in fp32, A fragments in bf16.
+		unsigned pa[TS_PFT_KEYS / 16][4];
+#pragma unroll
+		for (int nt = 0; nt < TS_PFT_KEYS / 8; nt++) {
+			const float p0 = exp2f(sc[nt][0] - b0), p1 = exp2f(sc[nt][1] - b0);
+			const float p2 = exp2f(sc[nt][2] - b1), p3 = exp2f(sc[nt][3] - b1);
+			l0 += p0 + p1;
+			l1 += p2 + p3;
+			pa[nt / 2][(nt & 1) * 2 + 0] = ts_pack_bf16x2(p0, p1);
+			pa[nt / 2][(nt & 1) * 2 + 1] = ts_pack_bf16x2(p2, p3);
+		}
+		// O += P·V: k-step kk is keys t0+16kk..t0+16kk+15, n-tile dt dims 8dt..8dt+7.
+#pragma unroll
+		for (int kk = 0; kk < TS_PFT_KEYS / 16; kk++) {
+#pragma unroll
+			for (int dt = 0; dt < TS_PFT_MAX_HD / 8; dt++) {
+				if (dt < ndt) {
+					const unsigned short *vp = Vt + (dt * 8 + g) * vs + kk * 16 + 2 * tig;
+					ts_mma_bf16_16816(o[dt], pa[kk], *(const unsigned *)vp, *(const unsigned *)(vp + 8));
+				}
+			}
+		}
+	}
+
+	l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+	l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+	l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+	l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+	const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+	float *o0 = out + (size_t)(q_start[s] + r0) * qrow + (size_t)h * hd + 2 * tig;
+	float *o1 = o0 + 8 * qrow;
+#pragma unroll
+	for (int dt = 0; dt < TS_PFT_MAX_HD / 8; dt++) {
+		if (dt < ndt) {
+			if (r0 < nq) {
+				const ts_f32x2 v = {o[dt][0] * inv0, o[dt][1] * inv0};
+				*(ts_f32x2 *)(o0 + dt * 8) = v;
+			}
+			if (r1 < nq) {
+				const ts_f32x2 v = {o[dt][2] * inv1, o[dt][3] * inv1};
+				*(ts_f32x2 *)(o1 + dt * 8) = v;
+			}
+		}
+	}
+}
+
+extern "C" __global__ void ts_paged_prefill_tc_f32(float *out, const float *q, const float *Kc, const float *Vc, const int *q_start,
+				const int *num_q, const int *ctx_lens, const int *block_tables, int max_blocks,
+				int heads, int kvh, int bs, int hd, float scale) {
+	prefill_attn_tc(out, q, Kc, Vc, q_start, num_q, ctx_lens, block_tables, max_blocks, heads, kvh, bs, hd, scale);
+}
+
+extern "C" __global__ void ts_paged_prefill_tc_bf16(float *out, const float *q, const ts_bf16 *Kc, const ts_bf16 *Vc,
+				 const int *q_start, const int *num_q, const int *ctx_lens, const int *block_tables,
+				 int max_blocks, int heads, int kvh, int bs, int hd, float scale) {
+	prefill_attn_tc(out, q, Kc, Vc, q_start, num_q, ctx_lens, block_tables, max_blocks, heads, kvh, bs, hd, scale);
+}

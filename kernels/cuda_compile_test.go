@@ -78,6 +78,11 @@ func TestCUDADefinesMatchGo(t *testing.T) {
 		{"TS_MAX_HD", cudaMaxHeadDim},
 		{"TS_PREFILL_WARPS", cudaPrefillWarps},
 		{"TS_SAMPLE_THREADS", cudaSampleThreads},
+		{"TS_PFT_WARPS", cudaPrefillTCWarps},
+		{"TS_PFT_ROWS", cudaPrefillTCRows},
+		{"TS_PFT_KEYS", cudaPrefillTCKeys},
+		{"TS_PFT_MAX_HD", cudaPrefillTCMaxHD},
+		{"TS_PFT_PAD", cudaPrefillTCPad},
 	}
 	for _, tc := range cases {
 		re := regexp.MustCompile(`#define ` + tc.define + `\s+(\d+)`)
@@ -153,6 +158,31 @@ func TestCUDALaunchValidation(t *testing.T) {
 		{"prefill heads", func() error {
 			return k.PrefillAttention(c, s, 1, 1, kv, 1, 1, 1, 1, PrefillShape{Seqs: 1, Heads: 3, MaxQ: 4, MaxBlocks: 4}, 1)
 		}, "heads 3 is not a multiple"},
+		{"prefill tc headdim", func() error {
+			return k.PrefillAttention(c, s, 1, 1, CUDAKV{NumBlocks: 8, KVHeads: 2, BlockSize: 16, HeadDim: 72, BF16: true}, 1, 1, 1, 1,
+				PrefillShape{Seqs: 1, Heads: 4, MaxQ: 4, MaxBlocks: 4, Kernel: PrefillTensorCore}, 1)
+		}, "multiple of 16 up to 128, got 72"},
+		{"prefill tc headdim 256", func() error {
+			return k.PrefillAttention(c, s, 1, 1, CUDAKV{NumBlocks: 8, KVHeads: 2, BlockSize: 16, HeadDim: 256, BF16: true}, 1, 1, 1, 1,
+				PrefillShape{Seqs: 1, Heads: 4, MaxQ: 4, MaxBlocks: 4, Kernel: PrefillTensorCore}, 1)
+		}, "got 256"},
+		{"prefill kernel", func() error {
+			return k.PrefillAttention(c, s, 1, 1, kv, 1, 1, 1, 1, PrefillShape{Seqs: 1, Heads: 4, MaxQ: 4, MaxBlocks: 4, Kernel: 9}, 1)
+		}, "PrefillKernel(9) is not one of"},
+		{"prefill auto bf16", func() error {
+			return k.PrefillAttention(c, s, 1, 1, CUDAKV{NumBlocks: 8, KVHeads: 2, BlockSize: 16, HeadDim: 128, BF16: true}, 1, 1, 1, 1,
+				PrefillShape{Seqs: 1, Heads: 4, MaxQ: 4, MaxBlocks: 4}, 1)
+		}, "ts_paged_prefill_tc_bf16 not loaded"},
+		{"prefill auto f32", func() error {
+			return k.PrefillAttention(c, s, 1, 1, kv, 1, 1, 1, 1, PrefillShape{Seqs: 1, Heads: 4, MaxQ: 4, MaxBlocks: 4}, 1)
+		}, "ts_paged_prefill_f32 not loaded"},
+		{"prefill forced tc f32", func() error {
+			return k.PrefillAttention(c, s, 1, 1, kv, 1, 1, 1, 1, PrefillShape{Seqs: 1, Heads: 4, MaxQ: 4, MaxBlocks: 4, Kernel: PrefillTensorCore}, 1)
+		}, "ts_paged_prefill_tc_f32 not loaded"},
+		{"prefill forced warp bf16", func() error {
+			return k.PrefillAttention(c, s, 1, 1, CUDAKV{NumBlocks: 8, KVHeads: 2, BlockSize: 16, HeadDim: 128, BF16: true}, 1, 1, 1, 1,
+				PrefillShape{Seqs: 1, Heads: 4, MaxQ: 4, MaxBlocks: 4, Kernel: PrefillWarp}, 1)
+		}, "ts_paged_prefill_bf16 not loaded"},
 		{"not loaded", func() error { return k.Argmax(c, s, 1, 1, 1, 10) }, "ts_argmax not loaded"},
 	}
 	for _, tc := range cases {
@@ -273,6 +303,158 @@ func TestCUDADecodeArgsMatchKernel(t *testing.T) {
 		}
 		require.Equal(t, off, len(packed), "%s: packed size", name)
 		require.Len(t, seen, len(want))
+	}
+}
+
+// The tensor-core prefill dispatch rule: a bf16 cache with headDim a
+// multiple of 16 up to 128 whose tiles fit the shared memory allowed; every
+// other shape, and every float32 cache unless asked, on the warp kernel.
+func TestPrefillKernelChoice(t *testing.T) {
+	k := &CUDAKernels{fns: map[string]cuda.Function{}, smemCap: cudaDefaultSmemCap}
+	require.Equal(t, 18432, prefillTCSmem(64))
+	require.Equal(t, 35840, prefillTCSmem(128))
+	for hd := 1; hd <= cudaMaxHeadDim; hd++ {
+		for _, bf16 := range []bool{false, true} {
+			kv := CUDAKV{NumBlocks: 1, KVHeads: 1, BlockSize: 16, HeadDim: hd, BF16: bf16}
+			tcOK := hd%16 == 0 && hd <= 128
+			if tcOK {
+				require.LessOrEqual(t, prefillTCSmem(hd), cudaDefaultSmemCap, "headDim %d fits without opting in", hd)
+			}
+			got, err := k.prefillKernel(kv, PrefillShape{})
+			require.NoError(t, err)
+			want := PrefillWarp
+			if bf16 && tcOK {
+				want = PrefillTensorCore
+			}
+			require.Equal(t, want, got, "auto, headDim %d bf16 %v", hd, bf16)
+			got, err = k.prefillKernel(kv, PrefillShape{Kernel: PrefillWarp})
+			require.NoError(t, err)
+			require.Equal(t, PrefillWarp, got)
+			got, err = k.prefillKernel(kv, PrefillShape{Kernel: PrefillTensorCore})
+			if tcOK {
+				require.NoError(t, err)
+				require.Equal(t, PrefillTensorCore, got)
+			} else {
+				require.Error(t, err, "headDim %d", hd)
+			}
+		}
+	}
+	// A device allowing less shared memory than the tiles need keeps auto on
+	// the warp kernel and refuses a forced tensor-core launch.
+	small := &CUDAKernels{fns: map[string]cuda.Function{}, smemCap: 32 << 10}
+	kv := CUDAKV{NumBlocks: 1, KVHeads: 1, BlockSize: 16, HeadDim: 128, BF16: true}
+	got, err := small.prefillKernel(kv, PrefillShape{})
+	require.NoError(t, err)
+	require.Equal(t, PrefillWarp, got)
+	_, err = small.prefillKernel(kv, PrefillShape{Kernel: PrefillTensorCore})
+	require.ErrorContains(t, err, "35840 bytes of shared memory")
+}
+
+// checkPackedArgs checks that packed holds exactly the parameter list of
+// kernel name in src: each parameter at its natural alignment, holding the
+// value want gives for its name.
+func checkPackedArgs(t *testing.T, src, name string, packed []byte, want map[string]uint64) {
+	t.Helper()
+	m := regexp.MustCompile(`extern "C" __global__ void ` + name + `\(([^)]*)\)`).FindStringSubmatch(src)
+	require.NotNil(t, m, "%s not found", name)
+	off := 0
+	seen := map[string]bool{}
+	for _, p := range strings.Split(m[1], ",") {
+		p = strings.TrimSpace(p)
+		f := strings.FieldsFunc(p, func(r rune) bool { return r == ' ' || r == '*' || r == '\t' || r == '\n' })
+		pname := f[len(f)-1]
+		size := 4
+		if strings.Contains(p, "*") {
+			size = 8
+		} else {
+			require.Contains(t, []string{"int", "float"}, f[0], "%s: parameter %q", name, p)
+		}
+		off = (off + size - 1) / size * size
+		require.LessOrEqual(t, off+size, len(packed), "%s: parameter %s past the packed %d bytes", name, pname, len(packed))
+		var got uint64
+		if size == 8 {
+			got = binary.LittleEndian.Uint64(packed[off:])
+		} else {
+			got = uint64(binary.LittleEndian.Uint32(packed[off:]))
+		}
+		v, ok := want[pname]
+		require.True(t, ok, "%s: no expected value for parameter %s", name, pname)
+		require.Equal(t, v, got, "%s: parameter %s at offset %d", name, pname, off)
+		seen[pname] = true
+		off += size
+	}
+	require.Equal(t, off, len(packed), "%s: packed size", name)
+	require.Len(t, seen, len(want))
+}
+
+// The prefill launch packs exactly the parameter list of the kernel it picks,
+// warp or tensor-core, for either cache type.
+func TestCUDAPrefillArgsMatchKernel(t *testing.T) {
+	srcs, err := CUDASources()
+	require.NoError(t, err)
+	var src string
+	for _, s := range srcs {
+		if s.Name == "attention.cu" {
+			src = s.Source
+		}
+	}
+	require.NotEmpty(t, src)
+	kv := CUDAKV{K: 0x3000, V: 0x4000, NumBlocks: 8, KVHeads: 2, BlockSize: 16, HeadDim: 64}
+	const out, q, qStart, numQ, ctxLens, tables = 0x1000, 0x2000, 0x5000, 0x6000, 0x7000, 0x8000
+	scale := float32(0.125)
+	for _, pk := range []PrefillKernel{PrefillWarp, PrefillTensorCore} {
+		for _, bf16 := range []bool{false, true} {
+			kv.BF16 = bf16
+			p := PrefillShape{Seqs: 3, Heads: 8, MaxQ: 70, MaxBlocks: 9, Kernel: pk}
+			name := "ts_paged_prefill" + kv.suffix()
+			if pk == PrefillTensorCore {
+				name = "ts_paged_prefill_tc" + kv.suffix()
+			}
+			k := &CUDAKernels{fns: map[string]cuda.Function{}, smemCap: cudaDefaultSmemCap}
+			require.ErrorContains(t, k.PrefillAttention(cuda.Ctx{}, cuda.Stream{}, out, q, kv, qStart, numQ, ctxLens, tables, p, scale),
+				name+" not loaded")
+			checkPackedArgs(t, src, name, k.args.Bytes(), map[string]uint64{
+				"out": out, "q": q, "Kc": uint64(kv.K), "Vc": uint64(kv.V), "q_start": qStart, "num_q": numQ,
+				"ctx_lens": ctxLens, "block_tables": tables, "max_blocks": uint64(p.MaxBlocks), "heads": uint64(p.Heads),
+				"kvh": uint64(kv.KVHeads), "bs": uint64(kv.BlockSize), "hd": uint64(kv.HeadDim),
+				"scale": uint64(math.Float32bits(scale)),
+			})
+		}
+	}
+}
+
+// The tensor-core prefill kernels keep their fragments in registers: ptxas
+// (asked through NVRTC for -v) reports no stack frame and no spills for
+// sm_80 and sm_90.
+func TestCUDAPrefillTCNoSpills(t *testing.T) {
+	nv, err := cuda.LoadNVRTC()
+	if errors.Is(err, cuda.ErrLibraryNotFound) {
+		t.Skipf("NVRTC not installed, skipping the register check (run scripts/install-deps.sh as root): %v", err)
+	}
+	require.NoError(t, err)
+	defer nv.Close()
+	srcs, err := CUDASources()
+	require.NoError(t, err)
+	var src CUDASource
+	for _, s := range srcs {
+		if s.Name == "attention.cu" {
+			src = s
+		}
+	}
+	re := regexp.MustCompile(`Function properties for (\w+)\s*\n\s*ptxas\s*\.\s*(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads\s*\n\s*ptxas info\s*: Used (\d+) registers`)
+	for _, arch := range []string{"sm_80", "sm_90"} {
+		_, log, err := nv.Compile(src.Source, src.Name, arch, append(CUDAOptions(), "--ptxas-options=-v"))
+		require.NoError(t, err)
+		found := map[string]bool{}
+		for _, m := range re.FindAllStringSubmatch(log, -1) {
+			if !strings.HasPrefix(m[1], "ts_paged_prefill_tc_") {
+				continue
+			}
+			found[m[1]] = true
+			t.Logf("%s %s: %s registers, stack %s, spill stores %s, loads %s", arch, m[1], m[5], m[2], m[3], m[4])
+			require.Equal(t, []string{"0", "0", "0"}, m[2:5], "%s %s: stack frame, spill stores, spill loads", arch, m[1])
+		}
+		require.Len(t, found, 2, "%s: ptxas reports for both tensor-core kernels in:\n%s", arch, log)
 	}
 }
 

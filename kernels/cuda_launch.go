@@ -12,6 +12,11 @@ const (
 	cudaMaxGroup       = 16  // TS_MAX_GROUP: query heads per KV head
 	cudaMaxHeadDim     = 256 // TS_MAX_HD
 	cudaPrefillWarps   = 4   // TS_PREFILL_WARPS
+	cudaPrefillTCWarps = 4   // TS_PFT_WARPS
+	cudaPrefillTCRows  = 64  // TS_PFT_ROWS: query rows per tensor-core prefill block
+	cudaPrefillTCKeys  = 64  // TS_PFT_KEYS: key positions per shared-memory tile
+	cudaPrefillTCMaxHD = 128 // TS_PFT_MAX_HD
+	cudaPrefillTCPad   = 8   // TS_PFT_PAD: bf16 padding per shared-memory row
 	cudaSampleThreads  = 256 // TS_SAMPLE_THREADS
 	cudaRowThreads     = 256 // block size of the row kernels
 	cudaElemThreads    = 256 // block size of the element-wise kernels
@@ -78,7 +83,7 @@ func (kv CUDAKV) validate() error {
 type CUDAKernels struct {
 	mods    []cuda.Module
 	fns     map[string]cuda.Function
-	smemCap int // dynamic shared memory bytes the decode kernels are allowed
+	smemCap int // dynamic shared memory bytes the decode and tensor-core prefill kernels are allowed
 	args    cuda.Args
 }
 
@@ -101,9 +106,10 @@ func LoadCUDAKernels(c cuda.Ctx, mods []CUDAModule) (*CUDAKernels, error) {
 			k.fns[e] = f
 		}
 	}
-	// Let the decode kernels use the device's opt-in shared memory.
+	// Let the decode and tensor-core prefill kernels use the device's opt-in
+	// shared memory.
 	if optin := c.Props().MaxSharedOptin; optin > k.smemCap {
-		for _, e := range []string{"ts_paged_decode_f32", "ts_paged_decode_bf16"} {
+		for _, e := range []string{"ts_paged_decode_f32", "ts_paged_decode_bf16", "ts_paged_prefill_tc_f32", "ts_paged_prefill_tc_bf16"} {
 			if f, ok := k.fns[e]; ok {
 				if err := c.SetMaxDynamicShared(f, optin); err != nil {
 					k.Unload(c)
@@ -353,17 +359,92 @@ func (k *CUDAKernels) DecodeAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.Dev
 		dim1(min(cudaMaxHeadDim, (kv.HeadDim+31)/32*32)), 0, s)
 }
 
+// PrefillKernel selects the kernel of a prefill-attention launch.
+type PrefillKernel int
+
+const (
+	// PrefillAuto is the tensor-core kernel for a bf16 cache whose head dim
+	// it supports, else the warp kernel. A float32 cache (the CPU layout, kept
+	// for exact comparison with the CPU) stays on the warp kernel, which
+	// accumulates in float32 without rounding q or the softmax weights.
+	PrefillAuto PrefillKernel = iota
+	// PrefillWarp is ts_paged_prefill_*: one warp per (query, head), float32
+	// throughout, any head dim up to 256.
+	PrefillWarp
+	// PrefillTensorCore is ts_paged_prefill_tc_*: tiles of 64 queries × 64
+	// keys through mma.sync with q, K, V and the softmax weights in bf16 and
+	// float32 accumulation; head dims a multiple of 16 up to 128. Asking for
+	// it where it does not apply is an error.
+	PrefillTensorCore
+)
+
+func (pk PrefillKernel) String() string {
+	switch pk {
+	case PrefillAuto:
+		return "auto"
+	case PrefillWarp:
+		return "warp"
+	case PrefillTensorCore:
+		return "tensor-core"
+	}
+	return fmt.Sprintf("PrefillKernel(%d)", int(pk))
+}
+
 // PrefillShape describes one prefill-attention launch over Seqs sequences.
 type PrefillShape struct {
 	Seqs, Heads int
 	MaxQ        int // most queries of any sequence (sizes the grid)
 	MaxBlocks   int // columns of the block-table array
+	// Kernel picks the kernel; the zero value is PrefillAuto.
+	Kernel PrefillKernel
+}
+
+// prefillTCHeadDim reports whether the tensor-core prefill kernel handles
+// headDim: whole k-steps of 16, and Q (headDim/16·4) plus O (headDim/8·4)
+// fragments that fit in registers.
+func prefillTCHeadDim(headDim int) bool {
+	return headDim > 0 && headDim%16 == 0 && headDim <= cudaPrefillTCMaxHD
+}
+
+// prefillTCSmem is the dynamic shared memory of one tensor-core prefill block
+// (see attention.cu): the K tile [keys][headDim+pad] and the transposed V tile
+// [headDim][keys+pad], both bf16. 18 KiB at headDim 64, 35 KiB at 128.
+func prefillTCSmem(headDim int) int {
+	return 2 * (cudaPrefillTCKeys*(headDim+cudaPrefillTCPad) + headDim*(cudaPrefillTCKeys+cudaPrefillTCPad))
+}
+
+// prefillKernel resolves p.Kernel for kv: the kernel to launch, or why the
+// requested one cannot run.
+func (k *CUDAKernels) prefillKernel(kv CUDAKV, p PrefillShape) (PrefillKernel, error) {
+	tcOK := prefillTCHeadDim(kv.HeadDim) && prefillTCSmem(kv.HeadDim) <= k.smemCap
+	switch p.Kernel {
+	case PrefillAuto:
+		if kv.BF16 && tcOK {
+			return PrefillTensorCore, nil
+		}
+		return PrefillWarp, nil
+	case PrefillWarp:
+		return PrefillWarp, nil
+	case PrefillTensorCore:
+		if !prefillTCHeadDim(kv.HeadDim) {
+			return 0, fmt.Errorf("kernels: CUDA tensor-core PrefillAttention needs headDim a multiple of 16 up to %d, got %d",
+				cudaPrefillTCMaxHD, kv.HeadDim)
+		}
+		if smem := prefillTCSmem(kv.HeadDim); smem > k.smemCap {
+			return 0, fmt.Errorf("kernels: CUDA tensor-core PrefillAttention needs %d bytes of shared memory (headDim %d), device allows %d",
+				smem, kv.HeadDim, k.smemCap)
+		}
+		return PrefillTensorCore, nil
+	}
+	return 0, fmt.Errorf("kernels: CUDA PrefillAttention kernel %v is not one of auto, warp, tensor-core", p.Kernel)
 }
 
 // PrefillAttention computes causal attention for chunks of queries: sequence
 // i has NumQ[i] queries at q/out rows QStart[i].. (float32 [rows][Heads*HeadDim]),
 // at positions CtxLen[i]-NumQ[i].., attending to positions 0..own, all already
 // in kv. qStart, numQ, ctxLens are int32 [Seqs]; tables int32 [Seqs][MaxBlocks].
+// p.Kernel picks the kernel (PrefillAuto: the tensor-core kernel for a bf16
+// cache with headDim a multiple of 16 up to 128, else the warp kernel).
 func (k *CUDAKernels) PrefillAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.DevicePtr, kv CUDAKV, qStart, numQ, ctxLens, tables cuda.DevicePtr,
 	p PrefillShape, scale float32) error {
 	if err := kv.validate(); err != nil {
@@ -375,8 +456,17 @@ func (k *CUDAKernels) PrefillAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.De
 	if p.Heads%kv.KVHeads != 0 {
 		return fmt.Errorf("kernels: CUDA PrefillAttention heads %d is not a multiple of kvHeads %d", p.Heads, kv.KVHeads)
 	}
+	pk, err := k.prefillKernel(kv, p)
+	if err != nil {
+		return err
+	}
+	// Both kernels take the same parameters.
 	k.args.Reset().Ptr(out).Ptr(q).Ptr(kv.K).Ptr(kv.V).Ptr(qStart).Ptr(numQ).Ptr(ctxLens).Ptr(tables).I32(int32(p.MaxBlocks)).
 		I32(int32(p.Heads)).I32(int32(kv.KVHeads)).I32(int32(kv.BlockSize)).I32(int32(kv.HeadDim)).F32(scale)
+	if pk == PrefillTensorCore {
+		grid := cuda.Dim3{X: uint32(ceilDiv(p.MaxQ, cudaPrefillTCRows)), Y: uint32(p.Heads), Z: uint32(p.Seqs)}
+		return k.launch(c, "ts_paged_prefill_tc"+kv.suffix(), grid, dim1(32*cudaPrefillTCWarps), prefillTCSmem(kv.HeadDim), s)
+	}
 	grid := cuda.Dim3{X: uint32(ceilDiv(p.MaxQ, cudaPrefillWarps)), Y: uint32(p.Heads), Z: uint32(p.Seqs)}
 	return k.launch(c, "ts_paged_prefill"+kv.suffix(), grid, dim1(32*cudaPrefillWarps), 0, s)
 }

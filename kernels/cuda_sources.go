@@ -5,7 +5,9 @@ package kernels
 //     f32→bf16/f16 activation casts, Q8_0→bf16 weight dequantisation, argmax;
 //   - attention.cu: KV write by slot mapping, paged decode attention (GQA: each
 //     KV head read once per group; split across blocks for long contexts and
-//     merged; page indices staged in shared memory), causal varlen prefill;
+//     merged; page indices staged in shared memory), causal varlen prefill
+//     (a tiled FlashAttention-2 kernel on the tensor cores through mma.sync
+//     for head dims a multiple of 16 up to 128, a warp per query otherwise);
 //   - sampling.cu: temperature, min_p, top_k, top_p by radix select, inverse-CDF
 //     draw with a host-supplied uniform;
 //   - weight GEMMs go through cuBLASLt (package cuda, Ctx.MatmulWT).
@@ -51,6 +53,7 @@ func cudaEntries() map[string][]string {
 			"ts_kv_write_f32", "ts_kv_write_bf16",
 			"ts_paged_decode_f32", "ts_paged_decode_bf16", "ts_decode_combine",
 			"ts_paged_prefill_f32", "ts_paged_prefill_bf16",
+			"ts_paged_prefill_tc_f32", "ts_paged_prefill_tc_bf16",
 		},
 		"sampling.cu": {"ts_sample"},
 	}
