@@ -1,9 +1,6 @@
 package server
 
-import (
-	"sync"
-	"sync/atomic"
-)
+import "sync"
 
 // bound counts the engine requests in flight against a maximum.
 type bound struct {
@@ -20,7 +17,7 @@ func (b *bound) hold(n int) (*hold, bool) {
 		return nil, false
 	}
 	b.n += n
-	return &hold{b: b, freed: make([]atomic.Bool, n)}, true
+	return &hold{b: b, freed: make([]bool, n)}, true
 }
 
 func (b *bound) inFlight() int {
@@ -34,15 +31,19 @@ func (b *bound) inFlight() int {
 // returns, whichever comes first.
 type hold struct {
 	b     *bound
-	freed []atomic.Bool
+	freed []bool // under b.mu
 }
 
-// free frees choice i's place, if it still holds it.
+// free frees choice i's place, if it still holds it. Flag and count change
+// under one lock, so free never returns before the place is free, whoever
+// freed it (a flag set first and counted later would let the answer's last
+// event reach its client while its place still looked taken).
 func (h *hold) free(i int) {
-	if h.freed[i].CompareAndSwap(false, true) {
-		h.b.mu.Lock()
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	if !h.freed[i] {
+		h.freed[i] = true
 		h.b.n--
-		h.b.mu.Unlock()
 	}
 }
 
