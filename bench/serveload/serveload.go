@@ -1,13 +1,19 @@
-// Package serveload is a closed-loop load generator for turnstile's HTTP API:
-// N clients each send one streaming POST /v1/completions at a time, and the
-// next as soon as the previous one ends, until a duration or a request count
-// is reached. It measures what a streaming client sees — time to first
-// token, end-to-end latency, output tokens from the usage chunk — and
-// counts every failure (a non-200 status, malformed SSE, a missing finish,
-// usage or [DONE], a transport error or a request timeout) as an error.
+// Package serveload is a load generator for any OpenAI-compatible server's
+// streaming POST /v1/completions (turnstile, llama-server, vLLM). It runs
+// closed loop — N clients each send one request at a time, and the next as
+// soon as the previous one ends — or open loop — requests arrive as a
+// seeded Poisson process of a given rate, with an optional bound on those
+// in flight — until a duration or a request count is reached. It measures
+// what a streaming client sees, with vLLM's benchmark_serving definitions
+// (see metrics.go): time to first token, time per output token, inter-token
+// latency, end-to-end latency, request and output-token throughput and
+// goodput under an SLO, output tokens from the usage chunk; and it counts
+// every failure (a non-200 status, malformed SSE, a missing finish, usage
+// or [DONE], a transport error or a request timeout) as an error.
 //
 // Memory is bounded: per-request samples are kept only for successful
-// requests, at most Config.MaxRequests of them, and SSE lines longer than
+// requests, at most Config.MaxRequests of them; ITL gaps beyond
+// MaxITLSamples are reservoir-sampled; and SSE lines longer than
 // MaxLineBytes are an error rather than a growing buffer.
 package serveload
 
@@ -19,14 +25,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/turnstile-llm/turnstile/internal/stats"
 )
 
 // MaxLineBytes bounds one SSE line (one event's data), bytes. A token's
@@ -38,6 +43,13 @@ const maxErrorBody = 512
 
 // DefaultRequestTimeout bounds one request when Config.RequestTimeout is 0.
 const DefaultRequestTimeout = time.Minute
+
+// ProgressEvery is the least time between two Config.Progress calls.
+const ProgressEvery = 100 * time.Millisecond
+
+// OpenLoopStream is the PCG stream of the open loop's arrival, prompt and
+// sampling-seed draws (closed-loop client i uses stream i).
+const OpenLoopStream = 1<<64 - 1
 
 // DefaultPrompts returns short story openings, in the register of the
 // TinyStories models the benchmark serves by default (a new slice each
@@ -62,8 +74,18 @@ type Config struct {
 	BaseURL string
 	// Model is the model id sent with each request ("" omits it).
 	Model string
-	// Clients is the number of concurrent closed-loop clients (>= 1).
+	// Clients is the number of concurrent closed-loop clients (>= 1 when
+	// RequestRate is 0; ignored, and may be 0, in open loop).
 	Clients int
+	// RequestRate, when > 0, runs open loop: requests arrive as a Poisson
+	// process of this many per second (exponential gaps drawn from
+	// PCG(Seed, OpenLoopStream)), each sent when it arrives, whatever is in
+	// flight. It must be finite.
+	RequestRate float64
+	// MaxConcurrency bounds the open-loop requests in flight (0: no bound
+	// but MaxRequests); an arrival that finds it reached waits for a slot,
+	// and its TTFT starts when it is sent. It must be 0 in closed loop.
+	MaxConcurrency int
 	// Duration bounds the run: no request starts after it has passed
 	// (> 0). Requests in flight then finish, each within RequestTimeout.
 	Duration time.Duration
@@ -78,9 +100,19 @@ type Config struct {
 	// Prompts are drawn uniformly per request (nil: DefaultPrompts()). Not
 	// modified.
 	Prompts []string
-	// Seed seeds each client's prompt and sampling-seed draws; client i
-	// uses PCG(Seed, i), so a run's request sequence is reproducible.
+	// PromptLen, when set, replaces Prompts with prompts of that length
+	// distribution in words (see PromptLen); Prompts must then be nil.
+	PromptLen PromptLen
+	// Seed seeds each client's prompt and sampling-seed draws; closed-loop
+	// client i uses PCG(Seed, i), the open loop's arrivals PCG(Seed,
+	// OpenLoopStream), so a run's request sequence is reproducible.
 	Seed uint64
+	// SLO, when not zero, is the per-request bounds that goodput counts.
+	SLO SLO
+	// Progress, when set, is called with the requests finished so far and
+	// MaxRequests, at most every ProgressEvery and once at the end, from
+	// one goroutine at a time.
+	Progress func(done, total int)
 	// RequestTimeout bounds one request, headers to [DONE] (0:
 	// DefaultRequestTimeout). A request that exceeds it is an error.
 	RequestTimeout time.Duration
@@ -92,15 +124,30 @@ type Config struct {
 // Result is what one run measured. Rates are over Elapsed, the wall time
 // from the first request's start to the last one's end.
 type Result struct {
-	Clients   int `json:"clients"`
-	Requests  int `json:"requests"`  // finished: Successes + Errors
-	Successes int `json:"successes"` // complete streams
-	Errors    int `json:"errors"`
+	// Mode is "closed" (Clients closed-loop clients) or "open"
+	// (RequestRate Poisson arrivals, at most MaxConcurrency in flight, 0
+	// for no bound).
+	Mode           string  `json:"mode"`
+	Clients        int     `json:"clients"`
+	RequestRate    float64 `json:"request_rate,omitempty"`
+	MaxConcurrency int     `json:"max_concurrency,omitempty"`
+	// MaxInFlight is the most requests seen in flight at once.
+	MaxInFlight int `json:"max_in_flight"`
+	// Prompts names the prompt set ("fixed:32 words", "uniform:16-256
+	// words", "8 prompts of 3-7 words"); PromptWords is the length of
+	// the prompts sent.
+	Prompts     string       `json:"prompts"`
+	PromptWords WordsSummary `json:"prompt_words"`
+	Requests    int          `json:"requests"`  // finished: Successes + Errors
+	Successes   int          `json:"successes"` // complete streams
+	Errors      int          `json:"errors"`
 	// FirstError is the text of the first error seen ("" when none).
 	FirstError string        `json:"first_error,omitempty"`
 	Elapsed    time.Duration `json:"elapsed_ns"`
-	// OutputTokens sums usage.completion_tokens of successful requests.
+	// OutputTokens sums usage.completion_tokens of successful requests;
+	// InputTokens their usage.prompt_tokens (0 where a server omits it).
 	OutputTokens int64 `json:"output_tokens"`
+	InputTokens  int64 `json:"input_tokens"`
 	// RequestsPerSec is Successes / Elapsed; OutputTokensPerSec is
 	// OutputTokens / Elapsed.
 	RequestsPerSec     float64 `json:"requests_per_sec"`
@@ -112,6 +159,25 @@ type Result struct {
 	TTFTP99    time.Duration `json:"ttft_p99_ns"`
 	LatencyP50 time.Duration `json:"latency_p50_ns"`
 	LatencyP99 time.Duration `json:"latency_p99_ns"`
+	// TTFT, TPOT, ITL and E2E are the distributions of vLLM's metrics
+	// (metrics.go) over successful requests; E2E is Latency.
+	TTFT Dist `json:"ttft"`
+	TPOT Dist `json:"tpot"`
+	ITL  Dist `json:"itl"`
+	E2E  Dist `json:"e2e"`
+	// SLO and Goodput are set when Config.SLO is: the bounds, the
+	// successful requests meeting all of them and those per second of
+	// Elapsed.
+	SLO     *SLO    `json:"slo,omitempty"`
+	SLOMet  int     `json:"slo_met,omitempty"`
+	Goodput float64 `json:"goodput_per_sec,omitempty"`
+}
+
+// WordsSummary is the length of the prompts sent (0s when none was).
+type WordsSummary struct {
+	Min  int     `json:"min"`
+	Max  int     `json:"max"`
+	Mean float64 `json:"mean"`
 }
 
 // validate checks cfg and fills defaults.
@@ -119,8 +185,14 @@ func (c *Config) validate() error {
 	switch {
 	case c.BaseURL == "":
 		return errors.New("serveload: BaseURL is empty")
-	case c.Clients < 1:
+	case math.IsNaN(c.RequestRate) || math.IsInf(c.RequestRate, 0) || c.RequestRate < 0:
+		return fmt.Errorf("serveload: RequestRate %v: must be finite and >= 0", c.RequestRate)
+	case c.RequestRate == 0 && c.Clients < 1:
 		return fmt.Errorf("serveload: Clients %d: must be >= 1", c.Clients)
+	case c.MaxConcurrency < 0:
+		return fmt.Errorf("serveload: MaxConcurrency %d: must be >= 0", c.MaxConcurrency)
+	case c.RequestRate == 0 && c.MaxConcurrency != 0:
+		return fmt.Errorf("serveload: MaxConcurrency %d: only in open loop (RequestRate > 0)", c.MaxConcurrency)
 	case c.Duration <= 0:
 		return fmt.Errorf("serveload: Duration %v: must be > 0", c.Duration)
 	case c.MaxRequests < 1:
@@ -130,10 +202,22 @@ func (c *Config) validate() error {
 	case c.RequestTimeout < 0:
 		return fmt.Errorf("serveload: RequestTimeout %v: must be >= 0", c.RequestTimeout)
 	}
-	if c.Prompts == nil {
+	if !c.PromptLen.IsZero() {
+		if err := c.PromptLen.validate(); err != nil {
+			return fmt.Errorf("serveload: PromptLen: %w", err)
+		}
+		if c.Prompts != nil {
+			return errors.New("serveload: both Prompts and PromptLen are set")
+		}
+	} else if c.Prompts == nil {
 		c.Prompts = DefaultPrompts()
 	}
-	if len(c.Prompts) == 0 {
+	for _, d := range []time.Duration{c.SLO.TTFT, c.SLO.TPOT, c.SLO.E2E} {
+		if d < 0 {
+			return fmt.Errorf("serveload: SLO %+v: bounds must be >= 0", c.SLO)
+		}
+	}
+	if c.PromptLen.IsZero() && len(c.Prompts) == 0 {
 		return errors.New("serveload: Prompts is empty (nil selects DefaultPrompts())")
 	}
 	if c.RequestTimeout == 0 {
@@ -142,7 +226,8 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Run drives cfg.Clients closed-loop clients against cfg.BaseURL until
+// Run drives the load against cfg.BaseURL — cfg.Clients closed-loop
+// clients, or open-loop Poisson arrivals at cfg.RequestRate — until
 // cfg.Duration has passed or cfg.MaxRequests requests have started, waits
 // for the requests in flight, and returns what they measured. Request
 // failures are counted in the Result, not returned; the error is for an
@@ -151,52 +236,179 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.validate(); err != nil {
 		return Result{}, err
 	}
-	client := cfg.Client
-	if client == nil {
-		tr := &http.Transport{MaxIdleConns: cfg.Clients, MaxIdleConnsPerHost: cfg.Clients, DisableCompression: true}
+	r := &runner{cfg: &cfg, url: strings.TrimSuffix(cfg.BaseURL, "/") + "/v1/completions",
+		itl: newReservoir(MaxITLSamples, cfg.Seed)}
+	r.client = cfg.Client
+	if r.client == nil {
+		idle := cfg.Clients
+		if cfg.RequestRate > 0 {
+			idle = cfg.MaxConcurrency
+			if idle == 0 {
+				idle = 64
+			}
+		}
+		tr := &http.Transport{MaxIdleConns: idle, MaxIdleConnsPerHost: idle, DisableCompression: true}
 		defer tr.CloseIdleConnections()
-		client = &http.Client{Transport: tr}
+		r.client = &http.Client{Transport: tr}
 	}
-	url := strings.TrimSuffix(cfg.BaseURL, "/") + "/v1/completions"
 
 	issue, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
-	var started atomic.Int64
-	workers := make([]worker, cfg.Clients)
-	var wg sync.WaitGroup
+	stopProgress := r.progress()
 	begin := time.Now()
-	for i := range workers {
-		w := &workers[i]
-		w.cfg, w.client, w.url = &cfg, client, url
-		w.rng = rand.New(rand.NewPCG(cfg.Seed, uint64(i)))
-		w.br = bufio.NewReaderSize(nil, MaxLineBytes)
+	if cfg.RequestRate > 0 {
+		r.open(ctx, issue, begin)
+	} else {
+		r.closed(ctx, issue)
+	}
+	elapsed := time.Since(begin)
+	stopProgress()
+	return r.merge(elapsed), ctx.Err()
+}
+
+// runner is one run's shared state.
+type runner struct {
+	cfg    *Config
+	client *http.Client
+	url    string
+	itl    *reservoir
+
+	workers            []*worker // every worker, merged at the end
+	started, finished  atomic.Int64
+	inFlight, peakLoad atomic.Int64
+}
+
+// closed runs cfg.Clients closed-loop clients.
+func (r *runner) closed(ctx, issue context.Context) {
+	var wg sync.WaitGroup
+	for i := range r.cfg.Clients {
+		w := r.newWorker()
+		w.rng = rand.New(rand.NewPCG(r.cfg.Seed, uint64(i)))
 		wg.Go(func() {
 			// Stop issuing once the duration has passed or the request
 			// budget is spent; the request in flight always finishes.
-			for issue.Err() == nil && started.Add(1) <= int64(cfg.MaxRequests) {
-				w.one(ctx)
+			for issue.Err() == nil && r.started.Add(1) <= int64(r.cfg.MaxRequests) {
+				prompt, words := r.cfg.drawPrompt(w.rng)
+				w.one(ctx, prompt, words, w.rng.Uint32())
 			}
 		})
 	}
 	wg.Wait()
-	res := merge(cfg.Clients, workers, time.Since(begin))
-	return res, ctx.Err()
 }
 
-// worker is one closed-loop client; it owns its samples until merge.
+// open sends requests at Poisson arrivals from begin: the first at begin,
+// each next one an exponential gap after the previous arrival (arrival
+// times are absolute, so a late send does not shift the ones after it).
+// With cfg.MaxConcurrency set an arrival waits for a free slot.
+func (r *runner) open(ctx, issue context.Context, begin time.Time) {
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, OpenLoopStream))
+	var sem chan struct{}
+	if r.cfg.MaxConcurrency > 0 {
+		sem = make(chan struct{}, r.cfg.MaxConcurrency)
+	}
+	var mu sync.Mutex
+	var free []*worker
+	var wg sync.WaitGroup
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	at := begin
+	for i := range r.cfg.MaxRequests {
+		if i > 0 {
+			at = at.Add(poissonGap(rng, r.cfg.RequestRate))
+		}
+		prompt, words := r.cfg.drawPrompt(rng)
+		seed := rng.Uint32()
+		if wait := time.Until(at); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-issue.Done():
+			}
+		}
+		if sem != nil && issue.Err() == nil {
+			select {
+			case sem <- struct{}{}:
+			case <-issue.Done():
+			}
+		}
+		if issue.Err() != nil {
+			break
+		}
+		mu.Lock()
+		var w *worker
+		if n := len(free); n > 0 {
+			w, free = free[n-1], free[:n-1]
+		} else {
+			w = r.newWorker() // only this goroutine appends to r.workers
+		}
+		mu.Unlock()
+		r.started.Add(1)
+		wg.Go(func() {
+			w.one(ctx, prompt, words, seed)
+			mu.Lock()
+			free = append(free, w)
+			mu.Unlock()
+			if sem != nil {
+				<-sem
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// newWorker adds a worker to r.
+func (r *runner) newWorker() *worker {
+	w := &worker{r: r, br: bufio.NewReaderSize(nil, MaxLineBytes)}
+	r.workers = append(r.workers, w)
+	return w
+}
+
+// progress starts the Progress calls, if any; the function it returns
+// stops them and makes the last one.
+func (r *runner) progress() func() {
+	f := r.cfg.Progress
+	if f == nil {
+		return func() {}
+	}
+	total := r.cfg.MaxRequests
+	f(0, total)
+	quit, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(ProgressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				f(int(r.finished.Load()), total)
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-exited
+		f(int(r.finished.Load()), total)
+	}
+}
+
+// worker sends one request at a time (a closed-loop client, or an open
+// loop's concurrency slot); it owns its samples until merge.
 type worker struct {
-	cfg    *Config
-	client *http.Client
-	url    string
-	rng    *rand.Rand
-	br     *bufio.Reader
-	body   bytes.Buffer
+	r    *runner
+	rng  *rand.Rand // closed loop only
+	br   *bufio.Reader
+	body bytes.Buffer
+	gaps []time.Duration // the current request's ITL gaps
 
 	successes, errs int
 	firstErr        error
 	firstErrAt      time.Time
-	tokens          int64
-	ttft, latency   []time.Duration // successful requests only
+	tokens, input   int64
+	samples         []sample // successful requests only
+	words           WordsSummary
+	wordsSum, sent  int
 }
 
 // request is the body of each POST /v1/completions.
@@ -222,77 +434,106 @@ type chunk struct {
 	} `json:"choices"`
 	Usage *struct {
 		CompletionTokens int `json:"completion_tokens"`
+		PromptTokens     int `json:"prompt_tokens"`
 	} `json:"usage"`
 	Error *struct {
 		Message string `json:"message"`
 	} `json:"error"`
 }
 
-// one sends one request and records its outcome.
-func (w *worker) one(ctx context.Context) {
-	r := request{Model: w.cfg.Model, Prompt: w.cfg.Prompts[w.rng.IntN(len(w.cfg.Prompts))],
-		MaxTokens: w.cfg.MaxTokens, Seed: w.rng.Uint32(), IgnoreEOS: w.cfg.IgnoreEOS, Stream: true,
-		StreamOptions: streamOptions{IncludeUsage: true}}
+// one sends one request of prompt (words long) and records its outcome.
+func (w *worker) one(ctx context.Context, prompt string, words int, seed uint32) {
+	cfg, r := w.r.cfg, w.r
+	defer r.finished.Add(1)
+	if w.sent == 0 || words < w.words.Min {
+		w.words.Min = words
+	}
+	w.words.Max = max(w.words.Max, words)
+	w.wordsSum += words
+	w.sent++
+	req := request{Model: cfg.Model, Prompt: prompt, MaxTokens: cfg.MaxTokens, Seed: seed,
+		IgnoreEOS: cfg.IgnoreEOS, Stream: true, StreamOptions: streamOptions{IncludeUsage: true}}
 	w.body.Reset()
-	if err := json.NewEncoder(&w.body).Encode(r); err != nil {
+	if err := json.NewEncoder(&w.body).Encode(req); err != nil {
 		w.fail(fmt.Errorf("encoding the request: %w", err))
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, w.cfg.RequestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
+	n := r.inFlight.Add(1)
+	for p := r.peakLoad.Load(); n > p && !r.peakLoad.CompareAndSwap(p, n); p = r.peakLoad.Load() {
+	}
 	t0 := time.Now()
-	ttft, tokens, err := w.send(rctx, t0)
+	st, err := w.send(rctx, t0)
+	e2e := time.Since(t0)
+	r.inFlight.Add(-1)
 	if err != nil {
 		if rctx.Err() != nil && ctx.Err() == nil {
-			err = fmt.Errorf("request timeout %v: %w", w.cfg.RequestTimeout, err)
+			err = fmt.Errorf("request timeout %v: %w", cfg.RequestTimeout, err)
 		}
 		w.fail(err)
 		return
 	}
 	w.successes++
-	w.tokens += int64(tokens)
-	w.ttft = append(w.ttft, ttft)
-	w.latency = append(w.latency, time.Since(t0))
+	w.tokens += int64(st.tokens)
+	w.input += int64(st.promptTokens)
+	w.samples = append(w.samples, sample{ttft: st.ttft, e2e: e2e, tokens: st.tokens})
+	r.itl.add(w.gaps)
 }
 
-// send posts w.body and reads the stream to its end.
-func (w *worker) send(ctx context.Context, t0 time.Time) (ttft time.Duration, tokens int, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(w.body.Bytes()))
+// send posts w.body and reads the stream to its end, its ITL gaps into
+// w.gaps.
+func (w *worker) send(ctx context.Context, t0 time.Time) (streamStats, error) {
+	w.gaps = w.gaps[:0]
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.r.url, bytes.NewReader(w.body.Bytes()))
 	if err != nil {
-		return 0, 0, err
+		return streamStats{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := w.client.Do(req)
+	resp, err := w.r.client.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return streamStats{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return 0, 0, fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+		return streamStats{}, fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 	}
 	w.br.Reset(resp.Body)
-	return readStream(w.br, t0)
+	st, gaps, err := readStream(w.br, t0, time.Now, w.gaps)
+	w.gaps = gaps
+	return st, err
+}
+
+// streamStats is what one stream measured.
+type streamStats struct {
+	ttft                 time.Duration
+	tokens, promptTokens int
 }
 
 // readStream parses a completions event stream from br: data lines of
 // chunks, at least one choice with a finish reason, a usage chunk, then
-// [DONE] and the end of the body. ttft is measured from t0 to the first
-// chunk carrying a choice; tokens is usage.completion_tokens.
-func readStream(br *bufio.Reader, t0 time.Time) (ttft time.Duration, tokens int, err error) {
-	var sawChoice, finished, done bool
+// [DONE] and the end of the body. TTFT is measured with now from t0 to the
+// first token-carrying chunk (a choice with text; the first chunk with a
+// choice when none has text); the gaps between successive token-carrying
+// chunks are appended to gaps (at most MaxITLSamples per stream); tokens
+// is usage.completion_tokens.
+func readStream(br *bufio.Reader, t0 time.Time, now func() time.Time, gaps []time.Duration) (streamStats, []time.Duration, error) {
+	var st streamStats
+	var sawChoice, sawText, finished, done bool
 	var usage *int
+	var last time.Time
 	for n := 1; ; n++ {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
-			return 0, 0, fmt.Errorf("malformed SSE: line %d longer than %d bytes", n, MaxLineBytes)
+			return streamStats{}, gaps, fmt.Errorf("malformed SSE: line %d longer than %d bytes", n, MaxLineBytes)
 		}
 		if errors.Is(err, io.EOF) && len(line) == 0 {
 			break
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
-			return 0, 0, fmt.Errorf("reading the stream at line %d: %w", n, err)
+			return streamStats{}, gaps, fmt.Errorf("reading the stream at line %d: %w", n, err)
 		}
 		line = bytes.TrimRight(line, "\r\n")
 		switch {
@@ -301,10 +542,10 @@ func readStream(br *bufio.Reader, t0 time.Time) (ttft time.Duration, tokens int,
 		case hasField(line, "event:", "id:", "retry:"): // fields a completions stream does not need
 			continue
 		case !bytes.HasPrefix(line, []byte("data:")):
-			return 0, 0, fmt.Errorf("malformed SSE: line %d %q is not a data line", n, clip(line))
+			return streamStats{}, gaps, fmt.Errorf("malformed SSE: line %d %q is not a data line", n, clip(line))
 		}
 		if done {
-			return 0, 0, fmt.Errorf("malformed SSE: line %d %q after [DONE]", n, clip(line))
+			return streamStats{}, gaps, fmt.Errorf("malformed SSE: line %d %q after [DONE]", n, clip(line))
 		}
 		data := bytes.TrimSpace(line[len("data:"):])
 		if string(data) == "[DONE]" {
@@ -313,37 +554,49 @@ func readStream(br *bufio.Reader, t0 time.Time) (ttft time.Duration, tokens int,
 		}
 		var c chunk
 		if err := json.Unmarshal(data, &c); err != nil {
-			return 0, 0, fmt.Errorf("malformed SSE: line %d %q: %w", n, clip(data), err)
+			return streamStats{}, gaps, fmt.Errorf("malformed SSE: line %d %q: %w", n, clip(data), err)
 		}
 		if c.Error != nil {
-			return 0, 0, fmt.Errorf("error event: %s", c.Error.Message)
+			return streamStats{}, gaps, fmt.Errorf("error event: %s", c.Error.Message)
 		}
-		if len(c.Choices) > 0 && !sawChoice {
-			sawChoice, ttft = true, time.Since(t0)
-		}
+		text := false
 		for _, ch := range c.Choices {
 			if ch.FinishReason != nil {
 				finished = true
 			}
+			text = text || ch.Text != ""
+		}
+		switch {
+		case text:
+			t := now()
+			if !sawText {
+				st.ttft = t.Sub(t0) // replaces a text-less first choice's
+			} else if len(gaps) < MaxITLSamples {
+				gaps = append(gaps, t.Sub(last))
+			}
+			sawChoice, sawText, last = true, true, t
+		case len(c.Choices) > 0 && !sawChoice:
+			sawChoice, st.ttft = true, now().Sub(t0)
 		}
 		if c.Usage != nil {
 			if usage != nil {
-				return 0, 0, fmt.Errorf("malformed SSE: line %d: a second usage chunk", n)
+				return streamStats{}, gaps, fmt.Errorf("malformed SSE: line %d: a second usage chunk", n)
 			}
-			usage = &c.Usage.CompletionTokens
+			usage, st.promptTokens = &c.Usage.CompletionTokens, c.Usage.PromptTokens
 		}
 	}
 	switch {
 	case !done:
-		return 0, 0, errors.New("stream ended without [DONE]")
+		return streamStats{}, gaps, errors.New("stream ended without [DONE]")
 	case !sawChoice || !finished:
-		return 0, 0, errors.New("stream has no choice with a finish_reason")
+		return streamStats{}, gaps, errors.New("stream has no choice with a finish_reason")
 	case usage == nil:
-		return 0, 0, errors.New("stream has no usage chunk (stream_options.include_usage)")
+		return streamStats{}, gaps, errors.New("stream has no usage chunk (stream_options.include_usage)")
 	case *usage < 1:
-		return 0, 0, fmt.Errorf("usage.completion_tokens %d: want >= 1", *usage)
+		return streamStats{}, gaps, fmt.Errorf("usage.completion_tokens %d: want >= 1", *usage)
 	}
-	return ttft, *usage, nil
+	st.tokens = *usage
+	return st, gaps, nil
 }
 
 // hasField reports whether line starts with one of the field prefixes.
@@ -373,34 +626,51 @@ func (w *worker) fail(err error) {
 }
 
 // merge combines the workers' counts and samples into a Result.
-func merge(clients int, ws []worker, elapsed time.Duration) Result {
-	r := Result{Clients: clients, Elapsed: elapsed}
-	var ttft, lat []float64
+func (r *runner) merge(elapsed time.Duration) Result {
+	cfg := r.cfg
+	res := Result{Mode: "closed", Clients: cfg.Clients, Elapsed: elapsed, Prompts: cfg.promptsLabel(),
+		MaxInFlight: int(r.peakLoad.Load())}
+	if cfg.RequestRate > 0 {
+		res.Mode, res.Clients, res.RequestRate, res.MaxConcurrency = "open", 0, cfg.RequestRate, cfg.MaxConcurrency
+	}
+	var samples []sample
 	var firstAt time.Time
-	for i := range ws {
-		w := &ws[i]
-		r.Successes += w.successes
-		r.Errors += w.errs
-		r.OutputTokens += w.tokens
-		if w.firstErr != nil && (r.FirstError == "" || w.firstErrAt.Before(firstAt)) {
-			r.FirstError, firstAt = w.firstErr.Error(), w.firstErrAt
+	sent, wordsSum := 0, 0
+	for _, w := range r.workers {
+		res.Successes += w.successes
+		res.Errors += w.errs
+		res.OutputTokens += w.tokens
+		res.InputTokens += w.input
+		if w.firstErr != nil && (res.FirstError == "" || w.firstErrAt.Before(firstAt)) {
+			res.FirstError, firstAt = w.firstErr.Error(), w.firstErrAt
 		}
-		for j := range w.ttft {
-			ttft = append(ttft, float64(w.ttft[j]))
-			lat = append(lat, float64(w.latency[j]))
+		samples = append(samples, w.samples...)
+		if w.sent > 0 {
+			if sent == 0 || w.words.Min < res.PromptWords.Min {
+				res.PromptWords.Min = w.words.Min
+			}
+			res.PromptWords.Max = max(res.PromptWords.Max, w.words.Max)
+			sent, wordsSum = sent+w.sent, wordsSum+w.wordsSum
 		}
 	}
-	r.Requests = r.Successes + r.Errors
+	if sent > 0 {
+		res.PromptWords.Mean = float64(wordsSum) / float64(sent)
+	}
+	res.Requests = res.Successes + res.Errors
+	m := summarize(samples, cfg.SLO)
+	res.TTFT, res.TPOT, res.E2E, res.ITL = m.ttft, m.tpot, m.e2e, r.itl.dist()
+	res.TTFTP50, res.TTFTP99 = m.ttft.Median, m.ttft.P99
+	res.LatencyP50, res.LatencyP99 = m.e2e.Median, m.e2e.P99
+	if !cfg.SLO.IsZero() {
+		slo := cfg.SLO
+		res.SLO, res.SLOMet = &slo, m.met
+	}
 	if s := elapsed.Seconds(); s > 0 {
-		r.RequestsPerSec = float64(r.Successes) / s
-		r.OutputTokensPerSec = float64(r.OutputTokens) / s
+		res.RequestsPerSec = float64(res.Successes) / s
+		res.OutputTokensPerSec = float64(res.OutputTokens) / s
+		if res.SLO != nil {
+			res.Goodput = float64(res.SLOMet) / s
+		}
 	}
-	if len(ttft) > 0 {
-		// Both slices are non-empty and NaN-free, so Percentiles cannot fail.
-		t, _ := stats.Percentiles(ttft, 50, 99)
-		l, _ := stats.Percentiles(lat, 50, 99)
-		r.TTFTP50, r.TTFTP99 = time.Duration(t[0]), time.Duration(t[1])
-		r.LatencyP50, r.LatencyP99 = time.Duration(l[0]), time.Duration(l[1])
-	}
-	return r
+	return res
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -288,6 +289,16 @@ func TestConfigErrors(t *testing.T) {
 		{"max tokens", func(c *Config) { c.MaxTokens = -3 }, "MaxTokens -3: must be >= 1"},
 		{"timeout", func(c *Config) { c.RequestTimeout = -time.Millisecond }, "RequestTimeout -1ms"},
 		{"prompts", func(c *Config) { c.Prompts = []string{} }, "Prompts is empty"},
+		{"rate negative", func(c *Config) { c.RequestRate = -1 }, "RequestRate -1: must be finite and >= 0"},
+		{"rate NaN", func(c *Config) { c.RequestRate = math.NaN() }, "RequestRate NaN"},
+		{"rate Inf", func(c *Config) { c.RequestRate = math.Inf(1) }, "RequestRate +Inf"},
+		{"concurrency negative", func(c *Config) { c.RequestRate, c.MaxConcurrency = 1, -2 }, "MaxConcurrency -2: must be >= 0"},
+		{"concurrency closed loop", func(c *Config) { c.MaxConcurrency = 4 }, "MaxConcurrency 4: only in open loop"},
+		{"prompt len", func(c *Config) { c.PromptLen = PromptLen{"uniform", 5, 2} }, "PromptLen: length 5-2 words"},
+		{"prompt len dist", func(c *Config) { c.PromptLen = PromptLen{"zipf", 1, 2} }, `PromptLen: distribution "zipf"`},
+		{"prompts and prompt len", func(c *Config) { c.Prompts, c.PromptLen = []string{"x"}, PromptLen{"fixed", 2, 2} },
+			"both Prompts and PromptLen"},
+		{"slo", func(c *Config) { c.SLO.TPOT = -1 }, "bounds must be >= 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
@@ -329,8 +340,8 @@ func TestReadStream(t *testing.T) {
 }
 
 func readAll(s string) (int, error) {
-	_, tokens, err := readStream(bufio.NewReaderSize(strings.NewReader(s), MaxLineBytes), time.Now())
-	return tokens, err
+	st, _, err := readStream(bufio.NewReaderSize(strings.NewReader(s), MaxLineBytes), time.Now(), time.Now, nil)
+	return st.tokens, err
 }
 
 // FuzzReadStream: any input is parsed without panicking, and an accepted

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,11 +19,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/turnstile-llm/turnstile/bench/progress"
 	"github.com/turnstile-llm/turnstile/bench/serveload"
 )
 
-// benchServeFile is the JSON report's name inside --out.
-const benchServeFile = "bench-serve.json"
+// benchServeFile is the JSON report's name inside --out, benchServeCSV the
+// CSV table's (--csv).
+const (
+	benchServeFile = "bench-serve.json"
+	benchServeCSV  = "bench-serve.csv"
+)
 
 // benchServeOptions are the flags of `turnstile bench serve`.
 type benchServeOptions struct {
@@ -40,6 +48,21 @@ type benchServeOptions struct {
 	// server's attention-DP ranks.
 	url string
 	dp  int
+	// rates, when set, run open loop instead of --clients: one level per
+	// Poisson arrival rate, requests/s, at most maxConcurrency in flight
+	// (0: no bound). clientsSet is whether --clients was given.
+	rates          []float64
+	maxConcurrency int
+	clientsSet     bool
+	// slo is --slo (zero: no goodput); promptLen --prompt-len (zero: the
+	// story prompts); csv writes DIR/bench-serve.csv next to the JSON.
+	sloFlag, promptLenFlag string
+	slo                    serveload.SLO
+	promptLen              serveload.PromptLen
+	csv                    bool
+	// progressOut, when set, gets a progress bar per level (RunE sets it
+	// to stderr when that is a terminal).
+	progressOut io.Writer
 }
 
 // benchServeEngineFlags are the engine flags bench serve registers.
@@ -49,17 +72,29 @@ func newBenchServeCmd() *cobra.Command {
 	o := benchServeOptions{engineFlags: newServeOptions().engineFlags, clients: []int{1, 16, 128}, duration: 30 * time.Second,
 		warmup: 2 * time.Second, maxRequests: 1_000_000, maxTokens: 64, ignoreEOS: true, timeout: serveload.DefaultRequestTimeout, dp: 1}
 	cmd := &cobra.Command{
-		Use:   "serve [--model FILE.gguf] [--clients 1,16,128] [--duration 30s] [--max-tokens 64] [--seed N] [--out DIR]",
-		Short: "Load-test an in-process server with concurrent streaming clients",
+		Use:   "serve [--model FILE.gguf | --url URL] [--clients 1,16,128 | --request-rate 2,8 [--max-concurrency N]] [--duration 30s] [--max-tokens 64] [--prompt-len fixed:32] [--slo ttft:200ms,tpot:50ms] [--seed N] [--out DIR [--csv]]",
+		Short: "Load-test an in-process or any OpenAI-compatible server with streaming clients",
 		Long: "bench serve starts the server of `turnstile serve` in-process on 127.0.0.1 (CPU runner,\n" +
-			"overlap on) and, for each --clients level in turn, runs that many closed-loop clients\n" +
-			"sending streaming /v1/completions for --duration (or --max-requests). It prints, per\n" +
-			"level: requests/s, output tokens/s, time to first token p50/p99 (nearest rank), errors\n" +
-			"and the process's resident memory (VmRSS) before and after. --out writes the same as\n" +
-			"JSON to DIR/" + benchServeFile + ". The exit status is non-zero if any request failed.",
+			"overlap on), or loads any OpenAI-compatible server at --url (turnstile, llama-server,\n" +
+			"vLLM), with streaming /v1/completions for --duration (or --max-requests) per level.\n" +
+			"Closed loop (default): each --clients level runs that many clients, each sending its\n" +
+			"next request when the last ends. Open loop: each --request-rate level sends requests\n" +
+			"at seeded Poisson arrivals of that rate, at most --max-concurrency in flight.\n" +
+			"Metrics follow vLLM's benchmark_serving: TTFT (to the first token), TPOT ((E2E - TTFT)\n" +
+			"/ (output tokens - 1), requests of > 1 token), ITL (gaps between token chunks, pooled),\n" +
+			"E2E latency, request and output-token throughput and, with --slo, goodput (requests/s\n" +
+			"meeting every bound); mean, median, std, p90, p99 (nearest rank) of each in the JSON.\n" +
+			"It prints per level: requests/s, output tokens/s, TTFT p50/p99, TPOT, ITL and E2E\n" +
+			"medians, goodput, errors and (in-process) the resident memory (VmRSS) before and after.\n" +
+			"--out writes the report as JSON to DIR/" + benchServeFile + ", and --csv one row per level\n" +
+			"to DIR/" + benchServeCSV + ". The exit status is non-zero if any request failed.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.parsed(cmd.Flags())
+			o.clientsSet = cmd.Flags().Changed("clients")
+			if errOut := cmd.ErrOrStderr(); isTerminal(errOut) {
+				o.progressOut = errOut
+			}
 			if err := o.validate(); err != nil {
 				return err
 			}
@@ -80,6 +115,11 @@ func newBenchServeCmd() *cobra.Command {
 	f.DurationVar(&o.timeout, "request-timeout", o.timeout, "longest one request may take (then it is an error)")
 	f.StringVar(&o.url, "url", o.url, "load this running server (e.g. one started by `mpirun -np N turnstile serve --dp N`) instead of starting one; RSS is then not measured")
 	f.IntVar(&o.dp, "dp", o.dp, "attention-DP ranks of the in-process server (ignored with --url)")
+	f.Float64SliceVar(&o.rates, "request-rate", o.rates, "open loop: Poisson arrival rates, requests/s, one level after another (instead of --clients)")
+	f.IntVar(&o.maxConcurrency, "max-concurrency", o.maxConcurrency, "open loop: most requests in flight; an arrival beyond it waits (0: no bound)")
+	f.StringVar(&o.sloFlag, "slo", o.sloFlag, "goodput's per-request bounds, e.g. ttft:200ms,tpot:50ms,e2e:2s (durations, or bare milliseconds)")
+	f.StringVar(&o.promptLenFlag, "prompt-len", o.promptLenFlag, "prompt length in words: fixed:N or uniform:MIN-MAX, from a 64-word story vocabulary (default: 8 story openings)")
+	f.BoolVar(&o.csv, "csv", o.csv, "also write one row per level to DIR/"+benchServeCSV+" (needs --out)")
 	return cmd
 }
 
@@ -110,12 +150,98 @@ func (o *benchServeOptions) validate() error {
 			return fmt.Errorf("bench serve: --clients %d: must be in [1, %d]", c, maxBenchClients)
 		}
 	}
+	if err := o.validateLoad(); err != nil {
+		return err
+	}
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
 			return fmt.Errorf("bench serve: --out %q: %w", o.out, err)
 		}
 	}
 	return nil
+}
+
+// validateLoad checks the open-loop, prompt, SLO and CSV flags.
+func (o *benchServeOptions) validateLoad() error {
+	switch {
+	case len(o.rates) > 0 && o.clientsSet:
+		return errors.New("bench serve: --clients and --request-rate exclude each other: closed loop or open loop")
+	case o.maxConcurrency != 0 && len(o.rates) == 0:
+		return fmt.Errorf("bench serve: --max-concurrency %d: only with --request-rate (closed loop's concurrency is --clients)", o.maxConcurrency)
+	case o.maxConcurrency < 0 || o.maxConcurrency > maxBenchClients:
+		return fmt.Errorf("bench serve: --max-concurrency %d: must be in [0, %d]", o.maxConcurrency, maxBenchClients)
+	case o.csv && o.out == "":
+		return errors.New("bench serve: --csv needs --out DIR (the CSV goes next to the JSON report)")
+	}
+	for _, r := range o.rates {
+		if !(r > 0) || math.IsInf(r, 0) {
+			return fmt.Errorf("bench serve: --request-rate %v: must be a finite number > 0", r)
+		}
+	}
+	if o.sloFlag != "" {
+		slo, err := serveload.ParseSLO(o.sloFlag)
+		if err != nil {
+			return fmt.Errorf("bench serve: --slo %q: %w", o.sloFlag, err)
+		}
+		o.slo = slo
+	}
+	if o.promptLenFlag != "" {
+		p, err := serveload.ParsePromptLen(o.promptLenFlag)
+		if err != nil {
+			return fmt.Errorf("bench serve: --prompt-len %q: %w", o.promptLenFlag, err)
+		}
+		o.promptLen = p
+	}
+	return nil
+}
+
+// level is one row of the run: closed-loop clients, or an open-loop rate.
+type level struct {
+	clients int
+	rate    float64
+}
+
+func (l level) String() string {
+	if l.rate > 0 {
+		return "--request-rate " + strconv.FormatFloat(l.rate, 'g', -1, 64)
+	}
+	return "--clients " + strconv.Itoa(l.clients)
+}
+
+// levels are the run's levels in order.
+func (o *benchServeOptions) levels() []level {
+	var ls []level
+	if len(o.rates) > 0 {
+		for _, r := range o.rates {
+			ls = append(ls, level{rate: r})
+		}
+		return ls
+	}
+	for _, c := range o.clients {
+		ls = append(ls, level{clients: c})
+	}
+	return ls
+}
+
+// peakLevel is the warm-up's level: the largest of the run.
+func (o *benchServeOptions) peakLevel() level {
+	if len(o.rates) > 0 {
+		return level{rate: slices.Max(o.rates)}
+	}
+	return level{clients: slicesMax(o.clients)}
+}
+
+// concurrencyBound is the most requests the run may have in flight (an
+// unbounded open loop counts maxBenchClients), which the in-process
+// server's queue and connection bounds admit.
+func (o *benchServeOptions) concurrencyBound() int {
+	switch {
+	case len(o.rates) == 0:
+		return slicesMax(o.clients)
+	case o.maxConcurrency > 0:
+		return o.maxConcurrency
+	}
+	return maxBenchClients
 }
 
 // maxBenchClients bounds --clients: each client is a goroutine and a
@@ -134,8 +260,8 @@ func (o *benchServeOptions) serveOptions() (serveOptions, error) {
 	if err != nil {
 		return serveOptions{}, fmt.Errorf("bench serve: %w", err)
 	}
-	so.port, so.maxQueue, so.drain, so.logLevel = 0, max(4*seats, slicesMax(o.clients)), 10*time.Second, "warn"
-	so.maxConnections = max(so.maxConnections, slicesMax(o.clients)) // every client's connection is served
+	so.port, so.maxQueue, so.drain, so.logLevel = 0, max(4*seats, o.concurrencyBound()), 10*time.Second, "warn"
+	so.maxConnections = max(so.maxConnections, o.concurrencyBound()) // every client's connection is served
 	so.dp = o.dp
 	if err := so.validate(); err != nil {
 		return serveOptions{}, fmt.Errorf("bench %w", err)
@@ -154,18 +280,23 @@ func slicesMax(xs []int) int {
 // benchServeReport is the JSON report: the run's settings, the machine's
 // load, and one row per client level.
 type benchServeReport struct {
-	Model        string  `json:"model"`
-	URL          string  `json:"url,omitempty"` // --url: a server not started here (RSS not measured)
-	Duration     string  `json:"duration_per_level"`
-	MaxRequests  int     `json:"max_requests_per_level"`
-	MaxTokens    int     `json:"max_tokens"`
-	IgnoreEOS    bool    `json:"ignore_eos"`
-	Seed         uint64  `json:"seed"`
-	MaxBatchSize int     `json:"max_batch_size"`
-	KVTokens     int     `json:"kv_cache_tokens"` // 0: serve's default
-	GOMAXPROCS   int     `json:"gomaxprocs"`
-	LoadBefore   float64 `json:"loadavg1_before"`
-	LoadAfter    float64 `json:"loadavg1_after"`
+	Model        string `json:"model"`
+	URL          string `json:"url,omitempty"` // --url: a server not started here (RSS not measured)
+	Duration     string `json:"duration_per_level"`
+	MaxRequests  int    `json:"max_requests_per_level"`
+	MaxTokens    int    `json:"max_tokens"`
+	IgnoreEOS    bool   `json:"ignore_eos"`
+	Seed         uint64 `json:"seed"`
+	MaxBatchSize int    `json:"max_batch_size"`
+	KVTokens     int    `json:"kv_cache_tokens"` // 0: serve's default
+	GOMAXPROCS   int    `json:"gomaxprocs"`
+	// Prompts is --prompt-len ("" for the story prompts), SLO --slo ("":
+	// none) and MaxConcurrency the open loop's bound (0: none).
+	Prompts        string  `json:"prompt_len,omitempty"`
+	SLO            string  `json:"slo,omitempty"`
+	MaxConcurrency int     `json:"max_concurrency,omitempty"`
+	LoadBefore     float64 `json:"loadavg1_before"`
+	LoadAfter      float64 `json:"loadavg1_after"`
 	// Warmup is the warm-up run (nil when --warmup 0); its errors fail the
 	// run like any level's.
 	Warmup *serveload.Result `json:"warmup,omitempty"`
@@ -190,7 +321,8 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 	}
 	rep := benchServeReport{Model: o.model, Duration: o.duration.String(), MaxRequests: o.maxRequests,
 		MaxTokens: o.maxTokens, IgnoreEOS: o.ignoreEOS, Seed: o.seed, MaxBatchSize: o.maxBatchSize,
-		KVTokens: o.kvTokens, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+		KVTokens: o.kvTokens, GOMAXPROCS: runtime.GOMAXPROCS(0), Prompts: o.promptLenFlag, SLO: o.slo.String(),
+		MaxConcurrency: o.maxConcurrency}
 
 	srvCtx, stopServer := context.WithCancel(ctx)
 	defer stopServer()
@@ -216,13 +348,14 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 		// The first load touches the KV cache, grows goroutine stacks and
 		// opens connections; warming at the largest level keeps that out of
 		// every level's RSS before/after.
-		res, err := serveload.Run(ctx, o.loadConfig(url, slicesMax(o.clients), o.warmup))
+		res, err := serveload.Run(ctx, o.loadConfig(url, o.peakLevel(), o.warmup, "warm-up"))
 		rep.Warmup = &res
+		o.endBar()
 		if err != nil {
 			runErr = fmt.Errorf("bench serve: warm-up: %w", err)
 		}
 	}
-	for _, n := range o.clients {
+	for _, n := range o.levels() {
 		if runErr != nil {
 			break
 		}
@@ -234,13 +367,14 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 				break
 			}
 		}
-		res, err := serveload.Run(ctx, o.loadConfig(url, n, o.duration))
+		res, err := serveload.Run(ctx, o.loadConfig(url, n, o.duration, n.String()))
+		o.endBar()
 		if o.url == "" {
 			after, rerr = serveload.ResidentBytes()
 		}
 		rep.Levels = append(rep.Levels, benchServeLevel{Result: res, RSSBeforeMiB: mib(before), RSSAfterMiB: mib(after)})
 		if err = errors.Join(err, rerr); err != nil {
-			runErr = fmt.Errorf("bench serve: --clients %d: %w", n, err)
+			runErr = fmt.Errorf("bench serve: %v: %w", n, err)
 			break
 		}
 	}
@@ -258,6 +392,11 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 		if err := rep.write(filepath.Join(o.out, benchServeFile)); err != nil {
 			return rep, errors.Join(runErr, err)
 		}
+		if o.csv {
+			if err := rep.writeCSV(filepath.Join(o.out, benchServeCSV)); err != nil {
+				return rep, errors.Join(runErr, err)
+			}
+		}
 	}
 	if runErr != nil {
 		return rep, runErr
@@ -268,8 +407,8 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 	}
 	for _, l := range rep.Levels {
 		if l.Errors > 0 {
-			failed = append(failed, fmt.Sprintf("%d of %d requests failed at --clients %d (first: %s)",
-				l.Errors, l.Requests, l.Clients, l.FirstError))
+			failed = append(failed, fmt.Sprintf("%d of %d requests failed at %v (first: %s)",
+				l.Errors, l.Requests, l.level(), l.FirstError))
 		}
 	}
 	if len(failed) > 0 {
@@ -278,11 +417,48 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 	return rep, nil
 }
 
-// loadConfig is one level's load: n clients for d.
-func (o *benchServeOptions) loadConfig(url string, n int, d time.Duration) serveload.Config {
-	return serveload.Config{BaseURL: url, Clients: n, Duration: d, MaxRequests: o.maxRequests,
-		MaxTokens: o.maxTokens, IgnoreEOS: o.ignoreEOS, Seed: o.seed, RequestTimeout: o.timeout}
+// loadConfig is one level's load for d; label names it on the progress bar.
+func (o *benchServeOptions) loadConfig(url string, l level, d time.Duration, label string) serveload.Config {
+	c := serveload.Config{BaseURL: url, Clients: l.clients, Duration: d, MaxRequests: o.maxRequests,
+		MaxTokens: o.maxTokens, IgnoreEOS: o.ignoreEOS, Seed: o.seed, RequestTimeout: o.timeout,
+		PromptLen: o.promptLen, SLO: o.slo}
+	if l.rate > 0 {
+		c.RequestRate, c.MaxConcurrency = l.rate, o.maxConcurrency
+	}
+	if o.progressOut != nil {
+		c.Progress = progressBar(o.progressOut, label, d, time.Now)
+	}
+	return c
 }
+
+// barUnits is the resolution of a level's progress bar.
+const barUnits = 1000
+
+// progressBar draws one level's bar on w (bench/progress, the bar every
+// bench command shows): the larger of the requests finished of the budget
+// and the time passed of d, redrawn in place (the caller ends the line when
+// the level ends).
+func progressBar(w io.Writer, label string, d time.Duration, now func() time.Time) func(done, total int) {
+	bar, err := progress.New(w, barUnits, now)
+	if err != nil { // barUnits ≥ 1: cannot happen
+		return func(int, int) {}
+	}
+	start := now()
+	return func(done, total int) {
+		frac := min(1, max(float64(done)/float64(max(total, 1)), now().Sub(start).Seconds()/d.Seconds()))
+		_ = bar.Update(int(frac*barUnits), fmt.Sprintf("%s: %d requests", label, done))
+	}
+}
+
+// endBar ends a level's progress bar line.
+func (o *benchServeOptions) endBar() {
+	if o.progressOut != nil {
+		io.WriteString(o.progressOut, "\n")
+	}
+}
+
+// level is l's load level.
+func (l benchServeLevel) level() level { return level{clients: l.Clients, rate: l.RequestRate} }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
@@ -297,17 +473,91 @@ func (r benchServeReport) print(out io.Writer) error {
 		return err
 	}
 	if w := r.Warmup; w != nil {
-		if _, err := fmt.Fprintf(out, "warm-up: %d clients, %d requests, %d errors\n", w.Clients, w.Requests, w.Errors); err != nil {
+		load := fmt.Sprintf("%d clients", w.Clients)
+		if w.Mode == "open" {
+			load = strconv.FormatFloat(w.RequestRate, 'g', -1, 64) + " req/s"
+		}
+		if _, err := fmt.Fprintf(out, "warm-up: %s, %d requests, %d errors\n", load, w.Requests, w.Errors); err != nil {
 			return err
 		}
 	}
+	if r.Prompts != "" || r.SLO != "" || r.MaxConcurrency > 0 {
+		if _, err := fmt.Fprintf(out, "prompts %s, SLO %s, max concurrency %s\n", orNone(r.Prompts, "story openings"),
+			orNone(r.SLO, "none"), orNone(strconv.Itoa(r.MaxConcurrency), "none")); err != nil {
+			return err
+		}
+	}
+	open := len(r.Levels) > 0 && r.Levels[0].Mode == "open"
+	goodput := r.SLO != ""
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "clients\trequests\treq/s\tout tok/s\tTTFT p50 ms\tTTFT p99 ms\terrors\tRSS before MiB\tRSS after MiB\t")
+	head := "clients"
+	if open {
+		head = "rate req/s"
+	}
+	head += "\trequests\treq/s\tout tok/s\tTTFT p50 ms\tTTFT p99 ms\tTPOT p50 ms\tITL p50 ms\tE2E p50 ms\t"
+	if goodput {
+		head += "goodput req/s\t"
+	}
+	fmt.Fprintln(tw, head+"errors\tRSS before MiB\tRSS after MiB\t")
 	for _, l := range r.Levels {
-		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.0f\t%s\t%s\t%d\t%.1f\t%.1f\t\n", l.Clients, l.Requests, l.RequestsPerSec,
-			l.OutputTokensPerSec, ms(l.TTFTP50), ms(l.TTFTP99), l.Errors, l.RSSBeforeMiB, l.RSSAfterMiB)
+		first := strconv.Itoa(l.Clients)
+		if open {
+			first = strconv.FormatFloat(l.RequestRate, 'g', -1, 64)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%s\t", first, l.Requests, l.RequestsPerSec,
+			l.OutputTokensPerSec, ms(l.TTFTP50), ms(l.TTFTP99), ms(l.TPOT.Median), ms(l.ITL.Median), ms(l.E2E.Median))
+		if goodput {
+			fmt.Fprintf(tw, "%.1f\t", l.Goodput)
+		}
+		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t\n", l.Errors, l.RSSBeforeMiB, l.RSSAfterMiB)
 	}
 	return tw.Flush()
+}
+
+func orNone(s, none string) string {
+	if s == "" || s == "0" {
+		return none
+	}
+	return s
+}
+
+// benchServeCSVHeader is the CSV table's header: one row per level,
+// durations in milliseconds (full precision).
+var benchServeCSVHeader = func() []string {
+	h := []string{"mode", "clients", "request_rate", "max_concurrency", "prompts", "requests", "successes", "errors",
+		"elapsed_s", "input_tokens", "output_tokens", "requests_per_sec", "output_tokens_per_sec"}
+	for _, m := range []string{"ttft", "tpot", "itl", "e2e"} {
+		h = append(h, m+"_mean_ms", m+"_median_ms", m+"_std_ms", m+"_p90_ms", m+"_p99_ms")
+	}
+	return append(h, "slo", "slo_met", "goodput_per_sec", "rss_before_mib", "rss_after_mib", "first_error")
+}()
+
+// writeCSV saves one row per level at path.
+func (r benchServeReport) writeCSV(path string) error {
+	var b strings.Builder
+	cw := csv.NewWriter(&b)
+	cw.Write(benchServeCSVHeader)
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+	for _, l := range r.Levels {
+		row := []string{l.Mode, strconv.Itoa(l.Clients), f(l.RequestRate), strconv.Itoa(l.MaxConcurrency), l.Prompts,
+			strconv.Itoa(l.Requests), strconv.Itoa(l.Successes), strconv.Itoa(l.Errors), f(l.Elapsed.Seconds()),
+			strconv.FormatInt(l.InputTokens, 10), strconv.FormatInt(l.OutputTokens, 10), f(l.RequestsPerSec), f(l.OutputTokensPerSec)}
+		for _, d := range []serveload.Dist{l.TTFT, l.TPOT, l.ITL, l.E2E} {
+			for _, v := range []time.Duration{d.Mean, d.Median, d.Std, d.P90, d.P99} {
+				row = append(row, f(float64(v)/float64(time.Millisecond)))
+			}
+		}
+		row = append(row, r.SLO, strconv.Itoa(l.SLOMet), f(l.Goodput), f(l.RSSBeforeMiB), f(l.RSSAfterMiB), l.FirstError)
+		cw.Write(row)
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("bench serve: encoding the CSV: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("bench serve: --csv: %w", err)
+	}
+	return nil
 }
 
 // write saves the report as indented JSON at path.

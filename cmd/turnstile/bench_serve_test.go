@@ -1,10 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"encoding/csv"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -35,6 +43,22 @@ func TestBenchServeFlagErrors(t *testing.T) {
 		{"missing model", []string{"--model", "/no/such.gguf"}, "/no/such.gguf"},
 		{"out is a file", []string{"--out", filepath.Join(file, "sub")}, "bench serve: --out"},
 		{"kv below context", []string{"--kv-cache-tokens", "100"}, "bench serve: --kv-cache-tokens 112 is less than the model context"},
+		{"rate 0", []string{"--request-rate", "4,0"}, "bench serve: --request-rate 0: must be a finite number > 0"},
+		{"rate negative", []string{"--request-rate", "-1"}, "bench serve: --request-rate -1"},
+		{"rate inf", []string{"--request-rate", "inf"}, "bench serve: --request-rate +Inf: must be a finite number > 0"},
+		{"rate NaN", []string{"--request-rate", "NaN"}, "bench serve: --request-rate NaN"},
+		{"rate not a number", []string{"--request-rate", "fast"}, `"fast"`},
+		{"rate and clients", []string{"--request-rate", "2", "--clients", "4"}, "bench serve: --clients and --request-rate exclude each other"},
+		{"concurrency closed loop", []string{"--max-concurrency", "8"}, "bench serve: --max-concurrency 8: only with --request-rate"},
+		{"concurrency negative", []string{"--request-rate", "2", "--max-concurrency", "-1"}, "bench serve: --max-concurrency -1: must be in [0, 4096]"},
+		{"concurrency huge", []string{"--request-rate", "2", "--max-concurrency", "5000"}, "bench serve: --max-concurrency 5000"},
+		{"slo metric", []string{"--slo", "ttft:200ms,itl:5ms"}, `bench serve: --slo "ttft:200ms,itl:5ms": "itl:5ms": unknown metric "itl"`},
+		{"slo bound", []string{"--slo", "tpot:0"}, `bench serve: --slo "tpot:0": "tpot:0": bound "0": must be > 0`},
+		{"slo form", []string{"--slo", "200ms"}, `bench serve: --slo "200ms": "200ms": want metric:bound`},
+		{"prompt len dist", []string{"--prompt-len", "zipf:3"}, `bench serve: --prompt-len "zipf:3": distribution "zipf"`},
+		{"prompt len range", []string{"--prompt-len", "uniform:256-16"}, `bench serve: --prompt-len "uniform:256-16": length 256-16 words`},
+		{"prompt len form", []string{"--prompt-len", "32"}, `bench serve: --prompt-len "32": want fixed:N or uniform:MIN-MAX`},
+		{"csv without out", []string{"--csv"}, "bench serve: --csv needs --out DIR"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runCLI(t, append([]string{"bench", "serve", "--duration", "1s"}, tc.args...)...)
@@ -51,7 +75,7 @@ func TestBenchServeRuns(t *testing.T) {
 		"--max-tokens", "16", "--workers", "1", "--out", dir)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "seats        16 = max-batch-size 8")
-	require.Regexp(t, `clients +requests +req/s +out tok/s +TTFT p50 ms +TTFT p99 ms +errors +RSS before MiB +RSS after MiB`, out)
+	require.Regexp(t, `clients +requests +req/s +out tok/s +TTFT p50 ms +TTFT p99 ms +TPOT p50 ms +ITL p50 ms +E2E p50 ms +errors +RSS before MiB +RSS after MiB`, out)
 	require.Regexp(t, `(?m)^ +1 +[1-9][0-9]* .* 0 +[0-9.]+ +[0-9.]+$`, out)
 	require.Regexp(t, `(?m)^ +2 +[1-9][0-9]* .* 0 +[0-9.]+ +[0-9.]+$`, out)
 	require.Contains(t, out, "warm-up: 2 clients")
@@ -83,4 +107,133 @@ func TestBenchServeFailsOnErrors(t *testing.T) {
 	require.ErrorContains(t, err, "bench serve: 4 of 4 requests failed at --clients 2 (first: status 400")
 	require.ErrorContains(t, err, "max_tokens")
 	require.Regexp(t, `(?m)^ +2 +4 +0\.0 .* 4 +[0-9.]+ +[0-9.]+$`, out)
+}
+
+// sseServer is a fake OpenAI-compatible server streaming n one-token
+// chunks per request.
+func sseServer(t *testing.T, n int) string {
+	t.Helper()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range n {
+			fin := "null"
+			if i == n-1 {
+				fin = `"length"`
+			}
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"t%d\",\"finish_reason\":%s}]}\n\n", i, fin)
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", n)
+	}))
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// TestBenchServeURLModes: closed and open loop against a fake server at
+// --url print TPOT, ITL and goodput, and write the JSON and CSV reports.
+func TestBenchServeURLModes(t *testing.T) {
+	url := sseServer(t, 6)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		header string
+		mode   string
+		levels []float64 // clients or rates
+	}{
+		{"closed", []string{"--clients", "1,3"}, `clients +requests`, "closed", []float64{1, 3}},
+		{"open", []string{"--request-rate", "2000,5000", "--max-concurrency", "4"}, `rate req/s +requests`, "open", []float64{2000, 5000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "out")
+			args := append([]string{"bench", "serve", "--url", url, "--duration", "1m", "--max-requests", "20",
+				"--warmup", "0s", "--max-tokens", "6", "--prompt-len", "uniform:3-12", "--slo", "ttft:1m,tpot:1m",
+				"--out", dir, "--csv"}, tc.args...)
+			out, err := runCLI(t, args...)
+			require.NoError(t, err, out)
+			require.Regexp(t, tc.header+` +req/s +out tok/s +TTFT p50 ms +TTFT p99 ms +TPOT p50 ms +ITL p50 ms +E2E p50 ms +goodput req/s +errors +RSS before MiB +RSS after MiB`, out)
+			require.Contains(t, out, "prompts uniform:3-12, SLO ttft:1m0s,tpot:1m0s")
+			require.NotContains(t, out, "\r", "no progress bar when stderr is not a terminal")
+
+			b, err := os.ReadFile(filepath.Join(dir, benchServeFile))
+			require.NoError(t, err)
+			var rep benchServeReport
+			require.NoError(t, json.Unmarshal(b, &rep))
+			require.Equal(t, "ttft:1m0s,tpot:1m0s", rep.SLO)
+			require.Equal(t, "uniform:3-12", rep.Prompts)
+			require.Len(t, rep.Levels, 2)
+			for i, l := range rep.Levels {
+				require.Equal(t, tc.mode, l.Mode)
+				if tc.mode == "open" {
+					require.Equal(t, tc.levels[i], l.RequestRate)
+					require.LessOrEqual(t, l.MaxInFlight, 4)
+				} else {
+					require.Equal(t, int(tc.levels[i]), l.Clients)
+				}
+				require.Equal(t, 20, l.Successes)
+				require.Equal(t, int64(20*6), l.OutputTokens)
+				require.Equal(t, int64(20*4), l.InputTokens)
+				require.Equal(t, 20, l.TPOT.N)
+				require.Equal(t, 20*5, l.ITL.N)
+				require.Equal(t, 20, l.SLOMet)
+				require.InDelta(t, l.RequestsPerSec, l.Goodput, 1e-9)
+				require.Zero(t, l.RSSBeforeMiB, "--url: RSS not measured")
+			}
+
+			f, err := os.Open(filepath.Join(dir, benchServeCSV))
+			require.NoError(t, err)
+			defer f.Close()
+			rows, err := csv.NewReader(f).ReadAll()
+			require.NoError(t, err)
+			require.Len(t, rows, 3, "a header and one row per level")
+			require.Equal(t, benchServeCSVHeader, rows[0])
+			col := func(name string) int { return slices.Index(rows[0], name) }
+			for _, row := range rows[1:] {
+				require.Len(t, row, len(rows[0]))
+				require.Equal(t, tc.mode, row[col("mode")])
+				require.Equal(t, "20", row[col("successes")])
+				require.Equal(t, "20", row[col("slo_met")])
+				require.Equal(t, "uniform:3-12 words", row[col("prompts")])
+				tpot, err := strconv.ParseFloat(row[col("tpot_median_ms")], 64)
+				require.NoError(t, err)
+				require.Positive(t, tpot)
+			}
+		})
+	}
+}
+
+// TestBenchServeProgressBar: a level's bar shows the further along of the
+// requests done and the time passed.
+func TestBenchServeProgressBar(t *testing.T) {
+	for _, tc := range []struct {
+		done, total int
+		elapsed     time.Duration
+		want        string
+	}{
+		{0, 100, 0, "   0% "},
+		{50, 100, time.Second, "  50% "},     // requests lead
+		{1, 1000, 5 * time.Second, "  50% "}, // time leads
+		{9, 10, 20 * time.Second, " 100% "},  // capped
+	} {
+		var buf bytes.Buffer
+		now := time.Unix(0, 0)
+		bar := progressBar(&buf, "--clients 4", 10*time.Second, func() time.Time { return now })
+		now = now.Add(tc.elapsed)
+		bar(tc.done, tc.total)
+		require.Contains(t, buf.String(), tc.want, "%+v", tc)
+		require.Contains(t, buf.String(), fmt.Sprintf("--clients 4: %d requests", tc.done))
+	}
+}
+
+// TestBenchServeOpenLoopInProcess: an open-loop level with a warm-up at
+// its rate against the in-process server, with goodput.
+func TestBenchServeOpenLoopInProcess(t *testing.T) {
+	out, err := runCLI(t, "bench", "serve", "--duration", "300ms", "--request-rate", "40", "--max-concurrency", "2",
+		"--warmup", "100ms", "--max-tokens", "8", "--workers", "1", "--slo", "e2e:1m", "--prompt-len", "fixed:5")
+	require.NoError(t, err, out)
+	require.Regexp(t, `rate req/s +requests +.* +goodput req/s +errors`, out)
+	require.Regexp(t, `(?m)^ +40 +[1-9][0-9]* .* 0 +[0-9.]+ +[0-9.]+$`, out)
+	require.Contains(t, out, "warm-up: 40 req/s, ")
 }
