@@ -490,6 +490,11 @@ func (w *worker) send(ctx context.Context, t0 time.Time) (streamStats, error) {
 		return streamStats{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// Servers close kept-alive connections when they like (llama-server
+	// after a few requests): a request that meets a connection closed before
+	// any answer is resent on a new one. An empty idempotency key marks the
+	// POST safe for net/http to retry, and is not sent on the wire.
+	req.Header["X-Idempotency-Key"] = []string{}
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := w.r.client.Do(req)
 	if err != nil {
