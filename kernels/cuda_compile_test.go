@@ -269,40 +269,10 @@ func TestCUDADecodeArgsMatchKernel(t *testing.T) {
 	for _, bf16 := range []bool{false, true} {
 		kv.BF16 = bf16
 		name := "ts_paged_decode" + kv.suffix()
-		m := regexp.MustCompile(`extern "C" __global__ void ` + name + `\(([^)]*)\)`).FindStringSubmatch(src)
-		require.NotNil(t, m, "%s not found", name)
 		k := &CUDAKernels{fns: map[string]cuda.Function{}, smemCap: cudaDefaultSmemCap}
 		require.ErrorContains(t, k.DecodeAttention(cuda.Ctx{}, cuda.Stream{}, out, q, kv, tables, ctxLens, d, scale, oPart, mlPart),
 			name+" not loaded")
-		packed := k.args.Bytes()
-		off := 0
-		seen := map[string]bool{}
-		for _, p := range strings.Split(m[1], ",") {
-			p = strings.TrimSpace(p)
-			f := strings.FieldsFunc(p, func(r rune) bool { return r == ' ' || r == '*' || r == '\t' || r == '\n' })
-			pname := f[len(f)-1]
-			size := 4
-			if strings.Contains(p, "*") {
-				size = 8
-			} else {
-				require.Contains(t, []string{"int", "float"}, f[0], "%s: parameter %q", name, p)
-			}
-			off = (off + size - 1) / size * size
-			require.LessOrEqual(t, off+size, len(packed), "%s: parameter %s past the packed %d bytes", name, pname, len(packed))
-			var got uint64
-			if size == 8 {
-				got = binary.LittleEndian.Uint64(packed[off:])
-			} else {
-				got = uint64(binary.LittleEndian.Uint32(packed[off:]))
-			}
-			v, ok := want[pname]
-			require.True(t, ok, "%s: no expected value for parameter %s", name, pname)
-			require.Equal(t, v, got, "%s: parameter %s at offset %d", name, pname, off)
-			seen[pname] = true
-			off += size
-		}
-		require.Equal(t, off, len(packed), "%s: packed size", name)
-		require.Len(t, seen, len(want))
+		checkPackedArgs(t, src, name, k.args.Bytes(), want)
 	}
 }
 
