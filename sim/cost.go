@@ -13,6 +13,7 @@ import (
 //
 //	device = Fixed + PerPrefillToken·PrefillTokens + PerDecodeSeq·DecodeSeqs
 //	         + PerContextToken·ContextTokens + PerPrefillPair·PrefillPairs
+//	         + PerSharedPair·SharedPairs
 //	host   = HostFixed + HostPerSeq·Seqs            (planning the next step)
 //	step   = device + host        without overlap
 //	       = max(device, host)    with Overlap: the host plans step n+1
@@ -27,6 +28,7 @@ type Linear struct {
 	PerDecodeSeq    float64 `json:"per_decode_seq_s"`
 	PerContextToken float64 `json:"per_context_token_s"`
 	PerPrefillPair  float64 `json:"per_prefill_pair_s"`
+	PerSharedPair   float64 `json:"per_shared_pair_s"`
 	HostFixed       float64 `json:"host_fixed_s"`
 	HostPerSeq      float64 `json:"host_per_seq_s"`
 	// Overlap hides host planning behind device time (see above).
@@ -36,7 +38,8 @@ type Linear struct {
 // Device is the device time of a step, in seconds.
 func (l Linear) Device(s StepShape) float64 {
 	return l.Fixed + l.PerPrefillToken*float64(s.PrefillTokens) + l.PerDecodeSeq*float64(s.DecodeSeqs) +
-		l.PerContextToken*float64(s.ContextTokens) + l.PerPrefillPair*float64(s.PrefillPairs)
+		l.PerContextToken*float64(s.ContextTokens) + l.PerPrefillPair*float64(s.PrefillPairs) +
+		l.PerSharedPair*float64(s.SharedPairs)
 }
 
 // Host is the host planning time of a step, in seconds.
@@ -63,7 +66,7 @@ func (l Linear) Validate() error {
 		name string
 		v    float64
 	}{{"fixed", l.Fixed}, {"per prefill token", l.PerPrefillToken}, {"per decode sequence", l.PerDecodeSeq},
-		{"per context token", l.PerContextToken}, {"per prefill pair", l.PerPrefillPair}, {"host fixed", l.HostFixed}, {"host per sequence", l.HostPerSeq}} {
+		{"per context token", l.PerContextToken}, {"per prefill pair", l.PerPrefillPair}, {"per shared pair", l.PerSharedPair}, {"host fixed", l.HostFixed}, {"host per sequence", l.HostPerSeq}} {
 		if !(f.v >= 0) || math.IsInf(f.v, 0) {
 			return fmt.Errorf("sim: cost coefficient %s is %v; want finite and ≥ 0", f.name, f.v)
 		}
@@ -158,14 +161,16 @@ type Sample struct {
 // Every sample must have taken a positive time. The samples must vary
 // every term (e.g. steps with and without prefill, with different decode
 // counts, contexts and chunk lengths); a term that never varies
-// independently is an error naming it.
+// independently is an error naming it. The shared-pair term is fitted only
+// when some sample has shared pairs (traffic with groups).
 func Calibrate(samples []Sample) (Linear, stats.Fit, error) {
 	if len(samples) == 0 {
 		return Linear{}, stats.Fit{}, fmt.Errorf("sim: calibrate: no samples")
 	}
-	names := []string{"fixed", "per prefill token", "per decode sequence", "per context token", "per prefill pair"}
+	names := []string{"fixed", "per prefill token", "per decode sequence", "per context token", "per prefill pair", "per shared pair"}
 	row := func(s StepShape) []float64 {
-		return []float64{1, float64(s.PrefillTokens), float64(s.DecodeSeqs), float64(s.ContextTokens), float64(s.PrefillPairs)}
+		return []float64{1, float64(s.PrefillTokens), float64(s.DecodeSeqs), float64(s.ContextTokens), float64(s.PrefillPairs),
+			float64(s.SharedPairs)}
 	}
 	y := make([]float64, len(samples))
 	for i, s := range samples {
@@ -179,6 +184,11 @@ func Calibrate(samples []Sample) (Linear, stats.Fit, error) {
 		ones[i] = 1
 	}
 	active := []int{0, 1, 2, 3, 4}
+	// Shared pairs exist only where the traffic had groups (cascade
+	// attention); without any, the term is not fitted and stays 0.
+	if slices.ContainsFunc(samples, func(s Sample) bool { return s.Shape.SharedPairs > 0 }) {
+		active = append(active, 5)
+	}
 	for {
 		x := make([][]float64, len(samples))  // unweighted, for contributions and the reported fit
 		xw := make([][]float64, len(samples)) // each row divided by its time
@@ -213,7 +223,7 @@ func Calibrate(samples []Sample) (Linear, stats.Fit, error) {
 				coef[c] = fit.Coef[j]
 			}
 			return Linear{Fixed: coef[0], PerPrefillToken: coef[1], PerDecodeSeq: coef[2], PerContextToken: coef[3],
-				PerPrefillPair: coef[4]}, secondsFit(x, y, fit.Coef, coef), nil
+				PerPrefillPair: coef[4], PerSharedPair: coef[5]}, secondsFit(x, y, fit.Coef, coef), nil
 		}
 		active = slices.Delete(active, worst, worst+1)
 		if len(active) == 0 {

@@ -105,7 +105,8 @@ func TestCalibrate(t *testing.T) {
 	require.InEpsilon(t, truth.PerContextToken, got.PerContextToken, 1e-4)
 	require.InEpsilon(t, truth.PerPrefillPair, got.PerPrefillPair, 1e-4)
 	require.Less(t, fit.RMS, 1e-9, "exact samples are fitted to ns rounding")
-	require.Len(t, fit.Coef, 5)
+	require.Len(t, fit.Coef, 6)
+	require.Zero(t, got.PerSharedPair, "no sample has shared pairs: the term is not fitted")
 
 	got, fit, err = Calibrate(noisy)
 	require.NoError(t, err)

@@ -10,15 +10,18 @@ import (
 	"github.com/turnstile-llm/turnstile/step"
 )
 
-// ShapeOf is what a cost model sees of b: a sequence taking exactly one new
-// token is a decode, any other contributes its new tokens as prefill, and
-// every sequence contributes its context length; a prefill also its attended
-// (query, key) pairs (as Runner.Execute counts).
-func ShapeOf(b *step.Batch) StepShape {
+// ShapeOf is what a cost model sees of b, whose KV blocks hold bs
+// positions: a sequence taking exactly one new token is a decode, any other
+// contributes its new tokens as prefill, and every sequence contributes its
+// context length; a prefill also its attended (query, key) pairs; a group
+// its shared run once and its decode members' shared pairs (as
+// Runner.Execute counts).
+func ShapeOf(b *step.Batch, bs int) StepShape {
 	s := StepShape{Seqs: len(b.Seqs)}
 	for i := range b.Seqs {
 		s.add(&b.Seqs[i])
 	}
+	s.addGroups(b, bs)
 	return s
 }
 
@@ -73,7 +76,11 @@ func (r *Recorder) Capacity() step.Capacity { return r.inner.Capacity() }
 // Execute runs the step on the inner device and records it; a failed step
 // is not recorded.
 func (r *Recorder) Execute(b *step.Batch, out *step.Output) error {
-	shape := ShapeOf(b)
+	bs := 0
+	if len(b.Groups) > 0 { // only groups need the block size
+		bs = r.inner.Capacity().BlockSize
+	}
+	shape := ShapeOf(b, bs)
 	start := r.clock.Now()
 	if err := r.inner.Execute(b, out); err != nil {
 		return err

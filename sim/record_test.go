@@ -21,8 +21,8 @@ func TestShapeOf(t *testing.T) {
 	}}
 	// Prefill pairs: 64 tokens from empty attend 1+2+…+64 = 2,080 keys;
 	// 16 tokens ending at 300 attend 285+…+300 = 4,680.
-	require.Equal(t, StepShape{Seqs: 4, PrefillTokens: 80, DecodeSeqs: 2, ContextTokens: 471, PrefillPairs: 2080 + 4680}, ShapeOf(b))
-	require.Equal(t, StepShape{}, ShapeOf(&step.Batch{}))
+	require.Equal(t, StepShape{Seqs: 4, PrefillTokens: 80, DecodeSeqs: 2, ContextTokens: 471, PrefillPairs: 2080 + 4680}, ShapeOf(b, 16))
+	require.Equal(t, StepShape{}, ShapeOf(&step.Batch{}, 16))
 }
 
 // failing is a device whose every step fails.

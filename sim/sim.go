@@ -45,12 +45,22 @@ type StepShape struct {
 	Seqs          int // sequences in the batch
 	PrefillTokens int // new tokens of sequences that take more than one token
 	DecodeSeqs    int // sequences that take exactly one new token
-	ContextTokens int // Σ context length over the batch (attention work)
+	// ContextTokens is the KV the step's attention reads, in tokens: Σ
+	// context length over the batch, except that a group's shared run
+	// (step.Group) is counted once for the group rather than once per
+	// member, as cascade attention reads it.
+	ContextTokens int
 	// PrefillPairs is Σ over prefill sequences of the (query, key) pairs
 	// their new tokens attend: n new tokens ending at context L attend
 	// n·L − n(n−1)/2 keys. Prefill attention grows with it, quadratically in
 	// the chunk, which PrefillTokens and ContextTokens cannot express.
 	PrefillPairs int
+	// SharedPairs is Σ over groups of (decode members × shared-run tokens):
+	// the (query, key) pairs cascade attention computes against shared KV
+	// it reads once. A decode query's attention is otherwise priced by the
+	// KV it reads (ContextTokens); once the run is shared, its compute is
+	// what remains. Prefill members' pairs stay in PrefillPairs.
+	SharedPairs int
 }
 
 // add counts sequence sb into s (see ShapeOf).
@@ -63,6 +73,20 @@ func (s *StepShape) add(sb *step.SeqBatch) {
 		s.PrefillPairs += n*l - n*(n-1)/2
 	}
 	s.ContextTokens += l
+}
+
+// addGroups discounts b's groups (see ContextTokens, SharedPairs); bs is the
+// block size in positions.
+func (s *StepShape) addGroups(b *step.Batch, bs int) {
+	for _, g := range b.Groups {
+		shared := int(g.SharedBlocks) * bs
+		s.ContextTokens -= (int(g.Count) - 1) * shared
+		for _, m := range b.Members(g) {
+			if b.Seqs[m].NumTokens == 1 {
+				s.SharedPairs += shared
+			}
+		}
+	}
 }
 
 // CostModel prices one step (Fixed, Linear).
@@ -252,6 +276,7 @@ func (r *Runner) Execute(b *step.Batch, out *step.Output) error {
 		out.Tokens[i] = tok
 		out.Logprobs[i] = -float32(uint32(tok)%7+1) / 8
 	}
+	shape.addGroups(b, int(bs))
 	r.checker.Advance(b, out)
 	d := r.cost.StepTime(shape)
 	if r.cfg.ChargeOnCollect {

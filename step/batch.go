@@ -55,6 +55,12 @@ type Batch struct {
 	Tokens    []int32
 	Positions []int32
 	Seqs      []SeqBatch
+	// Groups are sets of sequences that share a leading run of blocks
+	// (see Group; found by Grouper), with their members in GroupSeqs.
+	// Empty when nothing is shared or grouping is off; a runner may ignore
+	// them.
+	Groups    []Group
+	GroupSeqs []int32
 }
 
 // NumTokens is the number of new tokens in the batch.
@@ -65,6 +71,8 @@ func (b *Batch) Reset() {
 	b.Tokens = b.Tokens[:0]
 	b.Positions = b.Positions[:0]
 	b.Seqs = b.Seqs[:0]
+	b.Groups = b.Groups[:0]
+	b.GroupSeqs = b.GroupSeqs[:0]
 }
 
 // Output is what a step produced, aligned with Batch.Seqs. Slices are owned by

@@ -30,6 +30,7 @@ type Checker struct {
 	capacity Capacity
 	seats    []Cursor
 	stamp    []uint32 // per seat: the batch number that last used it (duplicate check)
+	member   []bool   // per batch sequence: seen in a group (checkGroups' scratch)
 	batchNo  uint32
 	// Incremental validates a running sequence's block table from the block
 	// of its first new token on, not from entry 0 again: a running
@@ -52,7 +53,7 @@ func NewChecker(c Capacity) (*Checker, error) {
 			return nil, fmt.Errorf("step: Capacity.%s = %d, want in [1, %d]", f.name, f.v, math.MaxInt32)
 		}
 	}
-	return &Checker{capacity: c, seats: make([]Cursor, c.Seats), stamp: make([]uint32, c.Seats)}, nil
+	return &Checker{capacity: c, seats: make([]Cursor, c.Seats), stamp: make([]uint32, c.Seats), member: make([]bool, c.Seats)}, nil
 }
 
 // Capacity is the capacity batches are checked against.
@@ -151,7 +152,7 @@ func (k *Checker) Check(b *Batch) error {
 	if int(next) != T {
 		return fmt.Errorf("step: sequences cover %d of the batch's %d tokens", next, T)
 	}
-	return nil
+	return checkGroups(b, bs, k.member)
 }
 
 // checkStart validates what a sequence's first step at its seat brings:
