@@ -21,7 +21,7 @@ import (
 //
 // All coefficients are in seconds (per unit); a step's time is rounded to
 // the nanosecond and never negative. Fitted profiles come from Calibrate;
-// H200Llama3_8B is the built-in profile.
+// the built-in profiles (BuiltIn) are in h200.go.
 type Linear struct {
 	Fixed           float64 `json:"fixed_s"`
 	PerPrefillToken float64 `json:"per_prefill_token_s"`
@@ -72,68 +72,6 @@ func (l Linear) Validate() error {
 		}
 	}
 	return nil
-}
-
-// Roofline figures of the built-in profile (public datasheet values and
-// Llama-3-8B's published shape).
-const (
-	// H200 SXM: HBM3e bandwidth and dense BF16 tensor throughput.
-	h200Bandwidth = 4.8e12 // bytes/s
-	h200BF16      = 989e12 // FLOP/s, dense (no sparsity)
-	llama3Params  = 8.03e9 // parameters
-	llama3Layers  = 32     // transformer layers
-	llama3Heads   = 32     // query heads
-	llama3KVHeads = 8      // grouped-query KV heads
-	llama3HeadDim = 128    // head dimension
-	bytesBF16     = 2      // bytes per BF16 value
-	bwEfficiency  = 0.8    // achieved fraction of peak HBM bandwidth
-	mmEfficiency  = 0.6    // achieved fraction of peak BF16 (model FLOP utilisation)
-)
-
-// H200Llama3_8B is the built-in profile: a Llama-3-8B-like model in BF16 on
-// one H200, derived from roofline figures rather than measured.
-//
-// Derivation (peak figures × an assumed achieved fraction: 80% of HBM
-// bandwidth, 60% of dense BF16 throughput):
-//
-//   - Fixed: every step streams all weights once. 8.03e9 params × 2 B =
-//     16.06 GB; at 0.8 × 4.8 TB/s = 3.84 TB/s that is 4.18 ms. Plus an
-//     assumed 0.30 ms of kernel launches and synchronisation (≈ 32 layers ×
-//     ~10 kernels × ~1 µs, eager, no CUDA graphs): Fixed = 4.48 ms.
-//   - PerPrefillToken: a token costs 2 FLOP per parameter through the dense
-//     layers, 2 × 8.03e9 = 16.06 GFLOP; at 0.6 × 989 TFLOP/s = 593 TFLOP/s
-//     that is 27.1 µs.
-//   - PerDecodeSeq: a decode sequence computes one token, the same 16.06
-//     GFLOP, 27.1 µs. (At small batch that compute overlaps the weight
-//     stream, so the sum over-estimates there; a fitted profile corrects it.)
-//   - PerContextToken: attention reads each attended token's K and V in
-//     every layer: 2 (K, V) × 32 layers × 8 KV heads × 128 dims × 2 B =
-//     128 KiB per token; at 3.84 TB/s that is 34.1 ns.
-//   - PerPrefillPair: prefill attention computes QKᵀ and PV for every
-//     (query, key) pair, 2 × 2 × 32 layers × 4,096 (32 heads × 128) =
-//     0.52 MFLOP per pair; at 593 TFLOP/s that is 0.884 ns, i.e. ~27% on
-//     top of PerPrefillToken for a token attending 8K keys.
-//   - Host: assumed, not derived: 150 µs to plan a step plus 2 µs per
-//     sequence (a Go scheduler; measure with `turnstile bench calibrate`).
-//     With overlap it hides behind device time.
-//
-// So a 32-sequence decode step at 2K context each costs 4.48 ms + 32 ×
-// 27.1 µs + 65,536 × 34.1 ns ≈ 7.59 ms device, and an 8,192-token prefill
-// chunk from empty ≈ 4.48 + 221.7 + 0.28 + 29.7 ms (33.6M pairs) ≈ 256 ms.
-func H200Llama3_8B(overlap bool) Linear {
-	bw := bwEfficiency * h200Bandwidth
-	perToken := 2 * llama3Params / (mmEfficiency * h200BF16)
-	kvPerToken := 2.0 * llama3Layers * llama3KVHeads * llama3HeadDim * bytesBF16
-	return Linear{
-		Fixed:           llama3Params*bytesBF16/bw + 0.30e-3,
-		PerPrefillToken: perToken,
-		PerDecodeSeq:    perToken,
-		PerContextToken: kvPerToken / bw,
-		PerPrefillPair:  2 * 2 * llama3Layers * llama3Heads * llama3HeadDim / (mmEfficiency * h200BF16),
-		HostFixed:       150e-6,
-		HostPerSeq:      2e-6,
-		Overlap:         overlap,
-	}
 }
 
 // Sample is one measured step for calibration: its shape and the time it

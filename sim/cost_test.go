@@ -46,6 +46,8 @@ func TestH200Llama3_8B(t *testing.T) {
 	require.InEpsilon(t, 27.06e-6, p.PerPrefillToken, 1e-3)
 	require.InEpsilon(t, 27.06e-6, p.PerDecodeSeq, 1e-3)
 	require.InEpsilon(t, 34.13e-9, p.PerContextToken, 1e-3)
+	require.InEpsilon(t, 0.8835e-9, p.PerPrefillPair, 1e-3)
+	require.Equal(t, p.PerPrefillPair, p.PerSharedPair, "a shared pair is a prefill pair's FLOP")
 	// KV bytes per token: 2·32·8·128·2 = 128 KiB.
 	require.InEpsilon(t, 131072/(0.8*4.8e12), p.PerContextToken, 1e-12)
 	decode := StepShape{Seqs: 32, DecodeSeqs: 32, ContextTokens: 32 * 2048}
@@ -54,6 +56,91 @@ func TestH200Llama3_8B(t *testing.T) {
 	require.InEpsilon(t, 226.46e-3, p.Device(prefill), 1e-3)
 	require.True(t, H200Llama3_8B(true).Overlap)
 	require.Less(t, H200Llama3_8B(true).StepTime(decode), p.StepTime(decode), "overlap hides host time")
+}
+
+// anchorTime is the anchor run (AnchorSteps) priced by l, in seconds.
+func anchorTime(l Linear) float64 {
+	total := 0.0
+	for _, s := range AnchorSteps() {
+		total += l.StepTime(s).Seconds()
+	}
+	return total
+}
+
+func TestAnchorSteps(t *testing.T) {
+	steps := AnchorSteps()
+	require.Len(t, steps, 128, "one prefill step samples the first token, 127 decode steps the rest")
+	require.Equal(t, StepShape{Seqs: 8, PrefillTokens: 256, ContextTokens: 256, PrefillPairs: 8 * 528}, steps[0])
+	require.Equal(t, StepShape{Seqs: 8, DecodeSeqs: 8, ContextTokens: 8 * 33}, steps[1])
+	require.Equal(t, StepShape{Seqs: 8, DecodeSeqs: 8, ContextTokens: 8 * 159}, steps[127])
+}
+
+func TestH200Llama3_8BMeasured(t *testing.T) {
+	m, roof := H200Llama3_8BMeasured(true), H200Llama3_8B(true)
+	require.NoError(t, m.Validate())
+	// The doc comment's figures.
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"fixed", m.Fixed, 6.424e-3},
+		{"per prefill token", m.PerPrefillToken, 22.55e-6},
+		{"per decode seq", m.PerDecodeSeq, 2e-6},
+		{"per context token", m.PerContextToken, 34.13e-9},
+		{"per prefill pair", m.PerPrefillPair, 0.7085e-9},
+		{"per shared pair", m.PerSharedPair, 0.7085e-9},
+		{"prefill 1.2× faster than roofline", roof.PerPrefillToken / m.PerPrefillToken, 1.2},
+		{"weight stream ≈ 2.5 TB/s", 16.06e9 / m.Fixed, 2.5e12},
+	} {
+		require.InEpsilon(t, c.want, c.got, 2e-3, c.name)
+	}
+
+	// The anchor: vLLM's latency_llama8B_tp1 on H200, 833.421 ms. With
+	// overlap the host hides; without it the host adds ~2.5%.
+	require.InEpsilon(t, AnchorLatency, anchorTime(m), 1e-6)
+	serial := H200Llama3_8BMeasured(false)
+	require.InEpsilon(t, AnchorLatency, anchorTime(serial), 0.03)
+	require.Greater(t, anchorTime(serial), anchorTime(m))
+	// The roofline profile is ~27% fast on the anchor: what the measured
+	// profile corrects.
+	require.InEpsilon(t, 0.6115, anchorTime(roof), 1e-3)
+
+	// The linear layers are flat across small decode batches: 64
+	// sequences cost ≤ 3% more than 1 at no context, where the roofline's
+	// per-sequence FLOP adds 38%.
+	flat := func(l Linear) float64 {
+		return l.Device(StepShape{Seqs: 64, DecodeSeqs: 64}) / l.Device(StepShape{Seqs: 1, DecodeSeqs: 1})
+	}
+	require.Less(t, flat(m), 1.03)
+	require.Greater(t, flat(roof), 1.3)
+}
+
+func TestBuiltIn(t *testing.T) {
+	tests := []struct {
+		name    string
+		overlap bool
+		want    Linear
+		wantErr string
+	}{
+		{ProfileH200Roofline, true, H200Llama3_8B(true), ""},
+		{ProfileH200Roofline, false, H200Llama3_8B(false), ""},
+		{ProfileH200Measured, true, H200Llama3_8BMeasured(true), ""},
+		{"h100", false, Linear{}, `no built-in profile "h100"; want h200-roofline or h200-measured`},
+		{"", false, Linear{}, `no built-in profile ""`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := BuiltIn(tc.name, tc.overlap)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				require.False(t, IsBuiltIn(tc.name))
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+			require.True(t, IsBuiltIn(tc.name))
+		})
+	}
 }
 
 func TestLinearValidate(t *testing.T) {
@@ -114,6 +201,39 @@ func TestCalibrate(t *testing.T) {
 	require.LessOrEqual(t, fit.MaxRel, 0.02, "±1% noise leaves ≤ 2% relative residuals when relative error is what is fitted")
 	require.Greater(t, fit.R2, 0.99)
 	require.NoError(t, got.Validate())
+}
+
+func TestCalibrateSharedPairs(t *testing.T) {
+	// Steps whose decode sequences share a run in groups of 2..decode
+	// members and 256..4096 tokens, beside steps without groups: the fit
+	// recovers every term, the shared pair's among them.
+	for _, truth := range []Linear{H200Llama3_8B(false), H200Llama3_8BMeasured(false)} {
+		truth.HostFixed, truth.HostPerSeq = 0, 0
+		var samples []Sample
+		add := func(s StepShape) {
+			samples = append(samples, Sample{Shape: s, Time: time.Duration(math.Round(truth.Device(s) * 1e9))})
+		}
+		for _, s := range shapes() {
+			add(s)
+		}
+		for _, decode := range []int{2, 8, 32} {
+			for _, members := range []int{2, decode} {
+				for _, shared := range []int{256, 1024, 4096} {
+					tail := 100 + shared/8
+					// One group of members sharing shared tokens; each
+					// member and every other sequence also has a tail.
+					add(StepShape{Seqs: decode, DecodeSeqs: decode, ContextTokens: shared + decode*tail + (decode-members)*shared,
+						SharedPairs: members * shared})
+				}
+			}
+		}
+		got, _, err := Calibrate(samples)
+		require.NoError(t, err)
+		require.InEpsilon(t, truth.PerSharedPair, got.PerSharedPair, 1e-3)
+		require.InEpsilon(t, truth.PerContextToken, got.PerContextToken, 1e-3)
+		require.InEpsilon(t, truth.Fixed, got.Fixed, 1e-4)
+		require.InEpsilon(t, truth.PerDecodeSeq, got.PerDecodeSeq, 1e-3)
+	}
 }
 
 func TestCalibrateClampsNegative(t *testing.T) {

@@ -6,7 +6,8 @@
 // milliseconds; clock.Real to spend wall time, e.g. a 2 ms step). Cost
 // models: Fixed (every step the same), Linear (a fixed time plus terms in
 // prefill tokens, decode sequences, context tokens and prefill attention
-// pairs, fitted to a runner by Calibrate) and the H200 Llama-3-8B profile.
+// pairs and shared pairs, fitted to a runner by Calibrate) and the built-in H200
+// Llama-3-8B profiles (BuiltIn: roofline-derived and measurement-anchored).
 //
 // Tokens are deterministic: the token sampled at position p of a sequence is
 // a hash of (Config.Seed, the seat's sampling seed, p, and the tokens stored
