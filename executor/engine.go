@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -61,6 +62,12 @@ type Config struct {
 	Model string
 	// Seed is the base of the seeds drawn for requests without one.
 	Seed uint64
+	// CascadeMinBlocks is the shortest leading run of block ids, in blocks,
+	// that a step's sequences must share to be grouped for cascade
+	// attention (step.Group: the run is read once for the group). The
+	// groups come from the block tables kvpool hands out, so sequences share
+	// a run exactly when they share those KV bytes. 0: never group.
+	CascadeMinBlocks int
 }
 
 // ErrClosed is returned by Submit after the engine stopped.
@@ -168,6 +175,7 @@ type Engine struct {
 	pipe      *overlap.Pipeline[*stepRecord]
 	steps     [overlap.MaxInFlight]stepRecord
 	tokBudget int
+	grouper   step.Grouper // finds each planned step's shared runs
 	// testRunningCap, set only by this package's tests, refuses admission
 	// (after the prefix lookup) while that many requests run; 0: no cap.
 	// It is a test seam, not an admission interface: program admission
@@ -234,6 +242,9 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 	capy := runner.Capacity()
 	if cfg.MaxBatchSize <= 0 {
 		return nil, fmt.Errorf("executor: MaxBatchSize must be > 0, got %d", cfg.MaxBatchSize)
+	}
+	if cfg.CascadeMinBlocks < 0 {
+		return nil, fmt.Errorf("executor: CascadeMinBlocks must be >= 0, got %d", cfg.CascadeMinBlocks)
 	}
 	if cfg.MaxNumBatchedTokens < 0 {
 		return nil, fmt.Errorf("executor: MaxNumBatchedTokens must be >= 0, got %d", cfg.MaxNumBatchedTokens)
@@ -315,6 +326,7 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 		}
 	}
 	e.progReqs = make(map[string]int)
+	e.grouper.MinBlocks = int32(min(cfg.CascadeMinBlocks, math.MaxInt32))
 	e.m.KVBlocksTotal = kv.NumBlocks()
 	e.pub = e.m
 	return e, nil

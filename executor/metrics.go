@@ -87,6 +87,10 @@ type Metrics struct {
 	// block was allocated by kvpool.Reserve before the token's value was
 	// known; its KV is written in place (no copy).
 	Reservations uint64
+	// CascadeGroups counts step groups (step.Group) over all steps;
+	// CascadeSharedReads the block reads per layer their shared runs saved:
+	// Σ over groups of (members − 1) × shared blocks.
+	CascadeGroups, CascadeSharedReads uint64
 	// RunnerBusy and RunnerIdle are the runner's time executing steps and
 	// idle between consecutive steps while work was present (time the loop
 	// spent blocked with no work is not idle). IdleFraction = idle/(busy+idle).
@@ -147,6 +151,8 @@ func (m *Metrics) Merge(o *Metrics) {
 	m.PrefixHitTokens += o.PrefixHitTokens
 	m.GeneratedTokens += o.GeneratedTokens
 	m.Reservations += o.Reservations
+	m.CascadeGroups += o.CascadeGroups
+	m.CascadeSharedReads += o.CascadeSharedReads
 	m.RunnerBusy += o.RunnerBusy
 	m.RunnerIdle += o.RunnerIdle
 	m.Programs.Merge(&o.Programs)

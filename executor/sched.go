@@ -136,6 +136,11 @@ func (e *Engine) plan(st *stepRecord) error {
 		}
 		break
 	}
+	e.grouper.Group(&st.batch, bs)
+	for _, g := range st.batch.Groups {
+		e.m.CascadeGroups++
+		e.m.CascadeSharedReads += uint64(g.Count-1) * uint64(g.SharedBlocks)
+	}
 	return nil
 }
 

@@ -104,6 +104,8 @@ func newEngineCollector(eng Engine, progs *programs) *engineCollector {
 		cn("turnstile_preemptions_total", "Preemptions by recompute.", func(m *executor.Metrics) uint64 { return m.Preemptions }),
 		cn("turnstile_prompt_tokens_total", "Prompt tokens at first admission.", func(m *executor.Metrics) uint64 { return m.PromptTokens }),
 		cn("turnstile_prefix_hit_tokens_total", "Prompt tokens served from the prefix cache.", func(m *executor.Metrics) uint64 { return m.PrefixHitTokens }),
+		cn("turnstile_cascade_groups_total", "Groups of sequences whose shared leading KV blocks a step read once (cascade attention).", func(m *executor.Metrics) uint64 { return m.CascadeGroups }),
+		cn("turnstile_cascade_shared_block_reads_total", "Block reads per layer that cascade attention's shared runs saved.", func(m *executor.Metrics) uint64 { return m.CascadeSharedReads }),
 		cn("turnstile_generation_tokens_total", "Tokens generated.", func(m *executor.Metrics) uint64 { return m.GeneratedTokens }),
 		g("turnstile_runner_busy_seconds_total", "Runner time executing steps, seconds.", func(m *executor.Metrics) float64 { return m.RunnerBusy.Seconds() }),
 		g("turnstile_runner_idle_seconds_total", "Runner idle time between steps while work was present, seconds.", func(m *executor.Metrics) float64 { return m.RunnerIdle.Seconds() }),

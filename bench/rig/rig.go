@@ -42,6 +42,8 @@ type Config struct {
 	// Programs enables program-level admission (seed 000's arms A, B, C);
 	// nil: none. The engine reads it; the caller keeps ownership.
 	Programs *policy.Config
+	// CascadeMinBlocks is the executor's (0: no cascade attention groups).
+	CascadeMinBlocks int
 }
 
 // seats sizes the runner's seats for the batch size and overlap.
@@ -57,7 +59,8 @@ func (c Config) seats() (int, error) {
 // the engine's model name. The engine does not own run.
 func (c Config) engine(clk clock.Clock, seats int, run step.Runner, tok executor.Tokenizer, name string) (*executor.Engine, error) {
 	eng, err := executor.New(executor.Config{MaxBatchSize: c.MaxBatchSize, Seats: seats, Overlap: c.Overlap,
-		ChargeRetiring: c.ChargeRetiring, Clock: clk, Programs: c.Programs, Model: name, Seed: c.Seed}, run, tok)
+		ChargeRetiring: c.ChargeRetiring, Clock: clk, Programs: c.Programs, Model: name, Seed: c.Seed,
+		CascadeMinBlocks: c.CascadeMinBlocks}, run, tok)
 	if err != nil {
 		return nil, fmt.Errorf("rig: %w", err)
 	}

@@ -49,7 +49,7 @@ type benchAgenticOptions struct {
 }
 
 // benchAgenticEngineFlags are the engine flags bench agentic registers.
-const benchAgenticEngineFlags = flagModel | flagDevice | flagBlockSize | flagMaxBatched | flagWorkers | flagNoOverlap | flagOut
+const benchAgenticEngineFlags = flagModel | flagDevice | flagBlockSize | flagCascade | flagMaxBatched | flagWorkers | flagNoOverlap | flagOut
 
 func newBenchAgenticCmd() *cobra.Command {
 	o := benchAgenticOptions{engineFlags: defaultEngineFlags(), programs: 32, turns: 3, blocks: 12, secondary: 3, calibrate: true,
@@ -332,7 +332,7 @@ func (o *benchAgenticOptions) setup(r string, arms agentic.Arms, cost sim.Linear
 			return agentic.Setup{}, err
 		}
 		c := rig.Config{MaxBatchSize: o.programs, KVBlocks: o.p.KVBlocks, BlockSize: o.p.BlockSize,
-			MaxBatchTokens: o.p.MaxBatchTokens, Overlap: !o.noOverlap, Seed: 3, Programs: pc}
+			MaxBatchTokens: o.p.MaxBatchTokens, Overlap: !o.noOverlap, Seed: 3, Programs: pc, CascadeMinBlocks: o.cascadeMin}
 		if r == simDevice {
 			eng, capTokens, err := rig.NewSim(c, rig.Sim{Cost: cost, MaxContext: o.p.MaxContext, Vocab: workload.DefaultTokenMax}, clk)
 			if err != nil {

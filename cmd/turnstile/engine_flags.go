@@ -31,6 +31,7 @@ type engineFlags struct {
 	maxBatchSize int
 	maxBatched   int // tokens one step computes
 	blockSize    int // KV block size, tokens
+	cascadeMin   int // shortest shared run of blocks grouped for cascade attention; 0: off
 	kvTokens     int // KV cache size, tokens; 0: the command's default
 	workers      int // cores the CPU kernels use; 0: GOMAXPROCS
 	seed         uint64
@@ -54,6 +55,7 @@ const (
 	flagMaxBatchSize
 	flagMaxBatched
 	flagBlockSize
+	flagCascade
 	flagKVTokens
 	flagWorkers
 	flagSeed
@@ -68,14 +70,19 @@ const (
 	defaultMaxBatchSize      = 8
 	defaultMaxBatched        = 512
 	defaultBlockSize         = 16
-	defaultSeed              = 1
+	// defaultCascadeMinBlocks: two blocks (32 tokens at the default block
+	// size) is where reading a run once per group starts to pay for the
+	// extra pass and merge.
+	defaultCascadeMinBlocks = 2
+	defaultSeed             = 1
 )
 
 // defaultEngineFlags is the engine configuration before any flag: the one
 // statement of every default.
 func defaultEngineFlags() engineFlags {
 	return engineFlags{model: defaultModelPath(), dev: deviceOptions{device: "auto", gpuFraction: defaultGPUMemoryFraction},
-		maxBatchSize: defaultMaxBatchSize, maxBatched: defaultMaxBatched, blockSize: defaultBlockSize, seed: defaultSeed}
+		maxBatchSize: defaultMaxBatchSize, maxBatched: defaultMaxBatched, blockSize: defaultBlockSize,
+		cascadeMin: defaultCascadeMinBlocks, seed: defaultSeed}
 }
 
 // defaultModelPath is the stories260K test model when it can be found from
@@ -111,6 +118,11 @@ func (e *engineFlags) register(f *pflag.FlagSet, which engineFlag) {
 	}
 	if has(flagBlockSize) {
 		f.IntVar(&e.blockSize, "block-size", e.blockSize, "KV block size, tokens (a power of two, 1..256)")
+	}
+	if has(flagCascade) {
+		f.IntVar(&e.cascadeMin, "cascade-min-blocks", e.cascadeMin,
+			"cascade attention: sequences of a step whose block tables begin with at least this many of the same KV blocks "+
+				"(a shared prefix) attend to them once for the group (0: off)")
 	}
 	if has(flagKVTokens) {
 		f.IntVar(&e.kvTokens, "kv-cache-tokens", e.kvTokens, "KV cache size, tokens (default: seats × model context on the CPU, --gpu-memory-fraction on CUDA)")
@@ -158,6 +170,8 @@ func (e *engineFlags) validate(command string) error {
 		return fmt.Errorf("%s: --max-num-batched-tokens %d: must be >= 1", command, e.maxBatched)
 	case e.blockSize < 1 || e.blockSize > 256 || e.blockSize&(e.blockSize-1) != 0:
 		return fmt.Errorf("%s: --block-size %d: must be a power of two in 1..256", command, e.blockSize)
+	case e.cascadeMin < 0:
+		return fmt.Errorf("%s: --cascade-min-blocks %d: must be >= 0", command, e.cascadeMin)
 	case e.kvTokens < 0:
 		return fmt.Errorf("%s: --kv-cache-tokens %d: must be >= 0", command, e.kvTokens)
 	case e.workers < 0:
@@ -208,5 +222,5 @@ func (e *engineFlags) devices(allowed ...string) ([]string, error) {
 // command adds what is its own (programs, the model's name).
 func (e *engineFlags) executorConfig() executor.Config {
 	return executor.Config{MaxBatchSize: e.maxBatchSize, MaxNumBatchedTokens: e.maxBatched, BlockSize: e.blockSize,
-		Overlap: !e.noOverlap}
+		Overlap: !e.noOverlap, CascadeMinBlocks: e.cascadeMin}
 }

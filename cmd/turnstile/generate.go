@@ -29,7 +29,7 @@ type generateOptions struct {
 }
 
 // generateEngineFlags are the engine flags generate registers.
-const generateEngineFlags = flagModel | flagDevice | flagWorkers | flagSeed
+const generateEngineFlags = flagModel | flagDevice | flagCascade | flagWorkers | flagSeed
 
 func newGenerateCmd() *cobra.Command {
 	o := generateOptions{engineFlags: defaultEngineFlags(), n: 64, topP: 1}

@@ -75,7 +75,7 @@ func newServeOptions() serveOptions {
 }
 
 // serveEngineFlags are the engine flags serve registers.
-const serveEngineFlags = flagModel | flagDevice | flagGPUFraction | flagMaxBatchSize | flagMaxBatched | flagBlockSize |
+const serveEngineFlags = flagModel | flagDevice | flagGPUFraction | flagMaxBatchSize | flagMaxBatched | flagBlockSize | flagCascade |
 	flagKVTokens | flagWorkers | flagNoOverlap
 
 // programFlags are the program policy's parameters. Those not given on the
