@@ -131,6 +131,12 @@ type Config struct {
 	// run but not recorded (a fresh runner's first steps touch cold
 	// memory); 0: none.
 	Warmup int
+	// CascadeMinBlocks is the engine's grouping threshold
+	// (executor.Config): with it > 0 and MaxBatchSize ≥ 2 one more pass
+	// runs families of requests sharing prefixes, so decode steps carry
+	// groups and the fit prices shared pairs; 0: no groups, and the
+	// shared-pair term is not fitted.
+	CascadeMinBlocks int
 }
 
 // HeldOutSeedOffset separates the held-out traffic's seed from the
@@ -172,6 +178,9 @@ type pass struct {
 	reqs func(seed uint64, n int) ([]workload.Request, error)
 	// share of the set's requests.
 	share float64
+	// shared: the pass's traffic is shared-prefix families (families),
+	// not reqs.
+	shared bool
 }
 
 func (c Config) resolved() (Config, error) {
@@ -196,6 +205,8 @@ func (c Config) resolved() (Config, error) {
 		return c, fmt.Errorf("calibrate: %d requests per set, want ≥ 8 to cover every pass", c.Requests)
 	case c.Warmup < 0:
 		return c, fmt.Errorf("calibrate: warmup %d steps, want ≥ 0", c.Warmup)
+	case c.CascadeMinBlocks < 0:
+		return c, fmt.Errorf("calibrate: cascade min blocks %d, want ≥ 0", c.CascadeMinBlocks)
 	}
 	return c, nil
 }
@@ -203,10 +214,11 @@ func (c Config) resolved() (Config, error) {
 // passes is the traffic of one set: chat at every decode batch size
 // (short prompts, outputs long enough that decode dominates), long outputs
 // at the max batch (contexts grow to a quarter of MaxContext and beyond),
-// and context-heavy prefill (prompts around half of MaxContext, two output
-// tokens) at the max batch. Every pass submits its requests at once, so
-// the engine's batch, not arrival timing, shapes the steps and the mix does
-// not depend on how fast the device is.
+// context-heavy prefill (prompts around half of MaxContext, two output
+// tokens) at the max batch, and, with cascade groups on, shared-prefix
+// families at the max batch (a quarter more requests). Every pass submits
+// its requests at once, so the engine's batch, not arrival timing, shapes
+// the steps and the mix does not depend on how fast the device is.
 func (c Config) passes() []pass {
 	maxCtx := c.MaxContext
 	chat := func(in, out workload.LogNormal) func(seed uint64, n int) ([]workload.Request, error) {
@@ -232,6 +244,9 @@ func (c Config) passes() []pass {
 			return workload.ContextHeavy(workload.ContextHeavyConfig{Seed: seed, Requests: n, InputTokens: maxCtx / 2,
 				InputSpread: 0.9, OutputTokens: 2})
 		}})
+	if c.CascadeMinBlocks > 0 && c.MaxBatchSize >= 2 {
+		ps = append(ps, pass{name: "shared prefixes", mbs: c.MaxBatchSize, share: 0.25, shared: true})
+	}
 	return ps
 }
 
@@ -363,8 +378,15 @@ func RelErrors(l sim.Linear, samples []sim.Sample, keep func(sim.StepShape) bool
 // runPass runs n requests of p's traffic on a fresh engine and returns the
 // recorded steps after the warm-up.
 func (c Config) runPass(ctx context.Context, p pass, seed uint64, n int) (samples []sim.Sample, err error) {
-	reqs, err := p.reqs(seed, n)
-	if err != nil {
+	var reqs, prime []workload.Request
+	extraBlocks := 0 // cached prefixes kept beside the seats' blocks
+	if p.shared {
+		ft, err := families(seed, n, p.mbs, c.MaxContext, c.BlockSize)
+		if err != nil {
+			return nil, err
+		}
+		reqs, prime, extraBlocks = ft.members, ft.prime, ft.prefixTokens/c.BlockSize+len(ft.prime)
+	} else if reqs, err = p.reqs(seed, n); err != nil {
 		return nil, err
 	}
 	longest := 0
@@ -383,7 +405,7 @@ func (c Config) runPass(ctx context.Context, p pass, seed uint64, n int) (sample
 		return nil, err
 	}
 	perSeq := (longest + c.BlockSize - 1) / c.BlockSize
-	sizes := Sizes{Seats: seats, KVBlocks: seats * (perSeq + 1), BlockSize: c.BlockSize, MaxBatchTokens: c.MaxBatchTokens}
+	sizes := Sizes{Seats: seats, KVBlocks: seats*(perSeq+1) + extraBlocks, BlockSize: c.BlockSize, MaxBatchTokens: c.MaxBatchTokens}
 	virt := clock.NewVirtual(time.Unix(0, 0))
 	dev, err := c.Device(sizes, virt)
 	if err != nil {
@@ -406,13 +428,21 @@ func (c Config) runPass(ctx context.Context, p pass, seed uint64, n int) (sample
 	if dev.RealTime {
 		rec.SpendOn(virt)
 	}
-	eng, err := executor.New(executor.Config{MaxBatchSize: p.mbs, Seats: seats, Clock: virt, Model: "calibrate", Seed: seed}, rec, dev.Tokenizer)
+	eng, err := executor.New(executor.Config{MaxBatchSize: p.mbs, Seats: seats, Clock: virt, Model: "calibrate", Seed: seed,
+		CascadeMinBlocks: c.CascadeMinBlocks}, rec, dev.Tokenizer)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, eng.Close()) }()
-	if _, err := traffic.Drive(ctx, traffic.Run{Engine: eng, Clock: virt, Requests: reqs, SamplingSeed: seed}); err != nil {
-		return nil, err
+	// Primers first and to completion: their prefixes stay cached for the
+	// members (see familyTraffic).
+	for _, rs := range [][]workload.Request{prime, reqs} {
+		if len(rs) == 0 {
+			continue
+		}
+		if _, err := traffic.Drive(ctx, traffic.Run{Engine: eng, Clock: virt, Requests: rs, SamplingSeed: seed}); err != nil {
+			return nil, err
+		}
 	}
 	all := rec.Samples()
 	return all[min(c.Warmup, len(all)):], nil

@@ -44,6 +44,38 @@ func TestRunRecoversSimModel(t *testing.T) {
 	}
 }
 
+// TestRunRecoversSharedPairs: with cascade groups on, the shared-prefix
+// families put groups of varying size and shared length into decode steps,
+// and the fit recovers the shared pair's price of either built-in profile
+// (they differ in it) beside every other term.
+func TestRunRecoversSharedPairs(t *testing.T) {
+	for _, name := range sim.BuiltInProfiles() {
+		t.Run(name, func(t *testing.T) {
+			want, err := sim.BuiltIn(name, false)
+			require.NoError(t, err)
+			want.HostFixed, want.HostPerSeq = 0, 0
+			const mbs, maxCtx = 8, 1024
+			res, err := Run(context.Background(), Config{Device: Sim(want, maxCtx), MaxBatchSize: mbs, MaxContext: maxCtx, Requests: 64,
+				Seed: 5, CascadeMinBlocks: 2})
+			require.NoError(t, err)
+			sizes, runs := map[int]bool{}, map[int]bool{}
+			for _, s := range res.Train {
+				if s.Shape.SharedPairs > 0 && s.Shape.DecodeSeqs > 0 {
+					runs[s.Shape.SharedPairs] = true
+					sizes[s.Shape.DecodeSeqs] = true
+				}
+			}
+			require.Greater(t, len(runs), 4, "shared pairs vary")
+			require.Greater(t, len(sizes), 2, "decode steps with groups vary in size")
+			require.InEpsilon(t, want.PerSharedPair, res.Linear.PerSharedPair, 1e-3)
+			require.InEpsilon(t, want.PerContextToken, res.Linear.PerContextToken, 1e-3)
+			require.InEpsilon(t, want.Fixed, res.Linear.Fixed, 1e-5)
+			require.InEpsilon(t, want.PerDecodeSeq, res.Linear.PerDecodeSeq, 1e-3)
+			require.Less(t, res.HeldOutAll.P90, 1e-6, "only the nanosecond rounding of step times is left")
+		})
+	}
+}
+
 // TestRunCoversShapes: the traffic reaches every decode batch size up to
 // the max, prefill and decode-only steps, and long contexts; the held-out
 // traffic is not the training traffic.

@@ -17,6 +17,7 @@ import (
 	"github.com/turnstile-llm/turnstile/bench/adprun"
 	"github.com/turnstile-llm/turnstile/bench/report"
 	"github.com/turnstile-llm/turnstile/internal/stats"
+	"github.com/turnstile-llm/turnstile/sim"
 )
 
 // benchADPOptions are the flags of `turnstile bench adp`.
@@ -34,7 +35,7 @@ type benchADPOptions struct {
 }
 
 // benchADPEngineFlags are the engine flags bench adp registers.
-const benchADPEngineFlags = flagMaxBatchSize | flagSeed | flagOut
+const benchADPEngineFlags = flagMaxBatchSize | flagSeed | flagOut | flagProfile
 
 // newBenchADPOptions are bench adp's defaults: seed 004's (package adprun).
 func newBenchADPOptions() benchADPOptions {
@@ -49,7 +50,7 @@ func newBenchADPCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "adp [--dp 2,4] [--arms BASE,FIX,OVLOFF] [--blocks N] [--requests-per-rank N] [--isl N] [--max-batch-size N] [--late K|all] [--seed N] [--out DIR]",
 		Short: "Seed 004's attention-DP campaign on the simulated device (BASE, FIX, OVLOFF)",
-		Long: "bench adp runs seed 004's arms on simulated attention-DP context ranks (H200 Llama-3-8B cost\n" +
+		Long: "bench adp runs seed 004's arms on simulated attention-DP context ranks (--profile's cost\n" +
 			"model, max batch 2, context-heavy requests of --isl ± 10% tokens and one output token, all\n" +
 			"offered at once): BASE charges retiring requests against admission, FIX does not, OVLOFF\n" +
 			"runs without overlap. One campaign per --dp: --blocks paired blocks, each every arm on\n" +
@@ -97,6 +98,9 @@ func (o *benchADPOptions) lateK() (int, error) {
 func (o *benchADPOptions) validate() error {
 	if err := o.engineFlags.validate("bench adp"); err != nil {
 		return err
+	}
+	if _, _, err := o.simProfile(true); err != nil {
+		return fmt.Errorf("bench adp: %w", err)
 	}
 	switch {
 	case len(o.dps) == 0:
@@ -150,6 +154,16 @@ func (o *benchADPOptions) config(dp int) (adprun.Config, error) {
 		return c, err
 	}
 	c.Late = k
+	// Read once; each arm sets its own overlap on a copy.
+	l, _, err := o.simProfile(false)
+	if err != nil {
+		return c, err
+	}
+	c.Cost = func(overlap bool) sim.CostModel {
+		arm := l
+		arm.Overlap = overlap
+		return arm
+	}
 	return c, c.Validate()
 }
 
@@ -192,8 +206,8 @@ func runBenchADP(ctx context.Context, o benchADPOptions, stdout, stderr io.Write
 		}
 		analyses = append(analyses, a)
 	}
-	title := fmt.Sprintf("bench adp: dp %v, arms %s, %d blocks, %d requests/rank, ISL %d ± 10%%, max batch %d, late %s (rank 0 late: %v), seed %d",
-		o.dps, strings.Join(o.arms, ","), o.blocks, o.requestsPerRank, o.isl, o.maxBatchSize, o.late, o.rank0Late, o.seed)
+	title := fmt.Sprintf("bench adp: dp %v, arms %s, %d blocks, %d requests/rank, ISL %d ± 10%%, max batch %d, late %s (rank 0 late: %v), seed %d, profile %s",
+		o.dps, strings.Join(o.arms, ","), o.blocks, o.requestsPerRank, o.isl, o.maxBatchSize, o.late, o.rank0Late, o.seed, o.profile)
 	var md strings.Builder
 	if err := adprun.WriteMarkdown(&md, title, rows, analyses); err != nil {
 		return err

@@ -38,6 +38,8 @@ func TestBenchADPFlagErrors(t *testing.T) {
 		{"late negative", []string{"--late", "-1"}, `bench adp: --late "-1"`},
 		{"late above dp", []string{"--dp", "2,4", "--late", "3"}, "bench adp: --late 3 exceeds --dp 2"},
 		{"out is a file", []string{"--out", filepath.Join(file, "sub")}, "bench adp: --out"},
+		{"profile", []string{"--profile", "h100"}, `bench adp: --profile "h100": neither a built-in profile ([h200-roofline h200-measured])`},
+		{"profile empty", []string{"--profile", ""}, "bench adp: --profile is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runCLI(t, append([]string{"bench", "adp"}, tc.args...)...)
@@ -55,6 +57,7 @@ func TestBenchADPRuns(t *testing.T) {
 	require.Regexp(t, `dp=2 FIX/BASE \+\d+\.\d% \[\+\d+\.\d%, \+\d+\.\d%\] \(seed \+27\.3%, predicted \+33\.3% for k=1\)`, out)
 	require.Contains(t, out, "| throughput FIX/OVLOFF |")
 	require.Contains(t, out, "FIX == OVLOFF per-rank routing in 1 of 1 blocks")
+	require.Contains(t, out, "profile h200-roofline", "the default profile is named")
 
 	f, err := os.Open(filepath.Join(dir, "rows.csv"))
 	require.NoError(t, err)

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/turnstile-llm/turnstile/bench/agentic"
-	"github.com/turnstile-llm/turnstile/bench/calibrate"
 	"github.com/turnstile-llm/turnstile/bench/campaign"
 	"github.com/turnstile-llm/turnstile/bench/report"
 	"github.com/turnstile-llm/turnstile/bench/rig"
@@ -43,13 +42,13 @@ type benchAgenticOptions struct {
 	calibrate       bool
 	samplingSeed    uint64
 	bootSeed        uint64
-	profile         string        // sim cost profile from `bench calibrate`; "" = built-in H200
 	stepFixed       time.Duration // overrides the sim cost model's fixed time per step; 0 = keep
 	checkEveryStep  bool
 }
 
 // benchAgenticEngineFlags are the engine flags bench agentic registers.
-const benchAgenticEngineFlags = flagModel | flagDevice | flagBlockSize | flagCascade | flagMaxBatched | flagWorkers | flagNoOverlap | flagOut
+const benchAgenticEngineFlags = flagModel | flagDevice | flagBlockSize | flagCascade | flagMaxBatched | flagWorkers | flagNoOverlap | flagOut |
+	flagProfile
 
 func newBenchAgenticCmd() *cobra.Command {
 	o := benchAgenticOptions{engineFlags: defaultEngineFlags(), programs: 32, turns: 3, blocks: 12, secondary: 3, calibrate: true,
@@ -69,8 +68,8 @@ func newBenchAgenticCmd() *cobra.Command {
 			"no preemptions, counters match) and freezes the fastest eligible one; validation then runs held-out seeds\n" +
 			"700.. with --blocks paired blocks at the highest share and --secondary-blocks at the others. Ratios are\n" +
 			"geometric means of paired batch ratios with 10,000-resample bootstrap intervals over whole blocks.\n\n" +
-			"--device sim runs the simulated device on a virtual clock (the built-in H200 Llama-3-8B profile, or a\n" +
-			"profile fitted by `turnstile bench calibrate --out DIR`, DIR/profile.json); --device cpu runs the real CPU\n" +
+			"--device sim runs the simulated device on a virtual clock priced by --profile (a built-in H200 Llama-3-8B\n" +
+			"profile, or one fitted by `turnstile bench calibrate --out DIR`, DIR/profile.json); --device cpu runs the real CPU\n" +
 			"runner on stories260K, its measured step times spent on the virtual clock (tool waits cost no wall time); --device sim,cpu runs\n" +
 			"both on the same workload and prints the simulator's prediction beside the CPU measurement.\n" +
 			"Presets: seed000 (the study's scale; default for sim) and small (1/64 of the token lengths, default when\n" +
@@ -115,7 +114,6 @@ func newBenchAgenticCmd() *cobra.Command {
 	f.BoolVar(&o.calibrate, "calibrate", o.calibrate, "calibrate B's and C's candidates before validation (else b2 and c2 are used)")
 	f.Uint64Var(&o.samplingSeed, "sampling-seed", o.samplingSeed, "base of the programs' sampling seeds")
 	f.Uint64Var(&o.bootSeed, "bootstrap-seed", o.bootSeed, "seed of the bootstrap resampling")
-	f.StringVar(&o.profile, "profile", o.profile, "sim cost `FILE`: the profile.json that bench calibrate --out DIR writes (default: the built-in H200 Llama-3-8B profile)")
 	f.DurationVar(&o.stepFixed, "step-fixed", o.stepFixed, "override the sim cost model's fixed time per step (e.g. 9ms: an eager-mode GPU's launch overhead; 0: keep)")
 	f.BoolVar(&o.checkEveryStep, "check-every-step", o.checkEveryStep, "run the engine's accounting check after every step (slow; always after every row)")
 	return cmd
@@ -305,17 +303,12 @@ func runBenchAgentic(ctx context.Context, o benchAgenticOptions, out, errOut io.
 	return nil
 }
 
-// simCost is the simulated device's cost model: the profile's, or the
-// built-in H200 Llama-3-8B one.
+// simCost is the simulated device's cost model: --profile's, with
+// --step-fixed's fixed time when given.
 func (o *benchAgenticOptions) simCost() (sim.Linear, string, error) {
-	l, name := sim.H200Llama3_8B(!o.noOverlap), "built-in H200 Llama-3-8B"
-	if o.profile != "" {
-		prof, err := calibrate.ReadProfile(o.profile)
-		if err != nil {
-			return sim.Linear{}, "", fmt.Errorf("--profile: %w", err)
-		}
-		l, name = prof.Linear, fmt.Sprintf("fitted %s (%s runner, %s)", o.profile, prof.Runner, prof.Model)
-		l.Overlap = !o.noOverlap
+	l, name, err := o.simProfile(!o.noOverlap)
+	if err != nil {
+		return sim.Linear{}, "", err
 	}
 	if o.stepFixed > 0 {
 		name += fmt.Sprintf(", fixed %v per step instead of %v", o.stepFixed, time.Duration(l.Fixed*1e9).Round(time.Microsecond))

@@ -29,7 +29,8 @@ func TestBenchAgenticFlagErrors(t *testing.T) {
 		{[]string{"--deadline", "0s"}, "--deadline 0s"},
 		{[]string{"--step-fixed", "-1ms"}, "--step-fixed -1ms"},
 		{[]string{"--context-tokens", "40000"}, "past the engine's 32768-token context"},
-		{[]string{"--profile", "/nonexistent/profile.json"}, "--profile"},
+		{[]string{"--profile", "/nonexistent/profile.json"}, `--profile "/nonexistent/profile.json": neither a built-in profile`},
+		{[]string{"--profile", "h300"}, `--profile "h300"`},
 		{[]string{"--device", "cpu", "--context-tokens", "600"}, "past the model's"},
 	} {
 		args := append([]string{"bench", "agentic", "--out", ""}, tc.args...)
@@ -49,6 +50,7 @@ func TestBenchAgenticSim(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "seed 000's goals at share 0.90 (B/A)")
 	require.NotContains(t, out, "instead of", "no --step-fixed, the profile's own fixed time")
+	require.Contains(t, out, "sim cost: built-in h200-roofline", "the default profile")
 	require.Contains(t, out, "frozen: A=a B=b")
 	for _, f := range []string{"rows.csv", "summary.json", "table.md", "throughput.png"} {
 		st, err := os.Stat(filepath.Join(dir, "sim", f))

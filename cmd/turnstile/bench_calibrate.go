@@ -20,8 +20,10 @@ import (
 // benchCalibrateOptions are the flags of bench calibrate.
 type benchCalibrateOptions struct {
 	// engineFlags: --model, --device (cpu, cuda[:N] or sim), --workers,
-	// --max-batch-size, --seed (the training traffic) and --out (the
-	// profile's directory).
+	// --max-batch-size, --seed (the training traffic), --out (the
+	// profile's directory), --cascade-min-blocks (the engine's grouping:
+	// with it on, shared-prefix traffic prices shared pairs) and --profile
+	// (what --device sim is priced by).
 	engineFlags
 	requests int
 	runner   string         // cpu, cuda or sim: --device resolved by validate
@@ -29,7 +31,7 @@ type benchCalibrateOptions struct {
 }
 
 // benchCalibrateEngineFlags are the engine flags bench calibrate registers.
-const benchCalibrateEngineFlags = flagModel | flagDevice | flagWorkers | flagMaxBatchSize | flagSeed | flagOut
+const benchCalibrateEngineFlags = flagModel | flagDevice | flagWorkers | flagMaxBatchSize | flagSeed | flagOut | flagCascade | flagProfile
 
 // calibrateProfileFile is the profile's name inside --out.
 const calibrateProfileFile = "profile.json"
@@ -68,12 +70,14 @@ func newBenchCalibrateCmd() *cobra.Command {
 			"contexts) and long chunked prefills. It fits the simulated device's cost model\n" +
 			"  step = fixed + per prefill token·prefill tokens + per decode seq·decode seqs + per context token·context tokens\n" +
 			"         + per prefill pair·(query, key) pairs of prefill attention\n" +
+			"         + per shared pair·(decode query, shared-run token) pairs of cascade attention\n" +
+			"(the last only with --cascade-min-blocks > 0: a pass of shared-prefix families puts groups in decode steps)\n" +
 			"by least squares on relative error over the training traffic (--seed) and prints the error |predicted − measured| / measured\n" +
 			"on held-out traffic of another seed, overall and for steps with prefill and decode-only steps.\n" +
 			"--device cpu measures the CPU runner on --model (wall time), --device cuda[:N] the CUDA runner on\n" +
 			"that GPU (its first 4 steps of every pass, kernel compilation and graph capture, are not recorded);\n" +
-			"--device sim calibrates the built-in\n" +
-			"H200 Llama-3-8B profile on the simulated device, a self-check that the fit recovers it.\n" +
+			"--device sim calibrates the simulated device priced by --profile\n" +
+			"(a built-in H200 Llama-3-8B profile or a profile.json), a self-check that the fit recovers it.\n" +
 			"--out writes the profile as JSON to DIR/" + calibrateProfileFile + " (bench agentic --profile reads it).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -116,6 +120,8 @@ func (o *benchCalibrateOptions) validate() error {
 		return fmt.Errorf("%s: --model %q: applies to --device cpu or cuda (sim calibrates its built-in profile)", cmd, o.model)
 	case o.runner == simDevice && o.set["workers"]:
 		return fmt.Errorf("%s: --workers %d: applies to --device cpu", cmd, o.workers)
+	case o.runner != simDevice && o.set["profile"]:
+		return fmt.Errorf("%s: --profile %q: applies to --device sim (a real runner is measured, not priced)", cmd, o.profile)
 	}
 	if err := o.engineFlags.validate(cmd); err != nil {
 		return err
@@ -131,25 +137,31 @@ func (o *benchCalibrateOptions) validate() error {
 	return nil
 }
 
-// simTruth is the profile --device sim must recover: device time only,
-// which is what a recorder sees.
-func simTruth() sim.Linear {
-	l := sim.H200Llama3_8B(false)
+// simTruth is the profile --device sim must recover (--profile): device
+// time only, which is what a recorder sees.
+func (o *benchCalibrateOptions) simTruth() (sim.Linear, error) {
+	l, _, err := o.simProfile(false)
+	if err != nil {
+		return sim.Linear{}, fmt.Errorf("bench calibrate: %w", err)
+	}
 	l.HostFixed, l.HostPerSeq = 0, 0
-	return l
+	return l, nil
 }
 
 // runBenchCalibrate calibrates, prints the table to out and writes --out.
 func runBenchCalibrate(ctx context.Context, o benchCalibrateOptions, out io.Writer) (calibrate.Profile, error) {
 	cfg := calibrate.Config{MaxBatchSize: o.maxBatchSize, MaxBatchTokens: calibrateMaxBatchTokens, BlockSize: calibrateBlockSize,
-		Requests: o.requests, Seed: o.seed}
+		Requests: o.requests, Seed: o.seed, CascadeMinBlocks: o.cascadeMin}
 	var name string
 	workers := 0
 	var truth *sim.Linear
 	switch o.runner {
 	case "sim":
-		l := simTruth()
-		truth, name = &l, "sim-h200-llama3-8b"
+		l, err := o.simTruth()
+		if err != nil {
+			return calibrate.Profile{}, err
+		}
+		truth, name = &l, "sim-"+filepath.Base(o.profile)
 		cfg.Device, cfg.MaxContext = calibrate.Sim(l, calibrateSimContext), calibrateSimContext
 	default:
 		m, err := model.LoadLlama(o.model, model.LlamaOptions{})
@@ -212,14 +224,14 @@ func printCalibration(out io.Writer, res calibrate.Result, truth *sim.Linear, se
 	}
 	fmt.Fprintln(tw, header)
 	coef := func(l sim.Linear) []float64 {
-		return []float64{l.Fixed, l.PerPrefillToken, l.PerDecodeSeq, l.PerContextToken, l.PerPrefillPair}
+		return []float64{l.Fixed, l.PerPrefillToken, l.PerDecodeSeq, l.PerContextToken, l.PerPrefillPair, l.PerSharedPair}
 	}
 	fit := coef(res.Linear)
 	var want []float64
 	if truth != nil {
 		want = coef(*truth)
 	}
-	for i, n := range []string{"fixed", "per prefill token", "per decode seq", "per context token", "per prefill pair"} {
+	for i, n := range []string{"fixed", "per prefill token", "per decode seq", "per context token", "per prefill pair", "per shared pair"} {
 		line := fmt.Sprintf("%s\t%.4f\t", n, fit[i]*1e6)
 		if truth != nil {
 			line += fmt.Sprintf("%.4f\t", want[i]*1e6)

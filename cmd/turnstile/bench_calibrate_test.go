@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/bench/calibrate"
+	"github.com/turnstile-llm/turnstile/sim"
 )
 
 func TestBenchCalibrateFlagErrors(t *testing.T) {
@@ -33,6 +34,9 @@ func TestBenchCalibrateFlagErrors(t *testing.T) {
 		{"missing model", []string{"--model", "/no/such.gguf"}, `bench calibrate: --model "/no/such.gguf"`},
 		{"out is a file", []string{"--device", "sim", "--out", filepath.Join(file, "sub")}, "bench calibrate: --out"},
 		{"args", []string{"extra"}, `unknown command "extra"`},
+		{"profile with cpu", []string{"--profile", "h200-measured"}, `bench calibrate: --profile "h200-measured": applies to --device sim`},
+		{"unknown profile", []string{"--device", "sim", "--profile", "h100"}, `--profile "h100": neither a built-in profile`},
+		{"cascade", []string{"--cascade-min-blocks", "-1"}, "bench calibrate: --cascade-min-blocks -1: must be >= 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runCLI(t, append([]string{"bench", "calibrate"}, tc.args...)...)
@@ -41,25 +45,39 @@ func TestBenchCalibrateFlagErrors(t *testing.T) {
 	}
 }
 
-// TestBenchCalibrateSim: the self-check recovers the built-in profile, and
-// the table and the profile say so.
+// TestBenchCalibrateSim: the self-check recovers the profile it is priced
+// by, shared pairs included (cascade groups are on by default), and the
+// table and the profile say so.
 func TestBenchCalibrateSim(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "sim")
-	path := filepath.Join(dir, calibrateProfileFile)
-	out, err := runCLI(t, "bench", "calibrate", "--device", "sim", "--max-batch-size", "4", "--requests", "16", "--out", dir)
-	require.NoError(t, err)
-	for _, want := range []string{"fitted µs", "true µs", "per context token", "decode-only", "with prefill",
-		"median step-time error 0.00% (goal ≤ 10%)", "profile written to " + path} {
-		require.Contains(t, out, want)
+	for _, tc := range []struct {
+		name    string
+		profile []string
+		want    sim.Linear
+	}{
+		{"default", nil, sim.H200Llama3_8B(false)},
+		{"measured", []string{"--profile", sim.ProfileH200Measured}, sim.H200Llama3_8BMeasured(false)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "sim")
+			path := filepath.Join(dir, calibrateProfileFile)
+			args := append([]string{"bench", "calibrate", "--device", "sim", "--max-batch-size", "4", "--requests", "32", "--out", dir}, tc.profile...)
+			out, err := runCLI(t, args...)
+			require.NoError(t, err)
+			for _, want := range []string{"fitted µs", "true µs", "per context token", "per shared pair", "decode-only", "with prefill",
+				"median step-time error 0.00% (goal ≤ 10%)", "profile written to " + path} {
+				require.Contains(t, out, want)
+			}
+			p, err := calibrate.ReadProfile(path)
+			require.NoError(t, err)
+			want := tc.want
+			require.Equal(t, "sim", p.Runner)
+			require.Equal(t, 4, p.MaxBatchSize)
+			require.InEpsilon(t, want.Fixed, p.Linear.Fixed, 1e-6)
+			require.InEpsilon(t, want.PerPrefillToken, p.Linear.PerPrefillToken, 1e-6)
+			require.InEpsilon(t, want.PerSharedPair, p.Linear.PerSharedPair, 1e-3)
+			require.Less(t, p.P90RelErr, 1e-6)
+		})
 	}
-	p, err := calibrate.ReadProfile(path)
-	require.NoError(t, err)
-	want := simTruth()
-	require.Equal(t, "sim", p.Runner)
-	require.Equal(t, 4, p.MaxBatchSize)
-	require.InEpsilon(t, want.Fixed, p.Linear.Fixed, 1e-6)
-	require.InEpsilon(t, want.PerPrefillToken, p.Linear.PerPrefillToken, 1e-6)
-	require.Less(t, p.P90RelErr, 1e-6)
 }
 
 // TestBenchCalibrateCPU: a tiny calibration of the CPU runner on

@@ -11,6 +11,7 @@ import (
 	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/model/gguf"
+	"github.com/turnstile-llm/turnstile/sim"
 )
 
 // engineFlags is the one engine configuration of the CLI, as vLLM's
@@ -37,6 +38,7 @@ type engineFlags struct {
 	seed         uint64
 	noOverlap    bool
 	out          string // the command's output directory; "": none
+	profile      string // the simulated device's cost: a built-in profile's name or a profile.json (simProfile)
 
 	// maxBatchLimit, when > 0, is the largest --max-batch-size the command
 	// accepts (bench calibrate's decode passes).
@@ -61,6 +63,7 @@ const (
 	flagSeed
 	flagNoOverlap
 	flagOut
+	flagProfile
 )
 
 // Defaults of the engine configuration, stated once.
@@ -75,6 +78,10 @@ const (
 	// extra pass and merge.
 	defaultCascadeMinBlocks = 2
 	defaultSeed             = 1
+	// defaultProfile is --profile's default. The roofline profile keeps
+	// the published campaign tables reproducible; the measured one
+	// (sim.ProfileH200Measured) is anchored to a benchmark instead.
+	defaultProfile = sim.ProfileH200Roofline
 )
 
 // defaultEngineFlags is the engine configuration before any flag: the one
@@ -82,7 +89,7 @@ const (
 func defaultEngineFlags() engineFlags {
 	return engineFlags{model: defaultModelPath(), dev: deviceOptions{device: "auto", gpuFraction: defaultGPUMemoryFraction},
 		maxBatchSize: defaultMaxBatchSize, maxBatched: defaultMaxBatched, blockSize: defaultBlockSize,
-		cascadeMin: defaultCascadeMinBlocks, seed: defaultSeed}
+		cascadeMin: defaultCascadeMinBlocks, seed: defaultSeed, profile: defaultProfile}
 }
 
 // defaultModelPath is the stories260K test model when it can be found from
@@ -138,6 +145,10 @@ func (e *engineFlags) register(f *pflag.FlagSet, which engineFlag) {
 	}
 	if has(flagOut) {
 		f.StringVar(&e.out, "out", e.out, "directory the command writes its results into, created if missing (\"\": none)")
+	}
+	if has(flagProfile) {
+		f.StringVar(&e.profile, "profile", e.profile, "the simulated device's step cost: a built-in profile ("+
+			strings.Join(sim.BuiltInProfiles(), ", ")+"; see docs/experiments.md) or the profile.json `FILE` that bench calibrate --out DIR writes")
 	}
 }
 
