@@ -57,7 +57,7 @@ func TestBenchADPRuns(t *testing.T) {
 	require.Regexp(t, `dp=2 FIX/BASE \+\d+\.\d% \[\+\d+\.\d%, \+\d+\.\d%\] \(seed \+27\.3%, predicted \+33\.3% for k=1\)`, out)
 	require.Contains(t, out, "| throughput FIX/OVLOFF |")
 	require.Contains(t, out, "FIX == OVLOFF per-rank routing in 1 of 1 blocks")
-	require.Contains(t, out, "profile h200-roofline", "the default profile is named")
+	require.Contains(t, out, "profile h200-measured", "the default profile is named")
 
 	f, err := os.Open(filepath.Join(dir, "rows.csv"))
 	require.NoError(t, err)

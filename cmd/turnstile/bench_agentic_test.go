@@ -50,7 +50,7 @@ func TestBenchAgenticSim(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "seed 000's goals at share 0.90 (B/A)")
 	require.NotContains(t, out, "instead of", "no --step-fixed, the profile's own fixed time")
-	require.Contains(t, out, "sim cost: built-in h200-roofline", "the default profile")
+	require.Contains(t, out, "sim cost: built-in h200-measured", "the default profile")
 	require.Contains(t, out, "frozen: A=a B=b")
 	for _, f := range []string{"rows.csv", "summary.json", "table.md", "throughput.png"} {
 		st, err := os.Stat(filepath.Join(dir, "sim", f))

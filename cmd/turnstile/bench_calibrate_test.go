@@ -54,8 +54,8 @@ func TestBenchCalibrateSim(t *testing.T) {
 		profile []string
 		want    sim.Linear
 	}{
-		{"default", nil, sim.H200Llama3_8B(false)},
-		{"measured", []string{"--profile", sim.ProfileH200Measured}, sim.H200Llama3_8BMeasured(false)},
+		{"default", nil, sim.H200Llama3_8BMeasured(false)},
+		{"roofline", []string{"--profile", sim.ProfileH200Roofline}, sim.H200Llama3_8B(false)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "sim")
