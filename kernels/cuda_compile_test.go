@@ -83,6 +83,9 @@ func TestCUDADefinesMatchGo(t *testing.T) {
 		{"TS_PFT_KEYS", cudaPrefillTCKeys},
 		{"TS_PFT_MAX_HD", cudaPrefillTCMaxHD},
 		{"TS_PFT_PAD", cudaPrefillTCPad},
+		{"TS_CASC_THREADS", cudaCascadeThreads},
+		{"TS_CASC_ROWS", cudaCascadeRows},
+		{"TS_CASC_KEYS", cudaCascadeKeys},
 	}
 	for _, tc := range cases {
 		re := regexp.MustCompile(`#define ` + tc.define + `\s+(\d+)`)
