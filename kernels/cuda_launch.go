@@ -624,3 +624,20 @@ func (k *CUDAKernels) PrefillAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.De
 	grid := cuda.Dim3{X: uint32(ceilDiv(p.MaxQ, cudaPrefillWarps)), Y: uint32(p.Heads), Z: uint32(p.Seqs)}
 	return k.launch(c, "ts_paged_prefill"+kv.suffix(), grid, dim1(32*cudaPrefillWarps), 0, s)
 }
+
+// AppendCascadeTiles appends one group to the host images of
+// CascadeInputs: its members (batch rows whose first shared block-table
+// entries agree) to rows, and its tiles, (first, count, shared) triples of
+// at most perTile members each, to tiles. A group without a shared block or
+// members adds nothing (its rows stay plain decode rows).
+func AppendCascadeTiles(tiles, rows, members []int32, shared int32, perTile int) ([]int32, []int32) {
+	if shared <= 0 || perTile <= 0 {
+		return tiles, rows
+	}
+	for i := 0; i < len(members); i += perTile {
+		n := min(perTile, len(members)-i)
+		tiles = append(tiles, int32(len(rows)), int32(n), shared)
+		rows = append(rows, members[i:i+n]...)
+	}
+	return tiles, rows
+}
