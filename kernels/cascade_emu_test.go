@@ -445,11 +445,16 @@ func newEmuCascadeBatch(r *rand.Rand, tc emuCascadeCase) *emuCascadeBatch {
 		eb.maxBlocks = max(eb.maxBlocks, ceilDiv(s.ctx, bs))
 	}
 	// Blocks: each group's run once, then every row's own blocks.
-	need := 0
+	need := 1
 	for _, g := range tc.groups {
 		need += g.shared
 	}
-	need += rows*eb.maxBlocks + 1
+	for _, s := range specs {
+		need += ceilDiv(s.ctx, bs)
+		if s.group >= 0 {
+			need -= tc.groups[s.group].shared
+		}
+	}
 	eb.numBlocks = need
 	perm := r.Perm(need)
 	nextBlk := 0
