@@ -52,28 +52,39 @@ extern "C" __global__ void ts_kv_write_bf16(ts_bf16 *Kc, ts_bf16 *Vc, const floa
 //   o_part  [B][heads][nsplit][hd]  Σ_p e^(s_p − m)·V_p
 //   ml_part [B][heads][nsplit][2]   (m, l = Σ_p e^(s_p − m)); m = −inf if empty
 // which ts_decode_combine merges. The split ranges come from the row's own
-// context (read from device memory, so a captured graph stays valid): with
-// row_blocks = ceil(ctx/bs) (at most max_blocks) and per = ceil(row_blocks /
-// nsplit), split s covers blocks [s·per, min(row_blocks, (s+1)·per)); an empty
-// range (a short row, a padding row) writes the neutral partial m = −inf,
-// l = 0, o = 0 (kernels.DecodeSplitRange is the same rule in Go).
+// context and start block (read from device memory, so a captured graph
+// stays valid): with row_blocks = ceil(ctx/bs) (at most max_blocks), start =
+// start_blocks[b] (0 when start_blocks is null; clamped to [0, row_blocks]),
+// n = row_blocks − start and per = ceil(n / nsplit), split s covers blocks
+// start + [s·per, min(n, (s+1)·per)); an empty range (a short row, a padding
+// row) writes the neutral partial m = −inf, l = 0, o = 0
+// (kernels.DecodeTailSplitRange is the same rule in Go). A row with start > 0
+// is a cascade member: blocks [0, start) are its group's shared run, whose
+// partials ts_cascade_shared_* writes into slots [nsplit, slots) of the row;
+// for a row with start == 0 split 0 writes those slots neutral, so the
+// combine over all slots is that row's plain attention.
 // q [B][heads*hd]; block_tables [B][max_blocks]; ctx_lens [B] (0 for a
-// padding row). Grid (kvh, B, nsplit); block 128 threads; dynamic shared
+// padding row); partial rows have slots ≥ nsplit entries (slots == nsplit
+// without cascade). Grid (kvh, B, nsplit); block 128 threads; dynamic shared
 // memory ts_decode_smem bytes, for the most pages one split can have:
 //   4·(group·hd + group·bs + 3·group + ceil(max_blocks/nsplit)).
 template <typename T>
 __device__ __forceinline__ void decode_attn(float *o_part, float *ml_part, const float *q, const T *Kc, const T *Vc,
-					    const int *block_tables, int max_blocks, const int *ctx_lens, int heads,
-					    int kvh, int bs, int hd, float scale) {
+					    const int *block_tables, int max_blocks, const int *ctx_lens,
+					    const int *start_blocks, int slots, int heads, int kvh, int bs, int hd,
+					    float scale) {
 	extern __shared__ float smem[];
 	const int kv = blockIdx.x, b = blockIdx.y, split = blockIdx.z, nsplit = gridDim.z;
 	const int group = heads / kvh;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
 	const int ctx = max(ctx_lens[b], 0);
 	const int row_blocks = min((ctx + bs - 1) / bs, max_blocks);
-	const int per_split = (row_blocks + nsplit - 1) / nsplit;
-	const int blk0 = min(row_blocks, split * per_split);
-	const int nblk = min(row_blocks, blk0 + per_split) - blk0;
+	const int first = start_blocks ? min(max(start_blocks[b], 0), row_blocks) : 0;
+	const int tail = row_blocks - first;
+	const int per_split = (tail + nsplit - 1) / nsplit;
+	const int off0 = min(tail, split * per_split);
+	const int blk0 = first + off0;
+	const int nblk = min(tail, off0 + per_split) - off0;
 	const int start = blk0 * bs;
 	const int end = min(ctx, (blk0 + nblk) * bs);
 
@@ -173,7 +184,7 @@ __device__ __forceinline__ void decode_attn(float *o_part, float *ml_part, const
 	for (int g = 0; g < TS_MAX_GROUP; g++) {
 		if (g < group) {
 			const int h = kv * group + g;
-			const size_t row = ((size_t)b * heads + h) * nsplit + split;
+			const size_t row = ((size_t)b * heads + h) * slots + split;
 			if (tid < hd)
 				o_part[row * hd + tid] = acc[g][0];
 			if (tid + TS_DECODE_THREADS < hd)
@@ -184,18 +195,37 @@ __device__ __forceinline__ void decode_attn(float *o_part, float *ml_part, const
 			}
 		}
 	}
+	// A row outside every group: its shared-run slots are neutral (a
+	// member's are written by ts_cascade_shared_*, never here).
+	if (split == 0 && first == 0) {
+		for (int g = 0; g < group; g++) {
+			const size_t row0 = ((size_t)b * heads + kv * group + g) * slots;
+			for (int sl = nsplit; sl < slots; sl++) {
+				for (int d = tid; d < hd; d += blockDim.x)
+					o_part[(row0 + sl) * hd + d] = 0.0f;
+				if (tid == 0) {
+					ml_part[(row0 + sl) * 2] = -TS_INF;
+					ml_part[(row0 + sl) * 2 + 1] = 0.0f;
+				}
+			}
+		}
+	}
 }
 
 extern "C" __global__ void ts_paged_decode_f32(float *o_part, float *ml_part, const float *q, const float *Kc,
 					       const float *Vc, const int *block_tables, int max_blocks,
-					       const int *ctx_lens, int heads, int kvh, int bs, int hd, float scale) {
-	decode_attn(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, ctx_lens, heads, kvh, bs, hd, scale);
+					       const int *ctx_lens, const int *start_blocks, int slots, int heads, int kvh,
+					       int bs, int hd, float scale) {
+	decode_attn(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, ctx_lens, start_blocks, slots, heads, kvh,
+		    bs, hd, scale);
 }
 
 extern "C" __global__ void ts_paged_decode_bf16(float *o_part, float *ml_part, const float *q, const ts_bf16 *Kc,
 						const ts_bf16 *Vc, const int *block_tables, int max_blocks,
-						const int *ctx_lens, int heads, int kvh, int bs, int hd, float scale) {
-	decode_attn(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, ctx_lens, heads, kvh, bs, hd, scale);
+						const int *ctx_lens, const int *start_blocks, int slots, int heads,
+						int kvh, int bs, int hd, float scale) {
+	decode_attn(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, ctx_lens, start_blocks, slots, heads, kvh,
+		    bs, hd, scale);
 }
 
 // ts_decode_combine merges the nsplit partial results of ts_paged_decode_* into
@@ -225,6 +255,178 @@ extern "C" __global__ void ts_decode_combine(float *out, const float *o_part, co
 		}
 		o[d] = L > 0.0f ? acc / L : 0.0f;
 	}
+}
+
+// ---- shared-prefix (cascade) decode attention ----
+
+#define TS_CASC_THREADS 128 // the block size ts_cascade_shared_* must be launched with
+#define TS_CASC_ROWS 32	    // query rows (member, query head) per block
+#define TS_CASC_KEYS 32	    // key positions per shared-memory tile
+#define TS_CASC_ACC (TS_CASC_ROWS * TS_MAX_HD / TS_CASC_THREADS)
+
+// cascade_shared: the shared run of a group of decode rows whose block tables
+// begin with the same `shared` blocks (step.Group), attended once for all
+// members. Block (tile, kv head, shared split) takes the tile's members'
+// query heads of the KV head, rows r = member·qpk + head (qpk = heads/kvh,
+// TS_CASC_ROWS/qpk members per tile), and walks its split's part of the run
+// in tiles of TS_CASC_KEYS positions: each K/V tile is staged once in shared
+// memory (as float, rows padded by one float so the score loop is free of
+// bank conflicts) and used by every row. It writes, per member row and head,
+// the unnormalised partial of a decode split (m, l = Σ e^(s−m), o = Σ e^(s−m)·V;
+// m = −inf for an empty split) into partial slot slots − nshared + split,
+// where ts_decode_combine merges it with the member's own tail.
+//   tiles     [max_tiles][3] (first, count, shared): members
+//             casc_rows[first .. first+count) (batch rows, count ≤
+//             TS_CASC_ROWS/qpk) share their first `shared` table entries;
+//   num_tiles [1] the tiles in use (blocks past it return at once, so a
+//             captured graph sized for the most tiles serves every layout);
+//   split s of nshared covers blocks [s·per, min(shared, (s+1)·per)), per =
+//             ceil(shared/nshared) (kernels.CascadeSplitRange).
+// Every member's new token lies after the run, so no mask is needed. The
+// first member's table is read for the run (all members' are the same
+// there). Grid (max_tiles, kvh, nshared); block TS_CASC_THREADS threads;
+// dynamic shared memory (kernels.cascadeSmem)
+//   4·(TS_CASC_ROWS·(hd+1) + TS_CASC_KEYS·(2·hd+1) + TS_CASC_ROWS·TS_CASC_KEYS + 3·TS_CASC_ROWS).
+template <typename T>
+__device__ __forceinline__ void cascade_shared(float *o_part, float *ml_part, const float *q, const T *Kc,
+					       const T *Vc, const int *block_tables, int max_blocks, const int *tiles,
+					       const int *num_tiles, const int *casc_rows, int slots, int heads, int kvh,
+					       int bs, int hd, float scale) {
+	extern __shared__ float smem[];
+	const int tile = blockIdx.x, kv = blockIdx.y, split = blockIdx.z, nshared = gridDim.z;
+	if (tile >= num_tiles[0])
+		return; // the whole block: before any synchronisation
+	const int tid = threadIdx.x;
+	const int first = tiles[tile * 3], count = tiles[tile * 3 + 1], shared = tiles[tile * 3 + 2];
+	const int qpk = heads / kvh;
+	const int nrows = min(count * qpk, TS_CASC_ROWS);
+	const int per = (shared + nshared - 1) / nshared;
+	const int start = min(shared, split * per) * bs;
+	const int end = min(shared, split * per + per) * bs;
+	const int *table = block_tables + (size_t)casc_rows[first] * max_blocks;
+	const int qs = hd + 1; // padded row stride of q_s and k_s
+
+	float *q_s = smem;			// [ROWS][hd+1], pre-scaled
+	float *k_s = q_s + TS_CASC_ROWS * qs;	// [KEYS][hd+1]
+	float *v_s = k_s + TS_CASC_KEYS * qs;	// [KEYS][hd]
+	float *sc = v_s + TS_CASC_KEYS * hd;	// [ROWS][KEYS] scores, then weights
+	float *m_s = sc + TS_CASC_ROWS * TS_CASC_KEYS; // [ROWS] running max
+	float *l_s = m_s + TS_CASC_ROWS;	// [ROWS] running sum
+	float *a_s = l_s + TS_CASC_ROWS;	// [ROWS] rescale of this tile
+
+	for (int i = tid; i < TS_CASC_ROWS * hd; i += TS_CASC_THREADS) {
+		const int r = i / hd, d = i % hd;
+		float v = 0.0f; // rows past the tile's members: zero queries, never written
+		if (r < nrows) {
+			const int b = casc_rows[first + r / qpk];
+			v = q[(size_t)b * heads * hd + (size_t)(kv * qpk + r % qpk) * hd + d] * scale;
+		}
+		q_s[r * qs + d] = v;
+	}
+	if (tid < TS_CASC_ROWS) {
+		m_s[tid] = -TS_INF;
+		l_s[tid] = 0.0f;
+	}
+	// Output (row, dim) j = tid + TS_CASC_THREADS·i is acc[i].
+	float acc[TS_CASC_ACC];
+#pragma unroll
+	for (int i = 0; i < TS_CASC_ACC; i++)
+		acc[i] = 0.0f;
+
+	for (int p0 = start; p0 < end; p0 += TS_CASC_KEYS) {
+		const int n = min(TS_CASC_KEYS, end - p0);
+		__syncthreads(); // q_s written; the previous tile is no longer read
+		for (int i = tid; i < TS_CASC_KEYS * hd; i += TS_CASC_THREADS) {
+			const int t = i / hd, d = i % hd;
+			float kx = 0.0f, vx = 0.0f;
+			if (t < n) {
+				const int p = p0 + t;
+				const size_t off = (((size_t)table[p / bs] * kvh + kv) * bs + p % bs) * hd + d;
+				kx = ts_load(Kc + off);
+				vx = ts_load(Vc + off);
+			}
+			k_s[t * qs + d] = kx;
+			v_s[t * hd + d] = vx;
+		}
+		__syncthreads();
+		// Scores: a warp's lanes take consecutive keys of one row.
+		for (int i = tid; i < TS_CASC_ROWS * TS_CASC_KEYS; i += TS_CASC_THREADS) {
+			const int r = i / TS_CASC_KEYS, t = i % TS_CASC_KEYS;
+			float s = -TS_INF;
+			if (t < n) {
+				s = 0.0f;
+				for (int d = 0; d < hd; d++)
+					s += q_s[r * qs + d] * k_s[t * qs + d];
+			}
+			sc[i] = s;
+		}
+		__syncthreads();
+		// Online softmax update, one thread per row.
+		if (tid < TS_CASC_ROWS) {
+			float *s = sc + tid * TS_CASC_KEYS;
+			float mp = -TS_INF;
+			for (int t = 0; t < n; t++)
+				mp = fmaxf(mp, s[t]);
+			const float mo = m_s[tid], mn = fmaxf(mo, mp);
+			const float a = mo == -TS_INF ? 0.0f : expf(mo - mn);
+			float sum = 0.0f;
+			for (int t = 0; t < n; t++) {
+				const float p = expf(s[t] - mn);
+				s[t] = p;
+				sum += p;
+			}
+			m_s[tid] = mn;
+			l_s[tid] = l_s[tid] * a + sum;
+			a_s[tid] = a;
+		}
+		__syncthreads();
+#pragma unroll
+		for (int i = 0; i < TS_CASC_ACC; i++) {
+			const int j = tid + TS_CASC_THREADS * i;
+			if (j < TS_CASC_ROWS * hd) {
+				const int r = j / hd, d = j % hd;
+				float x = acc[i] * a_s[r];
+				for (int t = 0; t < n; t++)
+					x += sc[r * TS_CASC_KEYS + t] * v_s[t * hd + d];
+				acc[i] = x;
+			}
+		}
+	}
+	__syncthreads(); // m_s and l_s final (also when the split is empty)
+
+	const int slot = slots - nshared + split;
+#pragma unroll
+	for (int i = 0; i < TS_CASC_ACC; i++) {
+		const int j = tid + TS_CASC_THREADS * i;
+		const int r = j / hd, d = j % hd;
+		if (j < TS_CASC_ROWS * hd && r < nrows) {
+			const int b = casc_rows[first + r / qpk];
+			const size_t row = ((size_t)b * heads + kv * qpk + r % qpk) * slots + slot;
+			o_part[row * hd + d] = acc[i];
+		}
+	}
+	if (tid < nrows) {
+		const int b = casc_rows[first + tid / qpk];
+		const size_t row = ((size_t)b * heads + kv * qpk + tid % qpk) * slots + slot;
+		ml_part[row * 2] = m_s[tid];
+		ml_part[row * 2 + 1] = l_s[tid];
+	}
+}
+
+extern "C" __global__ void ts_cascade_shared_f32(float *o_part, float *ml_part, const float *q, const float *Kc,
+						 const float *Vc, const int *block_tables, int max_blocks,
+						 const int *tiles, const int *num_tiles, const int *casc_rows, int slots,
+						 int heads, int kvh, int bs, int hd, float scale) {
+	cascade_shared(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, tiles, num_tiles, casc_rows, slots, heads,
+		       kvh, bs, hd, scale);
+}
+
+extern "C" __global__ void ts_cascade_shared_bf16(float *o_part, float *ml_part, const float *q, const ts_bf16 *Kc,
+						  const ts_bf16 *Vc, const int *block_tables, int max_blocks,
+						  const int *tiles, const int *num_tiles, const int *casc_rows, int slots,
+						  int heads, int kvh, int bs, int hd, float scale) {
+	cascade_shared(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, tiles, num_tiles, casc_rows, slots, heads,
+		       kvh, bs, hd, scale);
 }
 
 // ---- paged prefill attention ----

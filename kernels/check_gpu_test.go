@@ -783,3 +783,152 @@ func TestGPUPrefillThroughput(t *testing.T) {
 		}
 	})
 }
+
+// gpuU16Bytes is v as little-endian bytes (a bf16 cache's image).
+func gpuU16Bytes(v []uint16) []byte {
+	out := make([]byte, 2*len(v))
+	for i, x := range v {
+		out[2*i], out[2*i+1] = byte(x), byte(x>>8)
+	}
+	return out
+}
+
+// Cascade decode on the device against the CPU reference and the plain
+// decode kernel, on the emulation test's random batches (cascade_emu_test.go:
+// shuffled tables, groups of 2..64 members over runs of 1..200 blocks beside
+// loose and padding rows, unused table columns past the cache) in the
+// Llama-3-8B attention shape and an MHA one, f32 and bf16 caches, with the
+// runner's decode split rule and 1 or 16 shared-run splits. Then one
+// captured graph of CascadeDecodeAttention is replayed with three groupings
+// of the same batch written into its inputs (the batch's groups, the same
+// groups on one block less, no group): each replay is the reference, so the
+// group layout is data the graph reads, not something it baked in.
+func TestGPUCascadeDecode(t *testing.T) {
+	e := openGPU(t)
+	sms := e.dev.Props().SMs
+	cases := []emuCascadeCase{
+		{groups: []emuCascadeGroup{{64, 40}, {2, 1}, {5, 200}}, loose: 10, padding: 1, hd: 128, qpk: 4, kvh: 8, bs: 16},
+		{groups: []emuCascadeGroup{{3, 7}, {33, 12}, {2, 2}}, loose: 3, padding: 2, hd: 64, qpk: 1, kvh: 4, bs: 16},
+		{groups: []emuCascadeGroup{{17, 64}}, loose: 0, hd: 128, qpk: 8, kvh: 2, bs: 32},
+	}
+	worst := map[bool]float64{}
+	// Each batch and its reference once for both shared-split counts.
+	type batchKey struct {
+		ci   int
+		bf16 bool
+	}
+	type batchData struct {
+		eb   *emuCascadeBatch
+		want []float32
+	}
+	batches := map[batchKey]batchData{}
+	for ci, tc := range cases {
+		for _, bf16 := range []bool{false, true} {
+			for _, cs := range []int{1, 16} {
+				tc := tc
+				tc.bf16, tc.cSplits = bf16, cs
+				t.Run(tc.String(), func(t *testing.T) {
+					scale := float32(1 / math.Sqrt(float64(tc.hd)))
+					bd, ok := batches[batchKey{ci, bf16}]
+					if !ok {
+						bd.eb = newEmuCascadeBatch(rand.New(rand.NewPCG(uint64(ci), 77)), tc)
+						bd.want = bd.eb.want(t, scale)
+						batches[batchKey{ci, bf16}] = bd
+					}
+					eb, want := bd.eb, bd.want
+					batch, heads := len(eb.ctx), eb.heads
+					e.with(t, func(c cuda.Ctx, b *devBuf) {
+						var s cuda.Stream
+						kv := CUDAKV{BF16: bf16, NumBlocks: eb.numBlocks, KVHeads: tc.kvh, BlockSize: tc.bs, HeadDim: tc.hd}
+						if bf16 {
+							kv.K, kv.V = b.bytes(t, gpuU16Bytes(eb.kc.bf16)), b.bytes(t, gpuU16Bytes(eb.vc.bf16))
+						} else {
+							kv.K, kv.V = b.f32(t, eb.kc.f32), b.f32(t, eb.vc.f32)
+						}
+						q, tables, lens := b.f32(t, eb.q), b.i32(t, eb.tables), b.i32(t, eb.ctx)
+						d := DecodeShape{Batch: batch, Heads: heads, MaxBlocks: eb.maxBlocks, Splits: gpuRunnerSplits(batch, tc.kvh, sms)}
+						ob, mb := DecodeScratchBytes(d, tc.hd)
+						out := b.alloc(t, 4*len(want))
+						require.NoError(t, e.k.DecodeAttention(c, s, out, q, kv, tables, lens, d, scale, b.alloc(t, int(ob)), b.alloc(t, int(mb))))
+						plain := b.readF32(t, out, len(want))
+						gpuMaxErr(t, want, plain, gpuAttnTolF32, "plain decode")
+
+						perTile := CascadeTileMembers(heads, tc.kvh)
+						d.CascadeSplits, d.CascadeTiles = cs, CascadeMaxTiles(batch, perTile)
+						ob, mb = DecodeScratchBytes(d, tc.hd)
+						oPart, mlPart := b.alloc(t, int(ob)), b.alloc(t, int(mb))
+						ci := CascadeInputs{StartBlocks: b.alloc(t, 4*batch), Tiles: b.alloc(t, 12*d.CascadeTiles),
+							NumTiles: b.alloc(t, 4), Rows: b.alloc(t, 4*batch)}
+						// layout writes a grouping (each group's run less cut
+						// blocks; nil: none) into ci.
+						layout := func(cut int32, none bool) {
+							start := make([]int32, batch)
+							var tiles, rows []int32
+							for gi, m := range eb.members {
+								sh := eb.shared[gi] - cut
+								if none || sh <= 0 {
+									continue
+								}
+								tiles, rows = AppendCascadeTiles(tiles, rows, m, sh, perTile)
+								for _, row := range m {
+									start[row] = sh
+								}
+							}
+							require.LessOrEqual(t, len(tiles)/3, d.CascadeTiles)
+							require.NoError(t, c.CopyHtoD(ci.StartBlocks, i32Bytes(start)))
+							require.NoError(t, c.CopyHtoD(ci.NumTiles, i32Bytes([]int32{int32(len(tiles) / 3)})))
+							if len(tiles) > 0 {
+								require.NoError(t, c.CopyHtoD(ci.Tiles, i32Bytes(tiles)))
+								require.NoError(t, c.CopyHtoD(ci.Rows, i32Bytes(rows)))
+							}
+							require.NoError(t, c.Synchronize())
+						}
+						layout(0, false)
+						require.NoError(t, c.MemsetD32Async(out, 0x7fc00000, uint64(len(want)), s))
+						require.NoError(t, e.k.CascadeDecodeAttention(c, s, out, q, kv, tables, lens, ci, d, scale, oPart, mlPart))
+						got := b.readF32(t, out, len(want))
+						err := gpuMaxErr(t, want, got, gpuAttnTolF32, "cascade decode")
+						gpuMaxErr(t, plain, got, gpuAttnTolF32, "cascade vs plain decode")
+						worst[bf16] = max(worst[bf16], err)
+
+						gs, err2 := c.NewStream()
+						require.NoError(t, err2)
+						defer func() { require.NoError(t, c.DestroyStream(gs)) }()
+						require.NoError(t, c.BeginCapture(gs))
+						require.NoError(t, e.k.CascadeDecodeAttention(c, gs, out, q, kv, tables, lens, ci, d, scale, oPart, mlPart))
+						g, err2 := c.EndCapture(gs)
+						require.NoError(t, err2)
+						ge, err2 := c.Instantiate(g)
+						require.NoError(t, err2)
+						defer func() {
+							require.NoError(t, c.DestroyGraphExec(ge))
+							require.NoError(t, c.DestroyGraph(g))
+						}()
+						for _, lay := range []struct {
+							what string
+							cut  int32
+							none bool
+						}{{"graph, the batch's groups", 0, false}, {"graph, runs one block shorter", 1, false}, {"graph, no group", 0, true}} {
+							layout(lay.cut, lay.none)
+							require.NoError(t, c.MemsetD32Async(out, 0x7fc00000, uint64(len(want)), gs))
+							require.NoError(t, c.LaunchGraph(ge, gs))
+							require.NoError(t, c.Sync(gs))
+							worst[bf16] = max(worst[bf16], gpuMaxErr(t, want, b.readF32(t, out, len(want)), gpuAttnTolF32, lay.what))
+						}
+					})
+				})
+			}
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	for _, bf16 := range []bool{false, true} {
+		cache := "f32"
+		if bf16 {
+			cache = "bf16"
+		}
+		gpuResult(t, "cascade decode = CPU ref = plain decode, "+cache+" KV (groups 2..64, runs 1..200 blocks, graph replays)",
+			fmt.Sprintf("worst error %.2g", worst[bf16]), fmt.Sprintf("<= %.0e", gpuAttnTolF32), "met")
+	}
+}

@@ -83,6 +83,9 @@ func TestCUDADefinesMatchGo(t *testing.T) {
 		{"TS_PFT_KEYS", cudaPrefillTCKeys},
 		{"TS_PFT_MAX_HD", cudaPrefillTCMaxHD},
 		{"TS_PFT_PAD", cudaPrefillTCPad},
+		{"TS_CASC_THREADS", cudaCascadeThreads},
+		{"TS_CASC_ROWS", cudaCascadeRows},
+		{"TS_CASC_KEYS", cudaCascadeKeys},
 	}
 	for _, tc := range cases {
 		re := regexp.MustCompile(`#define ` + tc.define + `\s+(\d+)`)
@@ -154,6 +157,25 @@ func TestCUDALaunchValidation(t *testing.T) {
 		// block: it passes validation and fails only at the launch.
 		{"decode smem split", func() error {
 			return k.DecodeAttention(c, s, 1, 1, kv, 1, 1, DecodeShape{Batch: 1, Heads: 4, MaxBlocks: 20000, Splits: 16}, 1, 1, 1)
+		}, "ts_paged_decode_f32 not loaded"},
+		{"decode with cascade splits", func() error {
+			return k.DecodeAttention(c, s, 1, 1, kv, 1, 1, DecodeShape{Batch: 2, Heads: 4, MaxBlocks: 4, Splits: 1, CascadeSplits: 2}, 1, 1, 1)
+		}, "use CascadeDecodeAttention"},
+		{"cascade splits", func() error {
+			return k.CascadeDecodeAttention(c, s, 1, 1, kv, 1, 1, CascadeInputs{1, 1, 1, 1},
+				DecodeShape{Batch: 2, Heads: 4, MaxBlocks: 4, Splits: 1, CascadeTiles: 1}, 1, 1, 1)
+		}, "cascadeSplits, cascadeTiles"},
+		{"cascade inputs", func() error {
+			return k.CascadeDecodeAttention(c, s, 1, 1, kv, 1, 1, CascadeInputs{StartBlocks: 1},
+				DecodeShape{Batch: 2, Heads: 4, MaxBlocks: 4, Splits: 1, CascadeSplits: 1, CascadeTiles: 1}, 1, 1, 1)
+		}, "every array must be set"},
+		{"cascade smem", func() error {
+			return k.CascadeDecodeAttention(c, s, 1, 1, CUDAKV{NumBlocks: 8, KVHeads: 2, BlockSize: 16, HeadDim: 256}, 1, 1, CascadeInputs{1, 1, 1, 1},
+				DecodeShape{Batch: 2, Heads: 4, MaxBlocks: 4, Splits: 1, CascadeSplits: 1, CascadeTiles: 1}, 1, 1, 1)
+		}, "bytes of shared memory (headDim 256)"},
+		{"cascade launch", func() error {
+			return k.CascadeDecodeAttention(c, s, 1, 1, kv, 1, 1, CascadeInputs{1, 1, 1, 1},
+				DecodeShape{Batch: 2, Heads: 4, MaxBlocks: 4, Splits: 1, CascadeSplits: 1, CascadeTiles: 1}, 1, 1, 1)
 		}, "ts_paged_decode_f32 not loaded"},
 		{"prefill heads", func() error {
 			return k.PrefillAttention(c, s, 1, 1, kv, 1, 1, 1, 1, PrefillShape{Seqs: 1, Heads: 3, MaxQ: 4, MaxBlocks: 4}, 1)

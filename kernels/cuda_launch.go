@@ -17,6 +17,9 @@ const (
 	cudaPrefillTCKeys  = 64  // TS_PFT_KEYS: key positions per shared-memory tile
 	cudaPrefillTCMaxHD = 128 // TS_PFT_MAX_HD
 	cudaPrefillTCPad   = 8   // TS_PFT_PAD: bf16 padding per shared-memory row
+	cudaCascadeThreads = 128 // TS_CASC_THREADS
+	cudaCascadeRows    = 32  // TS_CASC_ROWS: query rows (member, head) per shared-prefix block
+	cudaCascadeKeys    = 32  // TS_CASC_KEYS: key positions per shared-memory tile
 	cudaSampleThreads  = 256 // TS_SAMPLE_THREADS
 	cudaRowThreads     = 256 // block size of the row kernels
 	cudaElemThreads    = 256 // block size of the element-wise kernels
@@ -106,10 +109,11 @@ func LoadCUDAKernels(c cuda.Ctx, mods []CUDAModule) (*CUDAKernels, error) {
 			k.fns[e] = f
 		}
 	}
-	// Let the decode and tensor-core prefill kernels use the device's opt-in
-	// shared memory.
+	// Let the decode, tensor-core prefill and shared-prefix kernels use the
+	// device's opt-in shared memory.
 	if optin := c.Props().MaxSharedOptin; optin > k.smemCap {
-		for _, e := range []string{"ts_paged_decode_f32", "ts_paged_decode_bf16", "ts_paged_prefill_tc_f32", "ts_paged_prefill_tc_bf16"} {
+		for _, e := range []string{"ts_paged_decode_f32", "ts_paged_decode_bf16", "ts_paged_prefill_tc_f32", "ts_paged_prefill_tc_bf16",
+			"ts_cascade_shared_f32", "ts_cascade_shared_bf16"} {
 			if f, ok := k.fns[e]; ok {
 				if err := c.SetMaxDynamicShared(f, optin); err != nil {
 					k.Unload(c)
@@ -296,24 +300,58 @@ type DecodeShape struct {
 	// on the device (see DecodeSplitRange), so one plan serves every context
 	// a captured graph meets; splits past a short row's end do no work.
 	Splits int
+	// CascadeSplits is the number of ranges a group's shared run is cut into
+	// by CascadeDecodeAttention (CascadeSplitRange); 0 without cascade.
+	// Every row then has Splits + CascadeSplits partials.
+	CascadeSplits int
+	// CascadeTiles is the x extent of the shared-prefix grid: the most tiles
+	// (CascadeInputs.Tiles entries) a launch can meet, at least 1 with
+	// cascade (see CascadeMaxTiles).
+	CascadeTiles int
 }
+
+// slots is the number of partial results per (row, head).
+func (d DecodeShape) slots() int { return d.Splits + d.CascadeSplits }
 
 // DecodeSplitRange is the block range [first, end) that split of splits
 // covers in a row of ctxLen positions over a table of maxBlocks columns, as
-// the decode kernel computes it: rowBlocks = min(ceil(ctxLen/blockSize),
-// maxBlocks), per = ceil(rowBlocks/splits), split s covers [s·per,
-// min(rowBlocks, (s+1)·per)), empty (first == end) past the row's end.
+// the decode kernel computes it for a row outside every cascade group: see
+// DecodeTailSplitRange with startBlock 0.
 func DecodeSplitRange(ctxLen, blockSize, maxBlocks, splits, split int) (first, end int) {
+	return DecodeTailSplitRange(ctxLen, 0, blockSize, maxBlocks, splits, split)
+}
+
+// DecodeTailSplitRange is the block range [first, end) that split of splits
+// covers in a row of ctxLen positions whose blocks before startBlock are
+// attended elsewhere (a cascade member's shared run; 0 for any other row),
+// as the decode kernel computes it: rowBlocks = min(ceil(ctxLen/blockSize),
+// maxBlocks), start = startBlock clamped to [0, rowBlocks], n = rowBlocks −
+// start, per = ceil(n/splits), split s covers start + [s·per, min(n,
+// (s+1)·per)), empty (first == end) past the row's end.
+func DecodeTailSplitRange(ctxLen, startBlock, blockSize, maxBlocks, splits, split int) (first, end int) {
 	rowBlocks := min(ceilDiv(max(ctxLen, 0), blockSize), maxBlocks)
-	per := ceilDiv(rowBlocks, splits)
-	first = min(rowBlocks, split*per)
-	return first, min(rowBlocks, first+per)
+	start := min(max(startBlock, 0), rowBlocks)
+	n := rowBlocks - start
+	per := ceilDiv(n, splits)
+	off := min(n, split*per)
+	return start + off, start + min(n, off+per)
+}
+
+// CascadeSplitRange is the block range [first, end) of a group's shared run
+// of sharedBlocks blocks that split of splits covers in the shared-prefix
+// kernel: per = ceil(sharedBlocks/splits), split s covers [s·per,
+// min(sharedBlocks, (s+1)·per)), empty past the run's end.
+func CascadeSplitRange(sharedBlocks, splits, split int) (first, end int) {
+	per := ceilDiv(max(sharedBlocks, 0), splits)
+	first = min(max(sharedBlocks, 0), split*per)
+	return first, min(max(sharedBlocks, 0), first+per)
 }
 
 // DecodeScratchBytes is the size of the partial-result buffers DecodeAttention
-// needs: oPart [Batch][Heads][Splits][HeadDim] and mlPart [Batch][Heads][Splits][2] floats.
+// and CascadeDecodeAttention need: oPart [Batch][Heads][Splits+CascadeSplits][HeadDim]
+// and mlPart [Batch][Heads][Splits+CascadeSplits][2] floats.
 func DecodeScratchBytes(d DecodeShape, headDim int) (oPart, mlPart uint64) {
-	n := uint64(d.Batch) * uint64(d.Heads) * uint64(d.Splits)
+	n := uint64(d.Batch) * uint64(d.Heads) * uint64(d.slots())
 	return 4 * n * uint64(headDim), 4 * n * 2
 }
 
@@ -324,39 +362,155 @@ func decodeSmem(group, headDim, blockSize, splitPages int) int {
 	return 4 * (group*headDim + group*blockSize + 3*group + splitPages)
 }
 
+// cascadeSmem is the dynamic shared memory of one shared-prefix block (see
+// attention.cu): the queries [rows][headDim+1], K [keys][headDim+1] and V
+// [keys][headDim] tiles, the scores and three per-row floats. 53 KiB at
+// headDim 128, 105 KiB at 256.
+func cascadeSmem(headDim int) int {
+	return 4 * (cudaCascadeRows*(headDim+1) + cudaCascadeKeys*(2*headDim+1) + cudaCascadeRows*cudaCascadeKeys + 3*cudaCascadeRows)
+}
+
+// CascadeTileMembers is how many group members one shared-prefix tile
+// holds: TS_CASC_ROWS query rows of heads/kvHeads query heads each (0 when
+// one member's heads do not fit a tile, or the shape is not GQA-valid).
+func CascadeTileMembers(heads, kvHeads int) int {
+	if heads <= 0 || kvHeads <= 0 || heads%kvHeads != 0 {
+		return 0
+	}
+	return cudaCascadeRows / (heads / kvHeads)
+}
+
+// CascadeMaxTiles bounds the tiles of a decode batch of batch rows whose
+// groups (each of at least two members, each row in at most one) are cut
+// into tiles of perTile members: every tile holds a member, and a group of
+// c members takes ceil(c/perTile) ≤ c/perTile + 1 tiles, so the tiles are at
+// most min(batch, ceil(batch/perTile) + floor(batch/2)).
+func CascadeMaxTiles(batch, perTile int) int {
+	if batch < 2 || perTile <= 0 {
+		return 0
+	}
+	return min(batch, ceilDiv(batch, perTile)+batch/2)
+}
+
+// decodeValidate checks a decode launch's shape and returns its query heads
+// per KV head.
+func (k *CUDAKernels) decodeValidate(kv CUDAKV, d DecodeShape) (group, smem int, err error) {
+	if err := kv.validate(); err != nil {
+		return 0, 0, err
+	}
+	if err := positive("DecodeAttention batch, heads, maxBlocks, splits", d.Batch, d.Heads, d.MaxBlocks, d.Splits); err != nil {
+		return 0, 0, err
+	}
+	if d.Heads%kv.KVHeads != 0 || d.Heads/kv.KVHeads > cudaMaxGroup {
+		return 0, 0, fmt.Errorf("kernels: CUDA DecodeAttention heads %d must be a multiple of kvHeads %d with at most %d per group",
+			d.Heads, kv.KVHeads, cudaMaxGroup)
+	}
+	group = d.Heads / kv.KVHeads
+	pages := ceilDiv(d.MaxBlocks, d.Splits)
+	smem = decodeSmem(group, kv.HeadDim, kv.BlockSize, pages)
+	if smem > k.smemCap {
+		return 0, 0, fmt.Errorf("kernels: CUDA DecodeAttention needs %d bytes of shared memory (group %d, headDim %d, blockSize %d, %d pages per split), device allows %d",
+			smem, group, kv.HeadDim, kv.BlockSize, pages, k.smemCap)
+	}
+	return group, smem, nil
+}
+
 // DecodeAttention computes one query per sequence, q and out [Batch][Heads*HeadDim],
 // over the paged cache kv, with block tables (int32 [Batch][MaxBlocks]) and context
 // lengths (int32 [Batch]; 0 for a padding row, which gets zeros). Each row's
 // context is cut into Splits ranges by DecodeSplitRange that run in parallel
 // and are merged; oPart and mlPart are scratch of DecodeScratchBytes.
+// d.CascadeSplits must be 0 (CascadeDecodeAttention attends shared runs).
 func (k *CUDAKernels) DecodeAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.DevicePtr, kv CUDAKV, tables, ctxLens cuda.DevicePtr,
 	d DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error {
-	if err := kv.validate(); err != nil {
+	if d.CascadeSplits != 0 {
+		return fmt.Errorf("kernels: CUDA DecodeAttention with %d cascade splits: use CascadeDecodeAttention", d.CascadeSplits)
+	}
+	_, smem, err := k.decodeValidate(kv, d)
+	if err != nil {
 		return err
 	}
-	if err := positive("DecodeAttention batch, heads, maxBlocks, splits", d.Batch, d.Heads, d.MaxBlocks, d.Splits); err != nil {
+	if err := k.launchDecode(c, s, q, kv, tables, ctxLens, 0, d, smem, scale, oPart, mlPart); err != nil {
 		return err
 	}
-	if d.Heads%kv.KVHeads != 0 || d.Heads/kv.KVHeads > cudaMaxGroup {
-		return fmt.Errorf("kernels: CUDA DecodeAttention heads %d must be a multiple of kvHeads %d with at most %d per group",
-			d.Heads, kv.KVHeads, cudaMaxGroup)
-	}
-	group := d.Heads / kv.KVHeads
-	pages := ceilDiv(d.MaxBlocks, d.Splits)
-	smem := decodeSmem(group, kv.HeadDim, kv.BlockSize, pages)
-	if smem > k.smemCap {
-		return fmt.Errorf("kernels: CUDA DecodeAttention needs %d bytes of shared memory (group %d, headDim %d, blockSize %d, %d pages per split), device allows %d",
-			smem, group, kv.HeadDim, kv.BlockSize, pages, k.smemCap)
-	}
+	return k.launchCombine(c, s, out, kv, d, oPart, mlPart)
+}
+
+// launchDecode launches ts_paged_decode_* with per-row start blocks (0: none).
+func (k *CUDAKernels) launchDecode(c cuda.Ctx, s cuda.Stream, q cuda.DevicePtr, kv CUDAKV, tables, ctxLens, startBlocks cuda.DevicePtr,
+	d DecodeShape, smem int, scale float32, oPart, mlPart cuda.DevicePtr) error {
 	k.args.Reset().Ptr(oPart).Ptr(mlPart).Ptr(q).Ptr(kv.K).Ptr(kv.V).Ptr(tables).I32(int32(d.MaxBlocks)).Ptr(ctxLens).
-		I32(int32(d.Heads)).I32(int32(kv.KVHeads)).I32(int32(kv.BlockSize)).I32(int32(kv.HeadDim)).F32(scale)
+		Ptr(startBlocks).I32(int32(d.slots())).I32(int32(d.Heads)).I32(int32(kv.KVHeads)).I32(int32(kv.BlockSize)).
+		I32(int32(kv.HeadDim)).F32(scale)
 	grid := cuda.Dim3{X: uint32(kv.KVHeads), Y: uint32(d.Batch), Z: uint32(d.Splits)}
-	if err := k.launch(c, "ts_paged_decode"+kv.suffix(), grid, dim1(cudaDecodeThreads), smem, s); err != nil {
-		return err
-	}
-	k.args.Reset().Ptr(out).Ptr(oPart).Ptr(mlPart).I32(int32(d.Heads)).I32(int32(kv.HeadDim)).I32(int32(d.Splits))
+	return k.launch(c, "ts_paged_decode"+kv.suffix(), grid, dim1(cudaDecodeThreads), smem, s)
+}
+
+// launchCombine merges every row's partials into out.
+func (k *CUDAKernels) launchCombine(c cuda.Ctx, s cuda.Stream, out cuda.DevicePtr, kv CUDAKV, d DecodeShape, oPart, mlPart cuda.DevicePtr) error {
+	k.args.Reset().Ptr(out).Ptr(oPart).Ptr(mlPart).I32(int32(d.Heads)).I32(int32(kv.HeadDim)).I32(int32(d.slots()))
 	return k.launch(c, "ts_decode_combine", cuda.Dim3{X: uint32(d.Heads), Y: uint32(d.Batch), Z: 1},
 		dim1(min(cudaMaxHeadDim, (kv.HeadDim+31)/32*32)), 0, s)
+}
+
+// CascadeInputs are the device arrays (int32) that describe a decode
+// batch's groups to CascadeDecodeAttention. They are data, so a graph
+// captured for a batch shape serves every grouping of that shape.
+type CascadeInputs struct {
+	// StartBlocks [Batch]: a member row's group's shared run length in
+	// blocks (its tail starts there), 0 for every other row.
+	StartBlocks cuda.DevicePtr
+	// Tiles [CascadeTiles][3]: (first, count, shared) per tile: members
+	// Rows[first : first+count] (at most CascadeTileMembers of them, all of
+	// one group) share their first `shared` block-table entries.
+	Tiles cuda.DevicePtr
+	// NumTiles [1]: the tiles in use, at most DecodeShape.CascadeTiles.
+	NumTiles cuda.DevicePtr
+	// Rows: member batch rows, each at most once.
+	Rows cuda.DevicePtr
+}
+
+// CascadeDecodeAttention is DecodeAttention for a batch with groups of rows
+// sharing a leading run of blocks (step.Group): each member's decode splits
+// cover only its tail (DecodeTailSplitRange from its start block), the
+// shared-prefix kernel attends each group's run once for all its members in
+// d.CascadeSplits ranges (CascadeSplitRange), and the combine merges every
+// row's Splits + CascadeSplits partials. Rows outside every group (start
+// block 0) get DecodeAttention's result. oPart and mlPart are scratch of
+// DecodeScratchBytes(d). The result equals DecodeAttention's up to float
+// rounding whatever the grouping, provided members' tables do agree on the
+// shared run.
+func (k *CUDAKernels) CascadeDecodeAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.DevicePtr, kv CUDAKV, tables, ctxLens cuda.DevicePtr,
+	ci CascadeInputs, d DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error {
+	_, smem, err := k.decodeValidate(kv, d)
+	if err != nil {
+		return err
+	}
+	if err := positive("CascadeDecodeAttention cascadeSplits, cascadeTiles", d.CascadeSplits, d.CascadeTiles); err != nil {
+		return err
+	}
+	if CascadeTileMembers(d.Heads, kv.KVHeads) < 1 {
+		return fmt.Errorf("kernels: CUDA CascadeDecodeAttention: %d query heads per KV head exceed a tile's %d rows", d.Heads/kv.KVHeads, cudaCascadeRows)
+	}
+	csmem := cascadeSmem(kv.HeadDim)
+	if csmem > k.smemCap {
+		return fmt.Errorf("kernels: CUDA CascadeDecodeAttention needs %d bytes of shared memory (headDim %d), device allows %d",
+			csmem, kv.HeadDim, k.smemCap)
+	}
+	if ci.StartBlocks == 0 || ci.Tiles == 0 || ci.NumTiles == 0 || ci.Rows == 0 {
+		return fmt.Errorf("kernels: CUDA CascadeDecodeAttention inputs %+v: every array must be set", ci)
+	}
+	if err := k.launchDecode(c, s, q, kv, tables, ctxLens, ci.StartBlocks, d, smem, scale, oPart, mlPart); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(oPart).Ptr(mlPart).Ptr(q).Ptr(kv.K).Ptr(kv.V).Ptr(tables).I32(int32(d.MaxBlocks)).
+		Ptr(ci.Tiles).Ptr(ci.NumTiles).Ptr(ci.Rows).I32(int32(d.slots())).I32(int32(d.Heads)).I32(int32(kv.KVHeads)).
+		I32(int32(kv.BlockSize)).I32(int32(kv.HeadDim)).F32(scale)
+	grid := cuda.Dim3{X: uint32(d.CascadeTiles), Y: uint32(kv.KVHeads), Z: uint32(d.CascadeSplits)}
+	if err := k.launch(c, "ts_cascade_shared"+kv.suffix(), grid, dim1(cudaCascadeThreads), csmem, s); err != nil {
+		return err
+	}
+	return k.launchCombine(c, s, out, kv, d, oPart, mlPart)
 }
 
 // PrefillKernel selects the kernel of a prefill-attention launch.
@@ -469,4 +623,21 @@ func (k *CUDAKernels) PrefillAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.De
 	}
 	grid := cuda.Dim3{X: uint32(ceilDiv(p.MaxQ, cudaPrefillWarps)), Y: uint32(p.Heads), Z: uint32(p.Seqs)}
 	return k.launch(c, "ts_paged_prefill"+kv.suffix(), grid, dim1(32*cudaPrefillWarps), 0, s)
+}
+
+// AppendCascadeTiles appends one group to the host images of
+// CascadeInputs: its members (batch rows whose first shared block-table
+// entries agree) to rows, and its tiles, (first, count, shared) triples of
+// at most perTile members each, to tiles. A group without a shared block or
+// members adds nothing (its rows stay plain decode rows).
+func AppendCascadeTiles(tiles, rows, members []int32, shared int32, perTile int) ([]int32, []int32) {
+	if shared <= 0 || perTile <= 0 {
+		return tiles, rows
+	}
+	for i := 0; i < len(members); i += perTile {
+		n := min(perTile, len(members)-i)
+		tiles = append(tiles, int32(len(rows)), int32(n), shared)
+		rows = append(rows, members[i:i+n]...)
+	}
+	return tiles, rows
 }

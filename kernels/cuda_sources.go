@@ -5,7 +5,9 @@ package kernels
 //     f32→bf16/f16 activation casts, Q8_0→bf16 weight dequantisation, argmax;
 //   - attention.cu: KV write by slot mapping, paged decode attention (GQA: each
 //     KV head read once per group; split across blocks for long contexts and
-//     merged; page indices staged in shared memory), causal varlen prefill
+//     merged; page indices staged in shared memory; a shared-prefix pass that
+//     attends a group's common leading blocks once for all its members),
+//     causal varlen prefill
 //     (a tiled FlashAttention-2 kernel on the tensor cores through mma.sync
 //     for head dims a multiple of 16 up to 128, a warp per query otherwise);
 //   - sampling.cu: temperature, min_p, top_k, top_p by radix select, inverse-CDF
@@ -52,6 +54,7 @@ func cudaEntries() map[string][]string {
 		"attention.cu": {
 			"ts_kv_write_f32", "ts_kv_write_bf16",
 			"ts_paged_decode_f32", "ts_paged_decode_bf16", "ts_decode_combine",
+			"ts_cascade_shared_f32", "ts_cascade_shared_bf16",
 			"ts_paged_prefill_f32", "ts_paged_prefill_bf16",
 			"ts_paged_prefill_tc_f32", "ts_paged_prefill_tc_bf16",
 		},

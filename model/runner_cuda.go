@@ -34,6 +34,13 @@ type CUDARunnerConfig struct {
 	// forced on for models with more than 16 query heads per KV head, which
 	// the decode-attention kernel does not serve.
 	NoGraphs bool
+	// NoCascade ignores Batch.Groups: no cascade decode graphs are
+	// captured and every decode row attends its whole context itself. By
+	// default a decode graph of batch P ≥ 2 has a cascade twin, replayed for
+	// steps with groups, that attends each group's shared run once for all
+	// its members (kernels.CascadeDecodeAttention); the group layout is data
+	// in the step's inputs, so one twin serves every grouping of its shape.
+	NoCascade bool
 	// KVF32 keeps the KV cache in float32 (the CPU runner's layout, for exact
 	// comparison); the default bf16 halves the cache's memory and traffic.
 	KVF32 bool
@@ -152,13 +159,20 @@ type CUDARunner struct {
 	graphs    []cuda.GraphExec // parallel to host.graphSizes
 	graphIO   []bool           // per graph: the step's copies are inside it
 	splits    []int            // per graph: decode-attention splits
-	pinIn     *cuda.HostBuffer // step inputs (host.staging)
-	pinPairs  *cuda.HostBuffer // host-sampled (seat, token) pairs (host.pairs)
-	pinOut    *cuda.HostBuffer // sampled ids [rows] then logits [rows][vocab]
-	outLogits int              // byte offset of the logits in pinOut
-	ledger    []cudaAlloc
-	closed    bool
-	devExec   cudaDeviceExec // reused by exec, so a step allocates nothing
+	// Cascade twins of the graphs (parallel to host.graphSizes; a zero
+	// GraphExec where cascTiles is 0): cascTiles is each one's tile bound,
+	// cascSplits its shared-run splits.
+	cascGraphs []cuda.GraphExec
+	cascIO     []bool
+	cascTiles  []int
+	cascSplits []int
+	pinIn      *cuda.HostBuffer // step inputs (host.staging)
+	pinPairs   *cuda.HostBuffer // host-sampled (seat, token) pairs (host.pairs)
+	pinOut     *cuda.HostBuffer // sampled ids [rows] then logits [rows][vocab]
+	outLogits  int              // byte offset of the logits in pinOut
+	ledger     []cudaAlloc
+	closed     bool
+	devExec    cudaDeviceExec // reused by exec, so a step allocates nothing
 
 	// Per-step state read by the functions passed to Device.Do (made once,
 	// so a step allocates nothing).
@@ -373,6 +387,11 @@ func (r *CUDARunner) setup(c cuda.Ctx, mods []kernels.CUDAModule, opsMod kernels
 	if err := r.host.setKVBlocks(blocks); err != nil {
 		return err
 	}
+	if len(pl.cascTiles) > 0 {
+		if err := r.host.setCascade(pl.perTile, pl.cascTiles); err != nil {
+			return err
+		}
+	}
 
 	// Decode graphs, each warmed up eagerly once (first launches load
 	// kernels, which capture must not do) and then captured with the input
@@ -381,24 +400,20 @@ func (r *CUDARunner) setup(c cuda.Ctx, mods []kernels.CUDAModule, opsMod kernels
 	// to capture the copies, the graph is captured without them.
 	r.graphs = make([]cuda.GraphExec, 0, len(sizes))
 	r.graphIO = make([]bool, 0, len(sizes))
+	r.cascGraphs = make([]cuda.GraphExec, len(sizes))
+	r.cascIO = make([]bool, len(sizes))
 	for i, p := range sizes {
-		l := cudaFillPadding(r.host.staging, p, graphMB)
-		if err := r.decodeStep(c, &l, i+1, true); err != nil {
-			return fmt.Errorf("decode batch %d warm-up: %w", p, err)
-		}
-		if err := c.Sync(r.stream); err != nil {
-			return fmt.Errorf("decode batch %d warm-up: %w", p, err)
-		}
-		e, ioErr := r.capture(c, &l, i+1, true)
-		io := ioErr == nil
-		if !io {
-			var err error
-			if e, err = r.capture(c, &l, i+1, false); err != nil {
-				return fmt.Errorf("decode batch %d: %w (with copies: %v)", p, err, ioErr)
-			}
+		e, io, err := r.captureDecode(c, p, i+1, graphMB, 0)
+		if err != nil {
+			return err
 		}
 		r.graphs = append(r.graphs, e)
 		r.graphIO = append(r.graphIO, io)
+		if mt := r.cascTiles[i]; mt > 0 {
+			if r.cascGraphs[i], r.cascIO[i], err = r.captureDecode(c, p, i+1, graphMB, mt); err != nil {
+				return fmt.Errorf("cascade: %w", err)
+			}
+		}
 	}
 	if err := c.Sync(r.stream); err != nil {
 		return err
@@ -413,6 +428,12 @@ func (r *CUDARunner) setup(c cuda.Ctx, mods []kernels.CUDAModule, opsMod kernels
 		KVBlocks: blocks, BlockSize: cfg.BlockSize, KVBytes: 2 * uint64(mc.Layers) * uint64(blocks) * r.kvBlock,
 		KVType: kvType, GemmType: r.gemmType.String(), GraphBatches: sizes}
 	r.mem.GraphCopies = len(r.graphIO) > 0 && !slices.Contains(r.graphIO, false)
+	for i, p := range sizes {
+		if r.cascTiles[i] > 0 {
+			r.mem.CascadeBatches = append(r.mem.CascadeBatches, p)
+			r.mem.GraphCopies = r.mem.GraphCopies && r.cascIO[i]
+		}
+	}
 	return nil
 }
 
@@ -421,9 +442,13 @@ type cudaPlan struct {
 	capacity      step.Capacity // KVBlocks not yet known
 	rows, graphMB int           // logits rows; block-table columns of the decode graphs
 	sizes         []int         // decode graph batch sizes
-	dry           cudaStepLayout
-	dryQ          int
-	stagingElems  int
+	// cascTiles (parallel to sizes; nil without cascade) is each cascade
+	// graph's tile bound, 0 for a size with none; perTile the members per tile.
+	cascTiles    []int
+	perTile      int
+	dry          cudaStepLayout
+	dryQ         int
+	stagingElems int
 }
 
 // plan sets the weight plan, the GEMM type, the decode split plans and the
@@ -447,13 +472,28 @@ func (r *CUDARunner) plan(sms int) (cudaPlan, error) {
 	}
 	var oPart, mlPart uint64
 	r.splits = make([]int, len(p.sizes))
+	r.cascTiles, r.cascSplits = make([]int, len(p.sizes)), make([]int, len(p.sizes))
+	p.perTile = kernels.CascadeTileMembers(mc.Heads, mc.KVHeads)
+	cascade := !cfg.NoCascade && p.perTile > 0
 	for i, b := range p.sizes {
 		// The split count follows the batch and the SMs; each split's
 		// blocks follow its row's context on the device.
 		ns := cudaPlanDecodeSplits(b, mc.KVHeads, sms)
 		r.splits[i] = ns
-		o, ml := kernels.DecodeScratchBytes(kernels.DecodeShape{Batch: b, Heads: mc.Heads, Splits: ns}, mc.HeadDim)
+		d := kernels.DecodeShape{Batch: b, Heads: mc.Heads, Splits: ns}
+		if cascade {
+			// A group has two members at least: no twin for batch 1.
+			r.cascTiles[i] = kernels.CascadeMaxTiles(b, p.perTile)
+			if r.cascTiles[i] > 0 {
+				r.cascSplits[i] = cudaPlanCascadeSplits(b, mc.KVHeads, p.perTile, sms)
+				d.CascadeSplits = r.cascSplits[i]
+			}
+		}
+		o, ml := kernels.DecodeScratchBytes(d, mc.HeadDim)
 		oPart, mlPart = max(oPart, o), max(mlPart, ml)
+	}
+	if cascade {
+		p.cascTiles = r.cascTiles
 	}
 	p.dry, p.dryQ = cudaDryRun(p.capacity, p.rows)
 	p.stagingElems = max(cudaStagingElems(p.capacity, p.rows, p.graphMB), p.dry.total)
@@ -488,6 +528,31 @@ func (r *CUDARunner) setKV(p cuda.DevicePtr, blocks int) {
 		r.kv[i] = kernels.CUDAKV{K: base, V: base.Add(layer), BF16: !r.cfg.KVF32,
 			NumBlocks: blocks, KVHeads: mc.KVHeads, BlockSize: r.cfg.BlockSize, HeadDim: mc.HeadDim}
 	}
+}
+
+// captureDecode warms up and captures the decode graph of batch p (graph
+// is 1 + its size index) with tables of mb columns, with the cascade
+// sections for maxTiles tiles when maxTiles > 0. The warm-up runs eagerly
+// once (first launches load kernels, which capture must not do); the graph
+// holds the input upload and the sampled ids' download (io) unless the
+// driver refuses to capture the copies.
+func (r *CUDARunner) captureDecode(c cuda.Ctx, p, graph, mb, maxTiles int) (cuda.GraphExec, bool, error) {
+	l := cudaFillPadding(r.host.staging, p, mb, maxTiles)
+	if err := r.decodeStep(c, &l, graph, true); err != nil {
+		return cuda.GraphExec{}, false, fmt.Errorf("decode batch %d warm-up: %w", p, err)
+	}
+	if err := c.Sync(r.stream); err != nil {
+		return cuda.GraphExec{}, false, fmt.Errorf("decode batch %d warm-up: %w", p, err)
+	}
+	e, ioErr := r.capture(c, &l, graph, true)
+	if ioErr == nil {
+		return e, true, nil
+	}
+	e, err := r.capture(c, &l, graph, false)
+	if err != nil {
+		return cuda.GraphExec{}, false, fmt.Errorf("decode batch %d: %w (with copies: %v)", p, err, ioErr)
+	}
+	return e, false, nil
 }
 
 // decodeStep launches one step at layout l: with io, the upload of the
@@ -698,12 +763,17 @@ func (r *CUDARunner) forward(e cudaExec, l *cudaStepLayout, graph, maxQ int) err
 			return err
 		}
 		var err error
-		if graph > 0 {
+		switch {
+		case graph > 0 && l.MT > 0:
+			d := kernels.DecodeShape{Batch: l.N, Heads: mc.Heads, MaxBlocks: l.MB, Splits: r.splits[graph-1],
+				CascadeSplits: r.cascSplits[graph-1], CascadeTiles: l.MT}
+			err = e.CascadeDecodeAttention(att, q, kv, tables, ctxLen, l.cascade(arena), d, scale, r.buf(b.oPart), r.buf(b.mlPart))
+		case graph > 0:
 			ns := r.splits[graph-1]
 			err = e.DecodeAttention(att, q, kv, tables, ctxLen,
 				kernels.DecodeShape{Batch: l.N, Heads: mc.Heads, MaxBlocks: l.MB, Splits: ns},
 				scale, r.buf(b.oPart), r.buf(b.mlPart))
-		} else {
+		default:
 			err = e.PrefillAttention(att, q, kv, l.ptr(arena, l.qStart), l.ptr(arena, l.numQ), ctxLen, tables,
 				kernels.PrefillShape{Seqs: l.N, Heads: mc.Heads, MaxQ: maxQ, MaxBlocks: l.MB}, scale)
 		}
@@ -810,13 +880,17 @@ func (r *CUDARunner) step(c cuda.Ctx) error {
 	io := false // whether the inputs and sampled ids travel inside the graph
 	if h.graph > 0 {
 		i := cudaGraphIndex(h.graphSizes, h.graph)
+		g := r.graphs[i]
 		io = r.graphIO[i]
+		if l.MT > 0 {
+			g, io = r.cascGraphs[i], r.cascIO[i]
+		}
 		if !io {
 			if err := c.CopyHtoDAsync(r.buf(r.bufs.arena), r.pinIn, 0, 4*l.total, s); err != nil {
 				return err
 			}
 		}
-		if err := c.LaunchGraph(r.graphs[i], s); err != nil {
+		if err := c.LaunchGraph(g, s); err != nil {
 			return fmt.Errorf("decode graph %d: %w", h.graph, err)
 		}
 	} else {
@@ -894,6 +968,9 @@ func (r *CUDARunner) Check() error {
 	if len(r.graphs) != len(r.host.graphSizes) {
 		return fmt.Errorf("model: %d decode graphs for %d sizes", len(r.graphs), len(r.host.graphSizes))
 	}
+	if len(r.cascGraphs) != len(r.host.graphSizes) || len(r.cascTiles) != len(r.host.graphSizes) {
+		return fmt.Errorf("model: %d cascade decode graphs (%d tile bounds) for %d sizes", len(r.cascGraphs), len(r.cascTiles), len(r.host.graphSizes))
+	}
 	return nil
 }
 
@@ -920,7 +997,12 @@ func (r *CUDARunner) release() error {
 			for _, g := range r.graphs {
 				errs = append(errs, c.DestroyGraphExec(g))
 			}
-			r.graphs, r.graphIO = nil, nil
+			for i, g := range r.cascGraphs {
+				if i < len(r.cascTiles) && r.cascTiles[i] > 0 && g != (cuda.GraphExec{}) {
+					errs = append(errs, c.DestroyGraphExec(g))
+				}
+			}
+			r.graphs, r.graphIO, r.cascGraphs, r.cascIO = nil, nil, nil, nil
 			if r.gemm != nil {
 				errs = append(errs, c.DestroyGemm(r.gemm))
 				r.gemm = nil

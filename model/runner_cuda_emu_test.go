@@ -246,6 +246,161 @@ func (e *cudaEmu) DecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tabl
 	return nil
 }
 
+// CascadeDecodeAttention emulates kernels.CascadeDecodeAttention from the
+// group layout in emulated device memory: every slot of the scratch is
+// poisoned first and must be written exactly once (each row's tail splits
+// from its start block, kernels.DecodeTailSplitRange; each member's shared
+// splits by its tile, kernels.CascadeSplitRange over the tile's first
+// member's table; the shared slots of rows outside every group neutral),
+// then all slots are merged. It also checks what the kernels assume of the
+// host's layout: tiles within the grid, members' start blocks equal to their
+// tile's run, members' tables equal on that run.
+func (e *cudaEmu) CascadeDecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tables, ctxLens cuda.DevicePtr, ci kernels.CascadeInputs, d kernels.DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error {
+	if d.Batch < 1 || d.Heads < 1 || d.MaxBlocks < 1 || d.Splits < 1 || d.CascadeSplits < 1 || d.CascadeTiles < 1 ||
+		d.Heads%kv.KVHeads != 0 || d.Heads/kv.KVHeads > 16 {
+		return fmt.Errorf("emulated cascade decode attention: bad plan %+v for %d KV heads", d, kv.KVHeads)
+	}
+	o, ml := kernels.DecodeScratchBytes(d, kv.HeadDim)
+	op, mp := e.f32(oPart, int(o/4)), e.f32(mlPart, int(ml/4))
+	nan := float32(math.NaN())
+	for i := range op {
+		op[i] = nan
+	}
+	for i := range mp {
+		mp[i] = nan
+	}
+	hd, bs, row, group := kv.HeadDim, kv.BlockSize, d.Heads*kv.HeadDim, d.Heads/kv.KVHeads
+	slots := d.Splits + d.CascadeSplits
+	qs := e.f32(q, d.Batch*row)
+	lens, tab := e.i32(ctxLens, d.Batch), e.i32(tables, d.Batch*d.MaxBlocks)
+	start := e.i32(ci.StartBlocks, d.Batch)
+	ntiles := int(e.i32(ci.NumTiles, 1)[0])
+	if ntiles < 0 || ntiles > d.CascadeTiles {
+		return fmt.Errorf("emulated cascade decode attention: %d tiles, grid of %d", ntiles, d.CascadeTiles)
+	}
+	tiles := e.i32(ci.Tiles, 3*ntiles)
+	l := e.layer(kv)
+	inf := float32(math.Inf(1))
+	exp := func(x float32) float32 { return float32(math.Exp(float64(x))) }
+	// partial writes slot sl of (b, h): positions [p0, p1) through table.
+	partial := func(b, h, sl int, table []int32, p0, p1 int) error {
+		r := (b*d.Heads+h)*slots + sl
+		if !math.IsNaN(float64(mp[2*r])) {
+			return fmt.Errorf("emulated cascade decode attention: row %d head %d slot %d written twice", b, h, sl)
+		}
+		acc := op[r*hd : (r+1)*hd]
+		clear(acc)
+		m, sum := -inf, float32(0)
+		qh := qs[b*row+h*hd : b*row+(h+1)*hd]
+		for p := p0; p < p1; p++ {
+			blk := int(table[p/bs])
+			if blk < 0 || blk >= kv.NumBlocks {
+				return fmt.Errorf("emulated cascade decode attention: row %d position %d in block %d of %d", b, p, blk, kv.NumBlocks)
+			}
+			off := ((blk*kv.KVHeads+h/group)*bs + p%bs) * hd
+			var score float32
+			for j, x := range qh {
+				score += x * scale * l.K[off+j]
+			}
+			mn := max(m, score)
+			a := float32(0)
+			if m != -inf {
+				a = exp(m - mn)
+			}
+			w := exp(score - mn)
+			for j := range acc {
+				acc[j] = acc[j]*a + w*l.V[off+j]
+			}
+			m, sum = mn, sum*a+w
+		}
+		mp[2*r], mp[2*r+1] = m, sum
+		return nil
+	}
+	for b := 0; b < d.Batch; b++ {
+		ctx := int(lens[b])
+		if ctx < 0 || ctx > d.MaxBlocks*bs || start[b] < 0 || int(start[b])*bs >= max(ctx, 1) && start[b] > 0 {
+			return fmt.Errorf("emulated cascade decode attention: row %d context %d, start block %d, %d-block table", b, ctx, start[b], d.MaxBlocks)
+		}
+		table := tab[b*d.MaxBlocks : (b+1)*d.MaxBlocks]
+		for h := 0; h < d.Heads; h++ {
+			for s := 0; s < d.Splits; s++ {
+				first, end := kernels.DecodeTailSplitRange(ctx, int(start[b]), bs, d.MaxBlocks, d.Splits, s)
+				if err := partial(b, h, s, table, first*bs, min(ctx, end*bs)); err != nil {
+					return err
+				}
+			}
+			if start[b] == 0 {
+				for cs := 0; cs < d.CascadeSplits; cs++ {
+					if err := partial(b, h, d.Splits+cs, table, 0, 0); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	members := e.i32(ci.Rows, d.Batch)
+	for ti := 0; ti < ntiles; ti++ {
+		first, count, shared := int(tiles[3*ti]), int(tiles[3*ti+1]), int(tiles[3*ti+2])
+		if first < 0 || count < 1 || first+count > d.Batch || count > kernels.CascadeTileMembers(d.Heads, kv.KVHeads) {
+			return fmt.Errorf("emulated cascade decode attention: tile %d holds members [%d, %d+%d)", ti, first, first, count)
+		}
+		lead := tab[int(members[first])*d.MaxBlocks:][:d.MaxBlocks]
+		for _, b := range members[first : first+count] {
+			if start[b] != int32(shared) {
+				return fmt.Errorf("emulated cascade decode attention: tile %d shares %d blocks, member row %d starts at %d", ti, shared, b, start[b])
+			}
+			mine := tab[int(b)*d.MaxBlocks:][:d.MaxBlocks]
+			for j := 0; j < shared; j++ {
+				if mine[j] != lead[j] {
+					return fmt.Errorf("emulated cascade decode attention: tile %d member row %d has block %d at entry %d, its first member %d", ti, b, mine[j], j, lead[j])
+				}
+			}
+			for h := 0; h < d.Heads; h++ {
+				for cs := 0; cs < d.CascadeSplits; cs++ {
+					f, e := kernels.CascadeSplitRange(shared, d.CascadeSplits, cs)
+					if err := partial(int(b), h, d.Splits+cs, lead, f*bs, e*bs); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	// ts_decode_combine over every slot.
+	os := e.f32(out, d.Batch*row)
+	for b := 0; b < d.Batch; b++ {
+		for h := 0; h < d.Heads; h++ {
+			r0 := (b*d.Heads + h) * slots
+			M := -inf
+			for s := 0; s < slots; s++ {
+				if math.IsNaN(float64(mp[2*(r0+s)])) {
+					return fmt.Errorf("emulated cascade decode attention: row %d head %d slot %d never written", b, h, s)
+				}
+				M = max(M, mp[2*(r0+s)])
+			}
+			var L float32
+			dst := os[b*row+h*hd : b*row+(h+1)*hd]
+			clear(dst)
+			for s := 0; s < slots; s++ {
+				if m := mp[2*(r0+s)]; m != -inf {
+					w := exp(m - M)
+					L += w * mp[2*(r0+s)+1]
+					for j := range dst {
+						dst[j] += w * op[(r0+s)*hd+j]
+					}
+				}
+			}
+			for j := range dst {
+				if L > 0 {
+					dst[j] /= L
+				} else {
+					dst[j] = 0
+				}
+			}
+		}
+	}
+	return nil
+}
+
 func (e *cudaEmu) PrefillAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, qStart, numQ, ctxLens, tables cuda.DevicePtr, p kernels.PrefillShape, scale float32) error {
 	qs, nq, lens := e.i32(qStart, p.Seqs), e.i32(numQ, p.Seqs), e.i32(ctxLens, p.Seqs)
 	tab := e.i32(tables, p.Seqs*p.MaxBlocks)
@@ -342,10 +497,19 @@ func newCUDAEmuRunner(tb testing.TB, m *Llama, cfg CUDARunnerConfig) *cudaEmuRun
 	cudaFillDryRun(r.host.staging, pl.capacity, pl.rows, cfg.KVBlocks)
 	copy(e.bytes(r.buf(r.bufs.arena), 4*pl.dry.total), cudaI32Bytes(r.host.staging[:pl.dry.total]))
 	require.NoError(tb, r.forward(e, &pl.dry, 0, pl.dryQ))
+	if len(pl.cascTiles) > 0 {
+		require.NoError(tb, r.host.setCascade(pl.perTile, pl.cascTiles))
+	}
 	for i, p := range pl.sizes {
-		l := cudaFillPadding(r.host.staging, p, pl.graphMB)
-		copy(e.bytes(r.buf(r.bufs.arena), 4*l.total), cudaI32Bytes(r.host.staging[:l.total]))
-		require.NoError(tb, r.forward(e, &l, i+1, 1))
+		warm := []int{0} // the plain graph, then its cascade twin
+		if r.cascTiles[i] > 0 {
+			warm = append(warm, r.cascTiles[i])
+		}
+		for _, mt := range warm {
+			l := cudaFillPadding(r.host.staging, p, pl.graphMB, mt)
+			copy(e.bytes(r.buf(r.bufs.arena), 4*l.total), cudaI32Bytes(r.host.staging[:l.total]))
+			require.NoError(tb, r.forward(e, &l, i+1, 1))
+		}
 	}
 	clear(e.bytes(r.kvMem, int(kvBytes))) // the dry run wrote the cache; a real one starts unwritten
 	return &cudaEmuRunner{r: r, e: e}
@@ -404,6 +568,25 @@ func TestCUDAEmuGreedyMatchesCPU(t *testing.T) {
 func TestCUDAEmuBatchesMatchCPU(t *testing.T) {
 	m := loadStories(t)
 	cudaBatchScenario(t, m, newCUDAEmuRunner(t, m, cudaBatchConfig()))
+}
+
+// Shared prompt blocks on the emulated runner: the cascade graphs' layout
+// (start blocks, tiles, member rows) and the cascade attention it drives
+// match the CPU runner token for token; with NoCascade no step uses them.
+func TestCUDAEmuCascadeMatchesCPU(t *testing.T) {
+	m := loadStories(t)
+	for _, noCascade := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cascade=%v", !noCascade), func(t *testing.T) {
+			gpu := newCUDAEmuRunner(t, m, cudaCascadeConfig(noCascade))
+			used := cudaCascadeScenario(t, m, gpu, func() bool { return gpu.r.host.layout.MT > 0 })
+			if noCascade {
+				require.Zero(t, used)
+				require.Empty(t, gpu.r.host.cascTiles)
+				return
+			}
+			require.Equal(t, 30, used, "every grouped decode step takes the cascade layout")
+		})
+	}
 }
 
 // The bf16 paths: a bf16 KV cache, and bf16 GEMMs (activations cast, 16-bit

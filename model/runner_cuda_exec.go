@@ -19,6 +19,7 @@ type cudaExec interface {
 	RoPE(x, pos cuda.DevicePtr, rows, heads, headDim int, theta, freqScale float32) error
 	KVWrite(kv kernels.CUDAKV, kp, vp, slots cuda.DevicePtr, ntok int) error
 	DecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tables, ctxLens cuda.DevicePtr, d kernels.DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error
+	CascadeDecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tables, ctxLens cuda.DevicePtr, ci kernels.CascadeInputs, d kernels.DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error
 	PrefillAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, qStart, numQ, ctxLens, tables cuda.DevicePtr, p kernels.PrefillShape, scale float32) error
 	CastF32(out, in cuda.DevicePtr, n int, to cuda.DType) error
 	SiLUMul(y, gate, up cuda.DevicePtr, n int, out cuda.DType) error
@@ -62,6 +63,10 @@ func (e *cudaDeviceExec) KVWrite(kv kernels.CUDAKV, kp, vp, slots cuda.DevicePtr
 
 func (e *cudaDeviceExec) DecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tables, ctxLens cuda.DevicePtr, d kernels.DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error {
 	return e.k.DecodeAttention(e.c, e.s, out, q, kv, tables, ctxLens, d, scale, oPart, mlPart)
+}
+
+func (e *cudaDeviceExec) CascadeDecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tables, ctxLens cuda.DevicePtr, ci kernels.CascadeInputs, d kernels.DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error {
+	return e.k.CascadeDecodeAttention(e.c, e.s, out, q, kv, tables, ctxLens, ci, d, scale, oPart, mlPart)
 }
 
 func (e *cudaDeviceExec) PrefillAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, qStart, numQ, ctxLens, tables cuda.DevicePtr, p kernels.PrefillShape, scale float32) error {

@@ -228,9 +228,109 @@ func cudaBatchScenario(t *testing.T, m *Llama, gpu cudaPairRunner) {
 	}
 }
 
+// cudaCascadeConfig is the CUDA runner of the shared-prefix comparison.
+func cudaCascadeConfig(noCascade bool) CUDARunnerConfig {
+	return CUDARunnerConfig{Seats: 8, BlockSize: 16, MaxBatchTokens: 64, KVBlocks: 64, KVF32: true, KeepLogits: true, NoCascade: noCascade}
+}
+
+// cudaCascadeScenario drives gpu and a CPU runner in lockstep through
+// sequences that share prompt blocks: seat 0 prefills 40 tokens; seats 1..5
+// reuse its first two blocks (32 cached positions) and prefill 8 tokens of
+// their own, seats 6 and 7 reuse its first block and prefill 12; then all
+// eight decode 30 steps. step.Grouper groups every step (MinBlocks 1):
+// nested sharing, one group of six rows on two blocks and one of two on
+// one, growing tails. The prefill steps are eager (the runner ignores their
+// groups); the decode steps are graphs of 8. grouped reports, after a
+// decode step, whether gpu attended shared runs once; it returns how many
+// steps did.
+func cudaCascadeScenario(t *testing.T, m *Llama, gpu cudaPairRunner, grouped func() bool) int {
+	const bs, blocks = 16, 64
+	cpu := newTestRunner(t, m, CPURunnerConfig{Seats: 8, KVBlocks: blocks, BlockSize: bs, MaxBatchTokens: 64, KeepLogits: true})
+	greedy := sampling.DefaultParams()
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(1 + (i*37)%300)
+	}
+	tables := make([][]int32, 8)
+	for seat := range tables {
+		tables[seat] = iota32(8*seat, 8)
+	}
+	for seat := 1; seat < 6; seat++ {
+		copy(tables[seat], tables[0][:2])
+	}
+	for seat := 6; seat < 8; seat++ {
+		copy(tables[seat], tables[0][:1])
+	}
+	ctx := make([]int32, 8)
+	g := step.Grouper{MinBlocks: 1}
+	seq := func(b *step.Batch, seat int32, toks []int32, sample, start bool, hist []int32) {
+		start0 := int32(len(b.Tokens))
+		for j, tk := range toks {
+			b.Tokens = append(b.Tokens, tk)
+			b.Positions = append(b.Positions, ctx[seat]+int32(j))
+		}
+		ctx[seat] += int32(len(toks))
+		b.Seqs = append(b.Seqs, step.SeqBatch{Seat: seat, TokenStart: start0, NumTokens: int32(len(toks)), ContextLen: ctx[seat],
+			BlockTable: tables[seat][:(ctx[seat]+bs-1)/bs], Sample: sample, Start: start, Params: &greedy, History: hist})
+	}
+	b := &step.Batch{}
+	seq(b, 0, prompt, true, true, prompt)
+	g.Group(b, bs)
+	cudaLockstep(t, 0, cpu, gpu, b, 1e-3)
+	b = &step.Batch{}
+	for seat := int32(1); seat < 8; seat++ {
+		cached, n := int32(32), 8
+		if seat >= 6 {
+			cached, n = 16, 12
+		}
+		own := iota32(int(50+20*seat), n)
+		hist := append(append([]int32(nil), prompt[:cached]...), own...)
+		ctx[seat] = cached
+		seq(b, seat, own, true, true, hist)
+	}
+	g.Group(b, bs)
+	require.NotEmpty(t, b.Groups, "the prefill step has groups too (the eager path ignores them)")
+	cudaLockstep(t, 1, cpu, gpu, b, 1e-3)
+	used := 0
+	for s := 2; s < 32; s++ {
+		b = &step.Batch{}
+		for seat := int32(0); seat < 8; seat++ {
+			seq(b, seat, []int32{step.FutureToken}, true, false, nil)
+		}
+		g.Group(b, bs)
+		require.Len(t, b.Groups, 2, "step %d: six rows on two blocks, two on one", s)
+		cudaLockstep(t, s, cpu, gpu, b, 1e-3)
+		if grouped() {
+			used++
+		}
+	}
+	return used
+}
+
 func TestCUDARunnerBatchesMatchCPU(t *testing.T) {
 	m := loadStories(t)
 	cudaBatchScenario(t, m, cudaRunnerOrSkip(t, m, cudaBatchConfig()))
+}
+
+// Decode batches with shared prompt blocks on the device: the cascade
+// graphs (each group's shared run attended once) match the CPU runner token
+// for token, and so does the runner with NoCascade.
+func TestCUDARunnerCascadeMatchesCPU(t *testing.T) {
+	m := loadStories(t)
+	for _, noCascade := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cascade=%v", !noCascade), func(t *testing.T) {
+			r := cudaRunnerOrSkip(t, m, cudaCascadeConfig(noCascade))
+			used := cudaCascadeScenario(t, m, r, func() bool { return r.host.layout.MT > 0 })
+			if noCascade {
+				require.Zero(t, used)
+				return
+			}
+			require.Equal(t, 30, used, "every grouped decode step replays a cascade graph")
+			require.Equal(t, []int{2, 4, 8}, r.Memory().CascadeBatches)
+			cudaResult(t, "cascade decode (stories260K, 8 rows sharing prompt blocks) = CPU runner",
+				fmt.Sprintf("%d grouped steps identical", used), "= CPU, token for token", "met")
+		})
+	}
 }
 
 // The default bf16 KV cache on stories260K: logits stay close to the f32

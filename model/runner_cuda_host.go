@@ -21,6 +21,14 @@ type cudaHost struct {
 	graphMB    int   // block-table columns of every decode graph
 	maxRows    int   // logits rows the device buffers hold
 
+	// Cascade decode graphs (setCascade): cascTiles[i] is the most
+	// shared-prefix tiles of the graph for graphSizes[i] (0: that size has
+	// none), perTile the members one tile holds. tiles and members are the
+	// step's tile list and member rows (kernels.AppendCascadeTiles).
+	cascTiles      []int
+	perTile        int
+	tiles, members []int32
+
 	// staging is the int32 step-input area (pinned in the runner): the plan
 	// writes layout's sections here and the runner uploads staging[:layout.total].
 	staging []int32
@@ -80,6 +88,52 @@ func newCUDAHost(c step.Capacity, graphSizes []int, graphMB int, keep bool, stag
 	return h, nil
 }
 
+// setCascade enables cascade decode graphs: maxTiles[i] (parallel to the
+// graph sizes) is the tile bound the graph of size i was captured with, 0
+// where that size has no cascade graph; perTile is the members per tile.
+func (h *cudaHost) setCascade(perTile int, maxTiles []int) error {
+	if len(maxTiles) != len(h.graphSizes) || perTile <= 0 {
+		return fmt.Errorf("model: cascade plan of %d tile bounds (%d members per tile) for %d graph sizes", len(maxTiles), perTile, len(h.graphSizes))
+	}
+	h.cascTiles, h.perTile = maxTiles, perTile
+	h.tiles, h.members = make([]int32, 0, 3*h.maxRows), make([]int32, 0, h.maxRows)
+	return nil
+}
+
+// cascadeTiles is the tile bound of the cascade graph of padded batch p (0:
+// none).
+func (h *cudaHost) cascadeTiles(p int) int {
+	if i := cudaGraphIndex(h.graphSizes, p); i >= 0 && i < len(h.cascTiles) {
+		return h.cascTiles[i]
+	}
+	return 0
+}
+
+// fillCascade writes b's groups into the cascade sections of l in s: each
+// member row's start block is its group's shared run, every other row's 0,
+// and the tiles of every group over the member rows (batch rows are b.Seqs
+// indices in a decode graph).
+func (h *cudaHost) fillCascade(b *step.Batch, s []int32, l *cudaStepLayout) error {
+	start := s[l.startBlk : l.startBlk+l.N]
+	clear(start)
+	h.tiles, h.members = h.tiles[:0], h.members[:0]
+	for _, g := range b.Groups {
+		m := b.Members(g)
+		h.tiles, h.members = kernels.AppendCascadeTiles(h.tiles, h.members, m, g.SharedBlocks, h.perTile)
+		for _, i := range m {
+			start[i] = g.SharedBlocks
+		}
+	}
+	if n := len(h.tiles) / 3; n > l.MT || len(h.members) > l.N {
+		return fmt.Errorf("model: %d groups make %d shared-prefix tiles of %d members, the batch-%d graph holds %d tiles of %d rows",
+			len(b.Groups), n, len(h.members), l.N, l.MT, l.N)
+	}
+	copy(s[l.cascTiles:], h.tiles)
+	s[l.cascNum] = int32(len(h.tiles) / 3)
+	copy(s[l.cascMembers:], h.members)
+	return nil
+}
+
 // setKVBlocks fixes the KV cache's size once the runner has planned it
 // (after the dry run, before any step is checked).
 func (h *cudaHost) setKVBlocks(n int) error {
@@ -98,9 +152,13 @@ func cudaTableColumns(c step.Capacity) int { return (c.MaxContext + c.BlockSize 
 
 // cudaStagingElems is the largest step layout: an eager step of every token,
 // rows sequences, the widest tables (a decode graph's layout is no larger,
-// as the layout grows with each argument and P ≤ rows ≤ T).
+// as the layout grows with each argument and P ≤ rows ≤ T), or a cascade
+// decode graph of rows rows (its tiles are at most its rows,
+// kernels.CascadeMaxTiles).
 func cudaStagingElems(c step.Capacity, rows, graphMB int) int {
-	return newCUDAStepLayout(c.MaxBatchTokens, rows, rows, max(cudaTableColumns(c), graphMB)).total
+	eager := newCUDAStepLayout(c.MaxBatchTokens, rows, rows, max(cudaTableColumns(c), graphMB)).total
+	casc := newCUDAStepLayout(rows, rows, rows, graphMB).withCascade(rows).total
+	return max(eager, casc)
 }
 
 // prepare validates b, starts the sampler state of starting sequences and
@@ -142,6 +200,11 @@ func (h *cudaHost) prepare(b *step.Batch) error {
 	}
 	if h.graph > 0 {
 		h.layout = newCUDAStepLayout(h.graph, h.graph, h.graph, h.graphMB)
+		// Groups pick the graph that attends their shared runs once; a step
+		// without any replays the plain graph, today's launches.
+		if mt := h.cascadeTiles(h.graph); mt > 0 && len(b.Groups) > 0 {
+			h.layout = h.layout.withCascade(mt)
+		}
 		for len(h.rowSeq) < h.graph {
 			h.rowSeq = append(h.rowSeq, -1)
 		}
@@ -167,6 +230,11 @@ func (h *cudaHost) prepare(b *step.Batch) error {
 	// Padding rows of a decode graph.
 	for j := n; j < l.N; j++ {
 		cudaPadRow(s, l, j)
+	}
+	if l.MT > 0 {
+		if err := h.fillCascade(b, s, l); err != nil {
+			return err
+		}
 	}
 	for j, si := range h.rowSeq {
 		last := int32(-1)

@@ -274,10 +274,27 @@ func cudaPlanDecodeSplits(batch, kvHeads, sms int) int {
 	return max(1, min(want, cudaMaxSplits))
 }
 
+// cudaPlanCascadeSplits picks the shared-run split count of a cascade
+// decode graph of batch rows: enough (tile, kv head, split) thread blocks to
+// cover the device twice were every row in one group (the fewest tiles,
+// ceil(batch/perTile)), at most cudaMaxSplits:
+//
+//	splits = clamp(ceil(2·sms / (kvHeads·ceil(batch/perTile))), 1, cudaMaxSplits)
+//
+// Like the decode splits it does not depend on the context: the kernel cuts
+// each group's run on the device (kernels.CascadeSplitRange).
+func cudaPlanCascadeSplits(batch, kvHeads, perTile, sms int) int {
+	tiles := max(1, (max(batch, 1)+max(perTile, 1)-1)/max(perTile, 1))
+	rows := tiles * max(kvHeads, 1)
+	want := (2*max(sms, 0) + rows - 1) / rows
+	return max(1, min(want, cudaMaxSplits))
+}
+
 // cudaStepLayout places one step's int32 inputs in the arena, contiguously,
 // so one upload carries them all. Offsets are in int32 elements; sections are
 // 16-byte aligned. A decode graph of batch P uses the layout of (P, P, P,
-// its table width), fixed at capture.
+// its table width), fixed at capture; a cascade decode graph adds the group
+// sections (withCascade).
 type cudaStepLayout struct {
 	T, N, R, MB int // tokens, sequences, logits rows, block-table columns
 
@@ -285,7 +302,42 @@ type cudaStepLayout struct {
 	qStart, numQ, ctxLen int // per sequence [N]
 	tables               int // [N][MB]
 	gather, lastSeat     int // per logits row [R]
-	total                int
+
+	// Cascade sections (kernels.CascadeInputs), present when MT > 0: MT is
+	// the most shared-prefix tiles (the cascade grid's x extent).
+	MT                                        int
+	startBlk, cascTiles, cascNum, cascMembers int // [N], [MT][3], [1], [N]
+	total                                     int
+}
+
+// withCascade is l with the cascade sections for at most maxTiles tiles
+// after its own (so every other offset stays where a plain graph has it).
+func (l cudaStepLayout) withCascade(maxTiles int) cudaStepLayout {
+	off := l.total
+	put := func(dst *int, n int) {
+		*dst = off
+		off += (n + 3) &^ 3
+	}
+	l.MT = maxTiles
+	put(&l.startBlk, l.N)
+	put(&l.cascTiles, 3*maxTiles)
+	put(&l.cascNum, 1)
+	put(&l.cascMembers, l.N)
+	l.total = off
+	return l
+}
+
+// cascade is the device view of l's cascade sections in arena.
+func (l *cudaStepLayout) cascade(arena cuda.DevicePtr) kernels.CascadeInputs {
+	return kernels.CascadeInputs{StartBlocks: l.ptr(arena, l.startBlk), Tiles: l.ptr(arena, l.cascTiles),
+		NumTiles: l.ptr(arena, l.cascNum), Rows: l.ptr(arena, l.cascMembers)}
+}
+
+// cudaFillCascadeEmpty writes l's cascade sections for a step with no
+// group: every row starts at block 0, no tile.
+func cudaFillCascadeEmpty(s []int32, l *cudaStepLayout) {
+	clear(s[l.startBlk : l.startBlk+l.N])
+	s[l.cascNum] = 0
 }
 
 func newCUDAStepLayout(T, N, R, MB int) cudaStepLayout {
@@ -328,6 +380,9 @@ type CUDAMemory struct {
 	KVType       string // "bf16" or "f32"
 	GemmType     string
 	GraphBatches []int // decode batch sizes captured as CUDA graphs
+	// CascadeBatches are the sizes whose graph has a cascade twin (steps
+	// with groups attend shared runs once); empty with NoCascade.
+	CascadeBatches []int
 	// GraphCopies is whether the graphs hold the step's input upload and
 	// sampled-id download (else those run as separate copies).
 	GraphCopies bool
@@ -340,9 +395,9 @@ func cudaGiB(n uint64) float64 { return float64(n) / (1 << 30) }
 
 // String is the one-paragraph capacity report `turnstile serve` prints.
 func (m CUDAMemory) String() string {
-	return fmt.Sprintf("cuda %s: KV cache %d blocks × %d = %d tokens (%.2f GiB %s); weights %.2f GiB (%s GEMMs); activations %.2f GiB; reserved %.2f GiB; budget %.2f × %.2f GiB (%.2f GiB free at start); decode graphs for batch %v (copies inside: %v)",
+	return fmt.Sprintf("cuda %s: KV cache %d blocks × %d = %d tokens (%.2f GiB %s); weights %.2f GiB (%s GEMMs); activations %.2f GiB; reserved %.2f GiB; budget %.2f × %.2f GiB (%.2f GiB free at start); decode graphs for batch %v (copies inside: %v); cascade twins for batch %v",
 		m.Device, m.KVBlocks, m.BlockSize, m.KVTokens(), cudaGiB(m.KVBytes), m.KVType, cudaGiB(m.Weights), m.GemmType,
-		cudaGiB(m.Activations), cudaGiB(m.Reserved), m.Fraction, cudaGiB(m.Total), cudaGiB(m.Free), m.GraphBatches, m.GraphCopies)
+		cudaGiB(m.Activations), cudaGiB(m.Reserved), m.Fraction, cudaGiB(m.Total), cudaGiB(m.Free), m.GraphBatches, m.GraphCopies, m.CascadeBatches)
 }
 
 // cudaPlanKVBlocks sizes the KV cache: fixed when want > 0, else from the
@@ -428,9 +483,14 @@ func cudaFillDryRun(s []int32, c step.Capacity, rows, blocks int) cudaStepLayout
 }
 
 // cudaFillPadding writes a decode step of p padding rows with tables of mb
-// columns into s: what a graph is warmed up and captured with.
-func cudaFillPadding(s []int32, p, mb int) cudaStepLayout {
+// columns into s: what a graph is warmed up and captured with. maxTiles > 0
+// adds the cascade sections (a cascade graph), with no group.
+func cudaFillPadding(s []int32, p, mb, maxTiles int) cudaStepLayout {
 	l := newCUDAStepLayout(p, p, p, mb)
+	if maxTiles > 0 {
+		l = l.withCascade(maxTiles)
+		cudaFillCascadeEmpty(s, &l)
+	}
 	for j := 0; j < p; j++ {
 		cudaPadRow(s, &l, j)
 		s[l.gather+j], s[l.lastSeat+j] = int32(j), -1

@@ -610,14 +610,28 @@ func TestCUDADryRunAndPadding(t *testing.T) {
 		sizes, err := kernels.GraphBatchSizes(rows)
 		require.NoError(t, err)
 		for _, g := range sizes {
-			require.LessOrEqual(t, newCUDAStepLayout(g, g, g, cudaTableColumns(c)).total, cudaStagingElems(c, rows, cudaTableColumns(c)),
+			plain := newCUDAStepLayout(g, g, g, cudaTableColumns(c))
+			require.LessOrEqual(t, plain.total, cudaStagingElems(c, rows, cudaTableColumns(c)),
 				"staging holds the decode graph of %d rows", g)
+			casc := plain.withCascade(kernels.CascadeMaxTiles(g, 1))
+			require.LessOrEqual(t, casc.total, cudaStagingElems(c, rows, cudaTableColumns(c)),
+				"staging holds the cascade decode graph of %d rows", g)
+			require.Equal(t, plain.lastSeat, casc.lastSeat, "the cascade sections come after the plain ones")
 		}
-		p := cudaFillPadding(s, rows, cudaTableColumns(c))
-		for j := 0; j < rows; j++ {
-			require.Equal(t, int32(-1), s[p.slot+j])
-			require.Equal(t, int32(0), s[p.ctxLen+j])
-			require.Equal(t, int32(-1), s[p.lastSeat+j])
+		for _, mt := range []int{0, kernels.CascadeMaxTiles(rows, 1)} {
+			p := cudaFillPadding(s, rows, cudaTableColumns(c), mt)
+			require.Equal(t, mt, p.MT)
+			for j := 0; j < rows; j++ {
+				require.Equal(t, int32(-1), s[p.slot+j])
+				require.Equal(t, int32(0), s[p.ctxLen+j])
+				require.Equal(t, int32(-1), s[p.lastSeat+j])
+				if mt > 0 {
+					require.Equal(t, int32(0), s[p.startBlk+j], "padding rows start at block 0")
+				}
+			}
+			if mt > 0 {
+				require.Equal(t, int32(0), s[p.cascNum], "no tiles")
+			}
 		}
 	}
 }

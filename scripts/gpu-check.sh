@@ -17,13 +17,18 @@
 #     paged attention: prefill at 1, 512 and 8,192 tokens and 512 after
 #     1,000 cached (f32 and bf16 KV; the 8K reference takes ~15 s on 16
 #     cores), decode at contexts 16..32K over 128K-context block tables
-#     with the runner's split rule; argmax on +Inf/NaN rows; sampling;
+#     with the runner's split rule; cascade (shared-prefix) decode =
+#     the reference = plain decode on groups of 2..64 rows over runs of
+#     1..200 blocks, and one captured cascade graph replayed with three
+#     groupings (TestGPUCascadeDecode); argmax on +Inf/NaN rows; sampling;
 #     cold and warm start-up; device copy bandwidth and decode-attention
 #     bandwidth at batch 64 × 4,096 (goal ≥ 0.80 of the copy's); prefill
 #     attention TFLOP/s at 8K tokens (goal ≥ 0.40 of dense BF16 peak)
 #   CUDA runner (model package)                           ~40 s  [150 s]
 #     stories260K greedy text = the CPU runner's (graphs and eager), mixed
-#     batches, the bf16 cache, the memory plan, every weight read back
+#     batches, eight rows sharing prompt blocks through the cascade decode
+#     graphs and with NoCascade (TestCUDARunnerCascadeMatchesCPU), the bf16
+#     cache, the memory plan, every weight read back
 #     after upload and compared byte for byte with the file (or its host
 #     conversion)
 #   decode of a Llama-3-8B-shaped model (16 GB of weights)  ~60 s  [150 s]
