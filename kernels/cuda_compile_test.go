@@ -287,6 +287,9 @@ func TestCUDADecodeArgsMatchKernel(t *testing.T) {
 		"block_tables": tables, "max_blocks": uint64(d.MaxBlocks), "ctx_lens": ctxLens,
 		"heads": uint64(d.Heads), "kvh": uint64(kv.KVHeads), "bs": uint64(kv.BlockSize), "hd": uint64(kv.HeadDim),
 		"scale": uint64(math.Float32bits(scale)),
+		// The plain launch: no start blocks (every row from block 0) and
+		// one partial slot per split.
+		"start_blocks": 0, "slots": uint64(d.Splits),
 	}
 	for _, bf16 := range []bool{false, true} {
 		kv.BF16 = bf16
