@@ -3,10 +3,10 @@ package tokenizer
 import (
 	"fmt"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/turnstile-llm/turnstile/model/gguf"
+	"golang.org/x/text/unicode/norm"
 )
 
 // byteToRune is GPT-2's reversible byte → printable character mapping:
@@ -78,9 +78,12 @@ func (t *Tokenizer) initBPE(f *gguf.File, types []int32) error {
 // concatenated string).
 type pair struct{ left, right string }
 
-// encodeBPE splits text with the GPT-2 pre-tokenizer, maps each word's
-// bytes to characters and merges pairs by rank.
+// encodeBPE splits text with the vocabulary's pre-tokenizer, maps each
+// piece's bytes to characters and merges pairs by rank.
 func (t *Tokenizer) encodeBPE(out []int32, text string) []int32 {
+	if t.nfc {
+		text = norm.NFC.String(text)
+	}
 	b2r := byteToRune()
 	var mapped strings.Builder
 	m := merger{prio: func(l, r, merged string) (float64, bool) {
@@ -93,12 +96,18 @@ func (t *Tokenizer) encodeBPE(out []int32, text string) []int32 {
 		}
 		return -float64(rank), true
 	}}
-	for _, word := range preTokenize(text) {
+	for _, word := range t.pre.split(nil, text) {
 		mapped.Reset()
 		for i := 0; i < len(word); i++ {
 			mapped.WriteRune(b2r[word[i]])
 		}
 		m.text = mapped.String()
+		if t.ignoreMerges {
+			if id, ok := t.index[m.text]; ok {
+				out = append(out, id)
+				continue
+			}
+		}
 		for _, p := range m.run() {
 			if id, ok := t.index[p]; ok {
 				out = append(out, id)
@@ -115,79 +124,4 @@ func (t *Tokenizer) encodeBPE(out []int32, text string) []int32 {
 		}
 	}
 	return out
-}
-
-// preTokenize splits text as GPT-2's pattern
-//
-//	's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//
-// does (Go's regexp has no lookahead, hence by hand). An invalid UTF-8 byte
-// counts as a symbol character. The pieces cover text exactly, in order.
-func preTokenize(text string) []string {
-	var out []string
-	at := func(i int) (rune, int) {
-		if i >= len(text) {
-			return -1, 0
-		}
-		return utf8.DecodeRuneInString(text[i:])
-	}
-	isOther := func(r rune) bool {
-		return r >= 0 && !unicode.IsSpace(r) && !unicode.IsLetter(r) && !unicode.IsNumber(r)
-	}
-	run := func(i int, in func(rune) bool) int {
-		for {
-			r, n := at(i)
-			if n == 0 || !in(r) {
-				return i
-			}
-			i += n
-		}
-	}
-	for i := 0; i < len(text); {
-		if text[i] == '\'' {
-			if n := contraction(text[i+1:]); n > 0 {
-				out = append(out, text[i:i+1+n])
-				i += 1 + n
-				continue
-			}
-		}
-		j := i
-		if text[j] == ' ' {
-			j++
-		}
-		r, _ := at(j)
-		var end int
-		switch {
-		case r >= 0 && unicode.IsLetter(r):
-			end = run(j, unicode.IsLetter)
-		case r >= 0 && unicode.IsNumber(r):
-			end = run(j, unicode.IsNumber)
-		case isOther(r):
-			end = run(j, isOther)
-		default:
-			// Whitespace at i: take the run, but leave its last character
-			// for the next word when a non-space follows (\s+(?!\S)).
-			end = run(i, unicode.IsSpace)
-			if end < len(text) {
-				_, last := utf8.DecodeLastRuneInString(text[i:end])
-				if end-last > i {
-					end -= last
-				}
-			}
-		}
-		out = append(out, text[i:end])
-		i = end
-	}
-	return out
-}
-
-// contraction returns the length of a GPT-2 contraction suffix at the start
-// of s (after the apostrophe), 0 if none.
-func contraction(s string) int {
-	for _, c := range []string{"re", "ve", "ll", "s", "t", "m", "d"} {
-		if strings.HasPrefix(s, c) {
-			return len(c)
-		}
-	}
-	return 0
 }

@@ -55,13 +55,22 @@ type Tokenizer struct {
 	bos, eos, unk  int32
 	addBOS         bool
 	addSpacePrefix bool
+	// BPE only: the pre-tokenizer split; ignoreMerges emits a piece that
+	// is a whole vocabulary token as that token without merging (Llama 3);
+	// nfc normalizes text to Unicode NFC first (Qwen2).
+	pre          preTokenizer
+	ignoreMerges bool
+	nfc          bool
 }
 
 // FromGGUF builds the tokenizer from f's tokenizer.ggml.* metadata. Keys read:
 // model, tokens, scores (SPM; zeros when absent), token_type (normal when
-// absent), merges (BPE), bos/eos/unknown_token_id, add_bos_token (default
-// true for llama, false for gpt2), add_space_prefix (default true for
-// llama, false for gpt2).
+// absent), merges (BPE), pre (BPE's pre-tokenizer, "default" when absent;
+// see preNames), bos/eos/unknown_token_id, add_bos_token (default true for
+// llama and for the Llama 3 pre-tokenizer, as llama.cpp has it, false
+// otherwise), add_space_prefix (default true for llama, false for gpt2).
+// The Llama 3 pre-tokenizer also selects ignore_merges and qwen2 selects
+// NFC normalization, as those models' tokenizer.json files do.
 func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	model, err := f.String("tokenizer.ggml.model")
 	if err != nil {
@@ -75,6 +84,21 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 		t.kind = BPE
 	default:
 		return nil, fmt.Errorf("tokenizer: tokenizer.ggml.model = %q is not supported (accepted: llama, gpt2)", model)
+	}
+	if t.kind == BPE && f.Has("tokenizer.ggml.pre") {
+		name, err := f.String("tokenizer.ggml.pre")
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		if t.pre, err = parsePre(name); err != nil {
+			return nil, err
+		}
+		switch t.pre {
+		case preLlama3:
+			t.ignoreMerges, t.addBOS = true, true
+		case preQwen2:
+			t.nfc = true
+		}
 	}
 	if t.tokens, err = f.Strings("tokenizer.ggml.tokens"); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
