@@ -39,6 +39,11 @@ func (t *Tokenizer) initBPE(f *gguf.File, types []int32) error {
 		case typeUnknown:
 			t.pieces[i] = []byte(unkSurface)
 			continue
+		case typeUserDefined:
+			// Added tokens are stored as their text, not byte-mapped
+			// (llama.cpp and Hugging Face both decode them verbatim).
+			t.pieces[i] = []byte(s)
+			continue
 		}
 		// Map each character back to its byte; characters outside the
 		// mapping (user-defined tokens) keep their UTF-8.

@@ -4,9 +4,11 @@
 // <0xXX> byte fallback) and GPT-2 byte-level BPE ("gpt2": merge the pair of
 // lowest rank after the GPT-2 pre-tokenizer split).
 //
-// Special tokens written in the input text (e.g. "<s>") are not recognized:
-// Encode treats all text as plain text, so user input can never inject a
-// control token.
+// Control tokens written in the input text (e.g. "<s>", "<|eot_id|>") are
+// not recognized by Encode, so user input can never inject one;
+// EncodeSpecial recognizes them, for text the server writes itself (chat
+// templates), and EscapeSpecial keeps user text embedded in such text from
+// matching.
 package tokenizer
 
 import (
@@ -55,6 +57,10 @@ type Tokenizer struct {
 	bos, eos, unk  int32
 	addBOS         bool
 	addSpacePrefix bool
+	// plain finds user-defined tokens in text (Encode); special also finds
+	// control and unknown ones (EncodeSpecial); control finds only those
+	// (EscapeSpecial).
+	plain, special, control *matcher
 	// BPE only: the pre-tokenizer split; ignoreMerges emits a piece that
 	// is a whole vocabulary token as that token without merging (Llama 3);
 	// nfc normalizes text to Unicode NFC first (Qwen2).
@@ -171,6 +177,9 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	for i := range t.byteTok {
 		t.byteTok[i] = -1
 	}
+	t.plain = newMatcher(t.tokens, types, typeUserDefined)
+	t.special = newMatcher(t.tokens, types, typeUserDefined, typeControl, typeUnknown)
+	t.control = newMatcher(t.tokens, types, typeControl, typeUnknown)
 	t.pieces = make([][]byte, n)
 	if t.kind == SPM {
 		t.initSPM(types)
@@ -245,22 +254,13 @@ func (t *Tokenizer) Piece(id int32) []byte {
 
 // Encode tokenizes text, starting with BOS when addBOS (and the vocabulary
 // has one). SPM prepends one space to non-empty text when add_space_prefix
-// is set, as SentencePiece does.
+// is set, as SentencePiece does. Text is text: control tokens written in
+// it (e.g. "<|eot_id|>") are encoded as their characters, never as the
+// tokens. User-defined tokens (Hugging Face's added tokens that are not
+// special, such as Qwen3's "<think>") are recognized, as both llama.cpp
+// and Hugging Face tokenizers do.
 func (t *Tokenizer) Encode(text string, addBOS bool) []int32 {
-	out := make([]int32, 0, len(text)/2+2)
-	if addBOS && t.bos >= 0 {
-		out = append(out, t.bos)
-	}
-	if text == "" {
-		return out
-	}
-	if t.kind == SPM {
-		if t.addSpacePrefix {
-			text = " " + text
-		}
-		return t.encodeSPM(out, strings.ReplaceAll(text, " ", spmSpace))
-	}
-	return t.encodeBPE(out, text)
+	return t.encode(text, addBOS, t.plain, false)
 }
 
 // Decode returns the text of ids. Like llama.cpp, when the vocabulary adds
