@@ -26,7 +26,9 @@ func byteToRune() [256]rune {
 	return m
 }
 
-func (t *Tokenizer) initBPE(f *gguf.File, types []int32) error {
+// initBPE fills pieces, byteTok and ranks; merges are in rank order (the
+// first of duplicates counts).
+func (t *Tokenizer) initBPE(types []int32, merges []pair) {
 	b2r := byteToRune()
 	r2b := make(map[rune]byte, 256)
 	for b, r := range b2r {
@@ -62,21 +64,29 @@ func (t *Tokenizer) initBPE(f *gguf.File, types []int32) error {
 			t.byteTok[b] = id
 		}
 	}
+	t.ranks = make(map[pair]int32, len(merges))
+	for i, m := range merges {
+		if _, dup := t.ranks[m]; !dup {
+			t.ranks[m] = int32(i)
+		}
+	}
+}
+
+// ggufMerges reads tokenizer.ggml.merges, each "left right".
+func ggufMerges(f *gguf.File) ([]pair, error) {
 	merges, err := f.Strings("tokenizer.ggml.merges")
 	if err != nil {
-		return fmt.Errorf("tokenizer: gpt2 vocabulary: %w", err)
+		return nil, fmt.Errorf("tokenizer: gpt2 vocabulary: %w", err)
 	}
-	t.ranks = make(map[pair]int32, len(merges))
+	out := make([]pair, len(merges))
 	for i, m := range merges {
 		l, r, ok := strings.Cut(m, " ")
 		if !ok || l == "" || r == "" || strings.Contains(r, " ") {
-			return fmt.Errorf("tokenizer: tokenizer.ggml.merges[%d] = %q is not \"left right\"", i, m)
+			return nil, fmt.Errorf("tokenizer: tokenizer.ggml.merges[%d] = %q is not \"left right\"", i, m)
 		}
-		if _, dup := t.ranks[pair{l, r}]; !dup {
-			t.ranks[pair{l, r}] = int32(i)
-		}
+		out[i] = pair{l, r}
 	}
-	return nil
+	return out, nil
 }
 
 // pair is a merge rule's two sides (keyed as a struct so lookups need no

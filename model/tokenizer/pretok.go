@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -29,31 +28,41 @@ const (
 	preQwen2
 )
 
-// preNames maps the GGUF tokenizer.ggml.pre values (llama.cpp's names) to
-// the splits. "default" keeps GPT-2's split, which is what this package
-// applied to every gpt2 vocabulary before it read the key (llama.cpp's own
-// "default" is a different, multi-regex split).
-var preNames = map[string]preTokenizer{
-	"default":   preGPT2,
-	"gpt2":      preGPT2,
-	"gpt-2":     preGPT2,
-	"llama3":    preLlama3,
-	"llama-v3":  preLlama3,
-	"llama-bpe": preLlama3,
-	"qwen2":     preQwen2,
+// parsePre resolves a GGUF tokenizer.ggml.pre value (llama.cpp's names).
+// "default" keeps GPT-2's split, which is what this package applied to
+// every gpt2 vocabulary before it read the key (llama.cpp's own "default"
+// is a different, multi-regex split).
+func parsePre(name string) (preTokenizer, error) {
+	switch name {
+	case "default", "gpt2", "gpt-2":
+		return preGPT2, nil
+	case "llama3", "llama-v3", "llama-bpe":
+		return preLlama3, nil
+	case "qwen2":
+		return preQwen2, nil
+	}
+	return 0, fmt.Errorf("tokenizer: tokenizer.ggml.pre = %q is not supported (accepted: default, gpt2, gpt-2, llama3, llama-v3, llama-bpe, qwen2)", name)
 }
 
-// parsePre resolves a tokenizer.ggml.pre value.
-func parsePre(name string) (preTokenizer, error) {
-	if p, ok := preNames[name]; ok {
-		return p, nil
+// The pre_tokenizer regexes of Hugging Face tokenizer.json files that the
+// splits implement, byte for byte.
+const (
+	regexGPT2   = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+	regexLlama3 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	regexQwen2  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+)
+
+// preForRegex resolves a Split pre-tokenizer's regex.
+func preForRegex(re string) (preTokenizer, error) {
+	switch re {
+	case regexGPT2:
+		return preGPT2, nil
+	case regexLlama3:
+		return preLlama3, nil
+	case regexQwen2:
+		return preQwen2, nil
 	}
-	names := make([]string, 0, len(preNames))
-	for n := range preNames {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return 0, fmt.Errorf("tokenizer: tokenizer.ggml.pre = %q is not supported (accepted: %s)", name, strings.Join(names, ", "))
+	return 0, fmt.Errorf("tokenizer: pre_tokenizer regex %q is not supported (accepted: the GPT-2, Llama 3 and Qwen2 patterns)", re)
 }
 
 // String names the split as its main GGUF name.

@@ -56,6 +56,7 @@ type Tokenizer struct {
 	ranks          map[pair]int32
 	bos, eos, unk  int32
 	addBOS         bool
+	addBOSSet      bool // addBOS was given explicitly (FromHFJSON)
 	addSpacePrefix bool
 	// plain finds user-defined tokens in text (Encode); special also finds
 	// control and unknown ones (EncodeSpecial); control finds only those
@@ -168,6 +169,22 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	if t.addBOS && t.bos < 0 {
 		return nil, errors.New("tokenizer: add_bos_token is set but tokenizer.ggml.bos_token_id is absent")
 	}
+	var merges []pair
+	if t.kind == BPE {
+		if merges, err = ggufMerges(f); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.build(types, merges); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// build makes the lookup tables once tokens, their types (one per token)
+// and, for BPE, the merges in rank order are known.
+func (t *Tokenizer) build(types []int32, merges []pair) error {
+	n := len(t.tokens)
 	t.index = make(map[string]int32, n)
 	for i, s := range t.tokens {
 		if _, dup := t.index[s]; !dup {
@@ -183,10 +200,10 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	t.pieces = make([][]byte, n)
 	if t.kind == SPM {
 		t.initSPM(types)
-	} else if err := t.initBPE(f, types); err != nil {
-		return nil, err
+	} else {
+		t.initBPE(types, merges)
 	}
-	return t, nil
+	return nil
 }
 
 func (t *Tokenizer) initSPM(types []int32) {
