@@ -45,6 +45,12 @@ func TestSplitLlama3AndQwen2(t *testing.T) {
 		{name: "invalid byte before letters", text: "\xffab", llama3: []string{"\xffab"}},
 		{name: "code", text: "if (x == 10) {\n\treturn;\n}", llama3: []string{"if", " (", "x", " ==", " ", "10", ")", " {\n", "\treturn", ";\n", "}"},
 			qwen2: []string{"if", " (", "x", " ==", " ", "1", "0", ")", " {\n", "\treturn", ";\n", "}"}},
+		// \s is Unicode White_Space, as in the Rust (Oniguruma) engine of
+		// Hugging Face tokenizers and in llama.cpp: U+0085 is a space and
+		// U+FEFF is not. The JavaScript reference differs on both (it gives
+		// " \u0085", "x" and " ", "\ufeffb"), so the corpus avoids them.
+		{name: "NEL is a space", text: " \u0085x", llama3: []string{" ", "\u0085x"}},
+		{name: "BOM is a symbol", text: " \ufeffb", llama3: []string{" \ufeff", "b"}},
 		{name: "empty", text: ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

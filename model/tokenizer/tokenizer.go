@@ -1,14 +1,21 @@
 // Package tokenizer turns text into token ids and back using the vocabulary
-// stored in a GGUF file: SentencePiece-style (tokenizer.ggml.model "llama":
-// merge the adjacent pair whose merged piece has the best score, with
-// <0xXX> byte fallback) and GPT-2 byte-level BPE ("gpt2": merge the pair of
-// lowest rank after the GPT-2 pre-tokenizer split).
+// stored in a GGUF file (FromGGUF) or a Hugging Face tokenizer.json
+// (FromHFJSON): SentencePiece-style (tokenizer.ggml.model "llama": merge
+// the adjacent pair whose merged piece has the best score, with <0xXX>
+// byte fallback) and byte-level BPE ("gpt2": merge the pair of lowest rank
+// within each piece of the pre-tokenizer split, which is GPT-2's, Llama
+// 3's or Qwen2's; see preTokenizer).
 //
 // Control tokens written in the input text (e.g. "<s>", "<|eot_id|>") are
 // not recognized by Encode, so user input can never inject one;
 // EncodeSpecial recognizes them, for text the server writes itself (chat
 // templates), and EscapeSpecial keeps user text embedded in such text from
 // matching.
+//
+// The Llama 3 and Qwen3 vocabularies are checked against the reference
+// encoder (transformers.js's tokenizers) on the corpus in
+// testdata/tokenizer; scripts/make-tokenizer-fixtures.sh regenerates the
+// fixtures.
 package tokenizer
 
 import (
