@@ -119,8 +119,9 @@ func FromHFJSON(tokenizer, config []byte) (*Tokenizer, error) {
 			return nil, err
 		}
 	}
+	var addBOS *bool
 	if config != nil {
-		if err := t.hfConfig(config); err != nil {
+		if addBOS, err = t.hfConfig(config); err != nil {
 			return nil, err
 		}
 	}
@@ -130,9 +131,10 @@ func FromHFJSON(tokenizer, config []byte) (*Tokenizer, error) {
 				return nil, err
 			}
 		}
-		if !t.addBOSSet {
-			t.addBOS = true
-		}
+		t.addBOS = true
+	}
+	if addBOS != nil {
+		t.addBOS = *addBOS
 	}
 	if t.addBOS && t.bos < 0 {
 		return nil, errors.New("tokenizer: BOS is to be added but tokenizer_config.json names no bos_token")
@@ -158,6 +160,11 @@ func (t *Tokenizer) hfVocab(h *hfTokenizer) ([]int32, error) {
 	}
 	if n == 0 {
 		return nil, errors.New("tokenizer: tokenizer.json has an empty vocabulary")
+	}
+	// Dense ids cannot exceed the entries; checked before allocating so a
+	// stray huge id is an error, not an allocation of gigabytes.
+	if entries := int64(len(h.Model.Vocab) + len(h.AddedTokens)); n > entries {
+		return nil, fmt.Errorf("tokenizer: tokenizer.json ids reach %d but there are only %d tokens (ids must be 0..n-1)", n-1, entries)
 	}
 	t.tokens = make([]string, n)
 	set := make([]bool, n)
@@ -305,11 +312,12 @@ func startsWithSpecial(c *hfComponent) (string, bool) {
 	return single[0].SpecialToken.ID, true
 }
 
-// hfConfig applies tokenizer_config.json.
-func (t *Tokenizer) hfConfig(config []byte) error {
+// hfConfig applies tokenizer_config.json's special tokens and returns its
+// add_bos_token (nil when absent).
+func (t *Tokenizer) hfConfig(config []byte) (*bool, error) {
 	var c hfConfig
 	if err := json.Unmarshal(config, &c); err != nil {
-		return fmt.Errorf("tokenizer: tokenizer_config.json: %w", err)
+		return nil, fmt.Errorf("tokenizer: tokenizer_config.json: %w", err)
 	}
 	for _, k := range []struct {
 		name string
@@ -318,19 +326,16 @@ func (t *Tokenizer) hfConfig(config []byte) error {
 	}{{"bos_token", c.BOS, &t.bos}, {"eos_token", c.EOS, &t.eos}, {"unk_token", c.UNK, &t.unk}} {
 		s, ok, err := tokenText(k.raw)
 		if err != nil {
-			return fmt.Errorf("tokenizer: tokenizer_config.json %s: %w", k.name, err)
+			return nil, fmt.Errorf("tokenizer: tokenizer_config.json %s: %w", k.name, err)
 		}
 		if !ok {
 			continue
 		}
 		if *k.dst, err = t.lookup("tokenizer_config.json "+k.name, s); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if c.AddBOS != nil {
-		t.addBOS, t.addBOSSet = *c.AddBOS, true
-	}
-	return nil
+	return c.AddBOS, nil
 }
 
 // tokenText reads a special token named in tokenizer_config.json: absent

@@ -133,7 +133,12 @@ func TestFromHFJSONErrors(t *testing.T) {
 		{"no pre", func(h map[string]any) { h["pre_tokenizer"] = nil }, "", "no pre_tokenizer"},
 		{"decoder", func(h map[string]any) { h["decoder"] = map[string]any{"type": "WordPiece"} }, "", `decoder type "WordPiece"`},
 		{"duplicate id", func(h map[string]any) { model(h)["vocab"].(map[string]any)["zz"] = 3 }, "", "vocab id 3 is both"},
-		{"hole", func(h map[string]any) { added(h, 2)["id"] = 400 }, "", "no token with id"},
+		{"hole", func(h map[string]any) {
+			// An added token repeating a vocabulary entry counts twice.
+			added(h, 2)["id"] = 272
+			h["added_tokens"] = append(h["added_tokens"].([]any), map[string]any{"id": 0, "content": string(byteToRune()[0])})
+		}, "", "no token with id 271"},
+		{"huge id", func(h map[string]any) { added(h, 2)["id"] = 1 << 30 }, "", "ids reach 1073741824 but there are only 272 tokens"},
 		{"negative id", func(h map[string]any) { added(h, 0)["id"] = -1 }, "", `"<|begin_of_text|>" has id -1`},
 		{"added clashes", func(h map[string]any) { added(h, 0)["id"] = 5 }, "", `added token "<|begin_of_text|>" has id 5`},
 		{"lstrip", func(h map[string]any) { added(h, 1)["lstrip"] = true }, "", `"<|eot_id|>": lstrip`},
@@ -165,4 +170,20 @@ func TestFromHFJSONErrors(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// FuzzFromHFJSON: any document either loads or is refused with an error;
+// what loads encodes and decodes without panicking.
+func FuzzFromHFJSON(f *testing.F) {
+	f.Add(marshal(f, tinyHF()), []byte(`{"bos_token": "<|begin_of_text|>"}`))
+	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}}`), []byte(`{}`))
+	f.Fuzz(func(t *testing.T, doc, config []byte) {
+		tk, err := FromHFJSON(doc, config)
+		if err != nil {
+			return
+		}
+		s := "the hello world's <|eot_id|> 123"
+		tk.Decode(tk.Encode(s, tk.AddBOS()))
+		tk.Decode(tk.EncodeSpecial(tk.EscapeSpecial(s), false))
+	})
 }

@@ -52,7 +52,8 @@ const spmSpace = "\u2581"
 // unkSurface is how an unknown token decodes (SentencePiece's default).
 const unkSurface = " \u2047 "
 
-// Tokenizer is immutable after FromGGUF and safe for concurrent use.
+// Tokenizer is immutable once FromGGUF or FromHFJSON returns it and safe
+// for concurrent use.
 type Tokenizer struct {
 	kind           Kind
 	tokens         []string
@@ -63,7 +64,6 @@ type Tokenizer struct {
 	ranks          map[pair]int32
 	bos, eos, unk  int32
 	addBOS         bool
-	addBOSSet      bool // addBOS was given explicitly (FromHFJSON)
 	addSpacePrefix bool
 	// plain finds user-defined tokens in text (Encode); special also finds
 	// control and unknown ones (EncodeSpecial); control finds only those
