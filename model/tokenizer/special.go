@@ -130,8 +130,12 @@ func (t *Tokenizer) EncodeSpecial(text string, addBOS bool) []int32 {
 // Encode would encode s: every occurrence of a control or unknown token's
 // string gets a U+FDD0 after its first character (so it no longer
 // matches), and each U+FDD0 already in s is doubled. User-defined tokens
-// are left alone, since Encode recognizes them too. (A special token of a
-// single character cannot be broken this way; vocabularies have none.)
+// are left alone, since Encode recognizes them too. Two cases escape
+// imperfectly, and real vocabularies have neither: a special token of a
+// single character cannot be broken by a mark, and a user-defined token
+// that a control token's string starts with is broken along with it.
+// Escaping applies to whole occurrences within s: text joined to s later
+// (a template writing half a token next to it) is not covered.
 func (t *Tokenizer) EscapeSpecial(s string) string {
 	if t.control.empty && !strings.Contains(s, escapeMark) {
 		return s
