@@ -20,6 +20,37 @@ type message struct {
 type chatTemplate struct {
 	tmpl     *jinja.Template // nil: the fallback format
 	bos, eos string          // the BOS and EOS tokens' text, for templates
+	// special, when set, encodes rendered templates: the template's own
+	// special-token text becomes those tokens, message text is escaped
+	// so that it stays text.
+	special specialEncoder
+}
+
+// specialEncoder is what a Tokenizer may also offer for chat templates
+// (model/tokenizer's does): EncodeSpecial reads special-token text (e.g.
+// "<|eot_id|>") as the tokens, and EscapeSpecial changes text so that
+// EncodeSpecial encodes it as Encode would.
+type specialEncoder interface {
+	EncodeSpecial(text string, addBOS bool) []int32
+	EscapeSpecial(s string) string
+}
+
+// withSpecial makes c encode through tok's special-token support when tok
+// has it and c renders a template (the fallback format writes no special
+// tokens).
+func (c *chatTemplate) withSpecial(tok Tokenizer) *chatTemplate {
+	if se, ok := tok.(specialEncoder); ok && c.tmpl != nil {
+		c.special = se
+	}
+	return c
+}
+
+// encode tokenizes a prompt render returned.
+func (c *chatTemplate) encode(tok Tokenizer, text string, addBOS bool) []int32 {
+	if c.special != nil {
+		return c.special.EncodeSpecial(text, addBOS)
+	}
+	return tok.Encode(text, addBOS)
 }
 
 // newChatTemplate compiles src ("" selects the fallback). bos and eos are
@@ -46,7 +77,9 @@ var fallbackRoles = map[string]string{
 // render returns the prompt text for msgs, ending with the cue for the
 // assistant's reply. A BOS the template writes at the very start is removed
 // from the text and reported as bos, for the caller to encode as the BOS
-// token (the tokenizer treats special-token text as plain text).
+// token. With special set, message content and names are escaped before
+// rendering, so encode turns only the template's special-token text into
+// tokens.
 func (c *chatTemplate) render(msgs []message) (text string, bos bool, err error) {
 	if c.tmpl == nil {
 		var b strings.Builder
@@ -60,10 +93,14 @@ func (c *chatTemplate) render(msgs []message) (text string, bos bool, err error)
 		return b.String(), false, nil
 	}
 	list := make([]any, len(msgs))
+	esc := func(s string) string { return s }
+	if c.special != nil {
+		esc = c.special.EscapeSpecial
+	}
 	for i, m := range msgs {
-		d := map[string]any{"role": m.Role, "content": m.Content}
+		d := map[string]any{"role": m.Role, "content": esc(m.Content)}
 		if m.Name != "" {
-			d["name"] = m.Name
+			d["name"] = esc(m.Name)
 		}
 		list[i] = d
 	}

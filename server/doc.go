@@ -60,8 +60,10 @@
 // are rendered by a Jinja-compatible engine (github.com/ardanlabs/jinja)
 // with messages, add_generation_prompt=true, bos_token and eos_token; a BOS
 // written at the very start is dropped because the prompt is encoded with a
-// BOS token. The tokenizer encodes special-token text (e.g. "<|im_start|>")
-// as plain text. Without a template the fallback format is one line per
+// BOS token. The special-token text the template writes (e.g.
+// "<|im_start|>") becomes those tokens (the tokenizer's EncodeSpecial);
+// message content and names are escaped first (EscapeSpecial), so text a
+// client sends, "<|im_end|>" included, is always encoded as text. Without a template the fallback format is one line per
 // message, "Role: content", with roles System (also for developer), User,
 // Assistant and Tool, followed by the cue "Assistant:":
 //

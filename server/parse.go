@@ -378,7 +378,7 @@ func (p *parser) chatCompletion(body []byte) (*job, *APIError) {
 	if e := p.checkBytes("messages", "the rendered prompt", len(text)); e != nil {
 		return nil, e
 	}
-	prompt := p.tok.Encode(text, bos || p.tok.AddBOS())
+	prompt := p.chat.encode(p.tok, text, bos || p.tok.AddBOS())
 	if len(prompt) == 0 {
 		return nil, badRequest("messages", "invalid_value", "messages: the rendered prompt encodes to no tokens")
 	}

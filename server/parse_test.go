@@ -12,7 +12,7 @@ func testParser(t testing.TB, template string) *parser {
 	tok := storiesTokenizer(t)
 	chat, err := newChatTemplate(template, tok.Token(tok.BOS()), tok.Token(tok.EOS()))
 	require.NoError(t, err)
-	return &parser{tok: tok, chat: chat, lim: limits{model: testModel, maxContext: 64, vocab: tok.VocabSize(), maxN: 4, maxChoices: 8, maxPiece: maxPieceBytes(tok)}}
+	return &parser{tok: tok, chat: chat.withSpecial(tok), lim: limits{model: testModel, maxContext: 64, vocab: tok.VocabSize(), maxN: 4, maxChoices: 8, maxPiece: maxPieceBytes(tok)}}
 }
 
 func TestParseFields(t *testing.T) {

@@ -190,6 +190,7 @@ func New(cfg Config, eng Engine) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	chat = chat.withSpecial(tok)
 	s := &Server{
 		cfg: cfg, eng: eng, keys: newKeyring(cfg.APIKeys), progs: newPrograms(defaultMaxPrograms, cfg.ProgramIdleTTL, cfg.Clock),
 		log: cfg.Logger, cancels: make(map[*context.CancelCauseFunc]struct{}),

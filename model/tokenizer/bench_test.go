@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 var benchText = strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ", 4)
@@ -25,5 +27,32 @@ func BenchmarkDecoderAdd(b *testing.B) {
 	for b.Loop() {
 		d.Add(ids[i%len(ids)])
 		i++
+	}
+}
+
+// benchMixed is prose, code, numbers and CJK, about 1 KB.
+var benchMixed = strings.Repeat("The year 1999 was 25 years ago; it's a fact. "+
+	"func main() {\n\tfmt.Println(\"hi\")\n}\n東京は日本の首都です。 👍🏽\n", 8)
+
+func BenchmarkEncodeHF(b *testing.B) {
+	for _, name := range []string{"llama3", "qwen3"} {
+		b.Run(name, func(b *testing.B) {
+			tk, _ := hfFixture(b, name)
+			b.SetBytes(int64(len(benchMixed)))
+			b.ReportAllocs()
+			for b.Loop() {
+				tk.Encode(benchMixed, false)
+			}
+		})
+	}
+}
+
+func BenchmarkFromHFJSON(b *testing.B) {
+	doc, err := loadFixture("llama3/tokenizer.json.gz")
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		_, err := FromHFJSON(doc, nil)
+		require.NoError(b, err)
 	}
 }

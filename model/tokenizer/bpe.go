@@ -3,10 +3,10 @@ package tokenizer
 import (
 	"fmt"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/turnstile-llm/turnstile/model/gguf"
+	"golang.org/x/text/unicode/norm"
 )
 
 // byteToRune is GPT-2's reversible byte → printable character mapping:
@@ -26,7 +26,9 @@ func byteToRune() [256]rune {
 	return m
 }
 
-func (t *Tokenizer) initBPE(f *gguf.File, types []int32) error {
+// initBPE fills pieces, byteTok and ranks; merges are in rank order (the
+// first of duplicates counts).
+func (t *Tokenizer) initBPE(types []int32, merges []pair) {
 	b2r := byteToRune()
 	r2b := make(map[rune]byte, 256)
 	for b, r := range b2r {
@@ -38,6 +40,11 @@ func (t *Tokenizer) initBPE(f *gguf.File, types []int32) error {
 			continue
 		case typeUnknown:
 			t.pieces[i] = []byte(unkSurface)
+			continue
+		case typeUserDefined:
+			// Added tokens are stored as their text, not byte-mapped
+			// (llama.cpp and Hugging Face both decode them verbatim).
+			t.pieces[i] = []byte(s)
 			continue
 		}
 		// Map each character back to its byte; characters outside the
@@ -57,30 +64,41 @@ func (t *Tokenizer) initBPE(f *gguf.File, types []int32) error {
 			t.byteTok[b] = id
 		}
 	}
+	t.ranks = make(map[pair]int32, len(merges))
+	for i, m := range merges {
+		if _, dup := t.ranks[m]; !dup {
+			t.ranks[m] = int32(i)
+		}
+	}
+}
+
+// ggufMerges reads tokenizer.ggml.merges, each "left right".
+func ggufMerges(f *gguf.File) ([]pair, error) {
 	merges, err := f.Strings("tokenizer.ggml.merges")
 	if err != nil {
-		return fmt.Errorf("tokenizer: gpt2 vocabulary: %w", err)
+		return nil, fmt.Errorf("tokenizer: gpt2 vocabulary: %w", err)
 	}
-	t.ranks = make(map[pair]int32, len(merges))
+	out := make([]pair, len(merges))
 	for i, m := range merges {
 		l, r, ok := strings.Cut(m, " ")
 		if !ok || l == "" || r == "" || strings.Contains(r, " ") {
-			return fmt.Errorf("tokenizer: tokenizer.ggml.merges[%d] = %q is not \"left right\"", i, m)
+			return nil, fmt.Errorf("tokenizer: tokenizer.ggml.merges[%d] = %q is not \"left right\"", i, m)
 		}
-		if _, dup := t.ranks[pair{l, r}]; !dup {
-			t.ranks[pair{l, r}] = int32(i)
-		}
+		out[i] = pair{l, r}
 	}
-	return nil
+	return out, nil
 }
 
 // pair is a merge rule's two sides (keyed as a struct so lookups need no
 // concatenated string).
 type pair struct{ left, right string }
 
-// encodeBPE splits text with the GPT-2 pre-tokenizer, maps each word's
-// bytes to characters and merges pairs by rank.
+// encodeBPE splits text with the vocabulary's pre-tokenizer, maps each
+// piece's bytes to characters and merges pairs by rank.
 func (t *Tokenizer) encodeBPE(out []int32, text string) []int32 {
+	if t.nfc {
+		text = norm.NFC.String(text)
+	}
 	b2r := byteToRune()
 	var mapped strings.Builder
 	m := merger{prio: func(l, r, merged string) (float64, bool) {
@@ -93,12 +111,18 @@ func (t *Tokenizer) encodeBPE(out []int32, text string) []int32 {
 		}
 		return -float64(rank), true
 	}}
-	for _, word := range preTokenize(text) {
+	for _, word := range t.pre.split(nil, text) {
 		mapped.Reset()
 		for i := 0; i < len(word); i++ {
 			mapped.WriteRune(b2r[word[i]])
 		}
 		m.text = mapped.String()
+		if t.ignoreMerges {
+			if id, ok := t.index[m.text]; ok {
+				out = append(out, id)
+				continue
+			}
+		}
 		for _, p := range m.run() {
 			if id, ok := t.index[p]; ok {
 				out = append(out, id)
@@ -115,79 +139,4 @@ func (t *Tokenizer) encodeBPE(out []int32, text string) []int32 {
 		}
 	}
 	return out
-}
-
-// preTokenize splits text as GPT-2's pattern
-//
-//	's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//
-// does (Go's regexp has no lookahead, hence by hand). An invalid UTF-8 byte
-// counts as a symbol character. The pieces cover text exactly, in order.
-func preTokenize(text string) []string {
-	var out []string
-	at := func(i int) (rune, int) {
-		if i >= len(text) {
-			return -1, 0
-		}
-		return utf8.DecodeRuneInString(text[i:])
-	}
-	isOther := func(r rune) bool {
-		return r >= 0 && !unicode.IsSpace(r) && !unicode.IsLetter(r) && !unicode.IsNumber(r)
-	}
-	run := func(i int, in func(rune) bool) int {
-		for {
-			r, n := at(i)
-			if n == 0 || !in(r) {
-				return i
-			}
-			i += n
-		}
-	}
-	for i := 0; i < len(text); {
-		if text[i] == '\'' {
-			if n := contraction(text[i+1:]); n > 0 {
-				out = append(out, text[i:i+1+n])
-				i += 1 + n
-				continue
-			}
-		}
-		j := i
-		if text[j] == ' ' {
-			j++
-		}
-		r, _ := at(j)
-		var end int
-		switch {
-		case r >= 0 && unicode.IsLetter(r):
-			end = run(j, unicode.IsLetter)
-		case r >= 0 && unicode.IsNumber(r):
-			end = run(j, unicode.IsNumber)
-		case isOther(r):
-			end = run(j, isOther)
-		default:
-			// Whitespace at i: take the run, but leave its last character
-			// for the next word when a non-space follows (\s+(?!\S)).
-			end = run(i, unicode.IsSpace)
-			if end < len(text) {
-				_, last := utf8.DecodeLastRuneInString(text[i:end])
-				if end-last > i {
-					end -= last
-				}
-			}
-		}
-		out = append(out, text[i:end])
-		i = end
-	}
-	return out
-}
-
-// contraction returns the length of a GPT-2 contraction suffix at the start
-// of s (after the apostrophe), 0 if none.
-func contraction(s string) int {
-	for _, c := range []string{"re", "ve", "ll", "s", "t", "m", "d"} {
-		if strings.HasPrefix(s, c) {
-			return len(c)
-		}
-	}
-	return 0
 }

@@ -1,12 +1,21 @@
 // Package tokenizer turns text into token ids and back using the vocabulary
-// stored in a GGUF file: SentencePiece-style (tokenizer.ggml.model "llama":
-// merge the adjacent pair whose merged piece has the best score, with
-// <0xXX> byte fallback) and GPT-2 byte-level BPE ("gpt2": merge the pair of
-// lowest rank after the GPT-2 pre-tokenizer split).
+// stored in a GGUF file (FromGGUF) or a Hugging Face tokenizer.json
+// (FromHFJSON): SentencePiece-style (tokenizer.ggml.model "llama": merge
+// the adjacent pair whose merged piece has the best score, with <0xXX>
+// byte fallback) and byte-level BPE ("gpt2": merge the pair of lowest rank
+// within each piece of the pre-tokenizer split, which is GPT-2's, Llama
+// 3's or Qwen2's; see preTokenizer).
 //
-// Special tokens written in the input text (e.g. "<s>") are not recognized:
-// Encode treats all text as plain text, so user input can never inject a
-// control token.
+// Control tokens written in the input text (e.g. "<s>", "<|eot_id|>") are
+// not recognized by Encode, so user input can never inject one;
+// EncodeSpecial recognizes them, for text the server writes itself (chat
+// templates), and EscapeSpecial keeps user text embedded in such text from
+// matching.
+//
+// The Llama 3 and Qwen3 vocabularies are checked against the reference
+// encoder (transformers.js's tokenizers) on the corpus in
+// testdata/tokenizer; scripts/make-tokenizer-fixtures.sh regenerates the
+// fixtures.
 package tokenizer
 
 import (
@@ -43,7 +52,8 @@ const spmSpace = "\u2581"
 // unkSurface is how an unknown token decodes (SentencePiece's default).
 const unkSurface = " \u2047 "
 
-// Tokenizer is immutable after FromGGUF and safe for concurrent use.
+// Tokenizer is immutable once FromGGUF or FromHFJSON returns it and safe
+// for concurrent use.
 type Tokenizer struct {
 	kind           Kind
 	tokens         []string
@@ -55,13 +65,26 @@ type Tokenizer struct {
 	bos, eos, unk  int32
 	addBOS         bool
 	addSpacePrefix bool
+	// plain finds user-defined tokens in text (Encode); special also finds
+	// control and unknown ones (EncodeSpecial); control finds only those
+	// (EscapeSpecial).
+	plain, special, control *matcher
+	// BPE only: the pre-tokenizer split; ignoreMerges emits a piece that
+	// is a whole vocabulary token as that token without merging (Llama 3);
+	// nfc normalizes text to Unicode NFC first (Qwen2).
+	pre          preTokenizer
+	ignoreMerges bool
+	nfc          bool
 }
 
 // FromGGUF builds the tokenizer from f's tokenizer.ggml.* metadata. Keys read:
 // model, tokens, scores (SPM; zeros when absent), token_type (normal when
-// absent), merges (BPE), bos/eos/unknown_token_id, add_bos_token (default
-// true for llama, false for gpt2), add_space_prefix (default true for
-// llama, false for gpt2).
+// absent), merges (BPE), pre (BPE's pre-tokenizer, "default" when absent;
+// see preNames), bos/eos/unknown_token_id, add_bos_token (default true for
+// llama and for the Llama 3 pre-tokenizer, as llama.cpp has it, false
+// otherwise), add_space_prefix (default true for llama, false for gpt2).
+// The Llama 3 pre-tokenizer also selects ignore_merges and qwen2 selects
+// NFC normalization, as those models' tokenizer.json files do.
 func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	model, err := f.String("tokenizer.ggml.model")
 	if err != nil {
@@ -75,6 +98,21 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 		t.kind = BPE
 	default:
 		return nil, fmt.Errorf("tokenizer: tokenizer.ggml.model = %q is not supported (accepted: llama, gpt2)", model)
+	}
+	if t.kind == BPE && f.Has("tokenizer.ggml.pre") {
+		name, err := f.String("tokenizer.ggml.pre")
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		if t.pre, err = parsePre(name); err != nil {
+			return nil, err
+		}
+		switch t.pre {
+		case preLlama3:
+			t.ignoreMerges, t.addBOS = true, true
+		case preQwen2:
+			t.nfc = true
+		}
 	}
 	if t.tokens, err = f.Strings("tokenizer.ggml.tokens"); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
@@ -138,6 +176,22 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	if t.addBOS && t.bos < 0 {
 		return nil, errors.New("tokenizer: add_bos_token is set but tokenizer.ggml.bos_token_id is absent")
 	}
+	var merges []pair
+	if t.kind == BPE {
+		if merges, err = ggufMerges(f); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.build(types, merges); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// build makes the lookup tables once tokens, their types (one per token)
+// and, for BPE, the merges in rank order are known.
+func (t *Tokenizer) build(types []int32, merges []pair) error {
+	n := len(t.tokens)
 	t.index = make(map[string]int32, n)
 	for i, s := range t.tokens {
 		if _, dup := t.index[s]; !dup {
@@ -147,13 +201,16 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	for i := range t.byteTok {
 		t.byteTok[i] = -1
 	}
+	t.plain = newMatcher(t.tokens, types, typeUserDefined)
+	t.special = newMatcher(t.tokens, types, typeUserDefined, typeControl, typeUnknown)
+	t.control = newMatcher(t.tokens, types, typeControl, typeUnknown)
 	t.pieces = make([][]byte, n)
 	if t.kind == SPM {
 		t.initSPM(types)
-	} else if err := t.initBPE(f, types); err != nil {
-		return nil, err
+	} else {
+		t.initBPE(types, merges)
 	}
-	return t, nil
+	return nil
 }
 
 func (t *Tokenizer) initSPM(types []int32) {
@@ -221,22 +278,13 @@ func (t *Tokenizer) Piece(id int32) []byte {
 
 // Encode tokenizes text, starting with BOS when addBOS (and the vocabulary
 // has one). SPM prepends one space to non-empty text when add_space_prefix
-// is set, as SentencePiece does.
+// is set, as SentencePiece does. Text is text: control tokens written in
+// it (e.g. "<|eot_id|>") are encoded as their characters, never as the
+// tokens. User-defined tokens (Hugging Face's added tokens that are not
+// special, such as Qwen3's "<think>") are recognized, as both llama.cpp
+// and Hugging Face tokenizers do.
 func (t *Tokenizer) Encode(text string, addBOS bool) []int32 {
-	out := make([]int32, 0, len(text)/2+2)
-	if addBOS && t.bos >= 0 {
-		out = append(out, t.bos)
-	}
-	if text == "" {
-		return out
-	}
-	if t.kind == SPM {
-		if t.addSpacePrefix {
-			text = " " + text
-		}
-		return t.encodeSPM(out, strings.ReplaceAll(text, " ", spmSpace))
-	}
-	return t.encodeBPE(out, text)
+	return t.encode(text, addBOS, t.plain, false)
 }
 
 // Decode returns the text of ids. Like llama.cpp, when the vocabulary adds

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -187,8 +188,14 @@ func TestDecoderSplitCharacters(t *testing.T) {
 }
 
 // gpt2File builds a tiny GPT-2 vocabulary: the 256 byte characters, the
-// merges below and the tokens they form, plus an end-of-text control token.
+// merges below and the tokens they form, plus an end-of-text control token
+// and the extra tokens (type normal unless types says otherwise); keys are
+// more tokenizer.ggml.* values.
 func gpt2File(t testing.TB, merges []string) *gguf.File {
+	return gpt2FileWith(t, merges, nil, nil)
+}
+
+func gpt2FileWith(t testing.TB, merges []string, keys map[string]any, extra map[string]int32) *gguf.File {
 	t.Helper()
 	b2r := byteToRune()
 	var toks []string
@@ -203,13 +210,25 @@ func gpt2File(t testing.TB, merges []string) *gguf.File {
 	}
 	toks = append(toks, "<|endoftext|>")
 	types = append(types, typeControl)
+	names := make([]string, 0, len(extra))
+	for s := range extra {
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	for _, s := range names {
+		toks = append(toks, s)
+		types = append(types, extra[s])
+	}
 	w := gguf.NewWriter()
+	for k, v := range keys {
+		require.NoError(t, w.Set(k, v))
+	}
 	require.NoError(t, w.Set("tokenizer.ggml.model", "gpt2"))
 	require.NoError(t, w.Set("tokenizer.ggml.tokens", toks))
 	require.NoError(t, w.Set("tokenizer.ggml.token_type", types))
 	require.NoError(t, w.Set("tokenizer.ggml.merges", merges))
-	require.NoError(t, w.Set("tokenizer.ggml.bos_token_id", uint32(len(toks)-1)))
-	require.NoError(t, w.Set("tokenizer.ggml.eos_token_id", uint32(len(toks)-1)))
+	require.NoError(t, w.Set("tokenizer.ggml.bos_token_id", uint32(256+len(merges))))
+	require.NoError(t, w.Set("tokenizer.ggml.eos_token_id", uint32(256+len(merges))))
 	var buf bytes.Buffer
 	_, err := w.WriteTo(&buf)
 	require.NoError(t, err)
@@ -310,6 +329,8 @@ func TestFromGGUFErrors(t *testing.T) {
 		{map[string]any{"tokenizer.ggml.add_bos_token": uint8(1)}, "add_bos_token"},
 		{map[string]any{"tokenizer.ggml.model": "gpt2"}, "tokenizer.ggml.merges"},
 		{map[string]any{"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.merges": []string{"ab"}}, `merges[0] = "ab"`},
+		{map[string]any{"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "tekken"}, `tokenizer.ggml.pre = "tekken" is not supported`},
+		{map[string]any{"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": uint8(1)}, "tokenizer.ggml.pre"},
 	} {
 		_, err := FromGGUF(build(tc.set))
 		require.ErrorContains(t, err, tc.want)
@@ -318,4 +339,33 @@ func TestFromGGUFErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, tk.AddBOS())
 	require.Equal(t, []int32{3, 3}, tk.Encode("aa", tk.AddBOS()))
+}
+
+// TestGGUFPre: tokenizer.ggml.pre selects the split and what goes with it
+// in llama.cpp and the models' tokenizer.json: Llama 3 adds BOS by default
+// and takes a piece that is a whole token as it is (ignore_merges); Qwen2
+// normalizes to NFC.
+func TestGGUFPre(t *testing.T) {
+	// "xyz" is a token no merge builds; "é" (U+00E9) is "Ã©" mapped.
+	extra := map[string]int32{"xyz": typeNormal, "Ã©": typeNormal}
+	for _, tc := range []struct {
+		pre    string
+		addBOS bool
+		text   string
+		pieces []string
+	}{
+		{"gpt2", false, "xyz 123", []string{"x", "y", "z", "Ġ", "1", "2", "3"}},
+		{"default", false, "1234", []string{"1", "2", "3", "4"}},
+		{"llama-bpe", true, "xyz 1234", []string{"xyz", "Ġ", "1", "2", "3", "4"}},
+		{"qwen2", false, "xyz", []string{"x", "y", "z"}},
+		// NFC composes e + U+0301 into é, a whole token.
+		{"qwen2", false, "e\u0301", []string{"Ã©"}},
+		{"llama-bpe", true, "e\u0301", []string{"e", "Ì", "ģ"}},
+	} {
+		tk, err := FromGGUF(gpt2FileWith(t, []string{"Ã ©"}, map[string]any{"tokenizer.ggml.pre": tc.pre}, extra))
+		require.NoError(t, err, tc.pre)
+		require.Equal(t, tc.addBOS, tk.AddBOS(), tc.pre)
+		ids := tk.Encode(tc.text, false)
+		require.Equal(t, tc.pieces, pieces(tk, ids), "%s %q", tc.pre, tc.text)
+	}
 }
