@@ -265,7 +265,7 @@ func BenchmarkPagedAttentionGroups(b *testing.B) {
 	w := NewWorkers(2)
 	defer w.Close()
 	for _, shape := range []struct {
-		name              string
+		name               string
 		heads, kvHeads, hd int
 	}{{"110M", 12, 12, 64}, {"gqa32x8x128", 32, 8, 128}} {
 		for _, pct := range []int{0, 50, 90} {
@@ -310,8 +310,9 @@ func BenchmarkPagedAttentionGroups(b *testing.B) {
 			} {
 				b.Run(fmt.Sprintf("%s/shared=%d%%/%s", shape.name, pct, v.name), func(b *testing.B) {
 					b.ReportAllocs()
-					best, _ := loop(b, v.op)
+					best, cpu := loop(b, v.op)
 					b.ReportMetric(float64(best.Nanoseconds()), "best_ns")
+					b.ReportMetric(float64(cpu.Nanoseconds()), "cpu_ns")
 				})
 			}
 		}

@@ -18,17 +18,21 @@ type cascade struct {
 	groups []cascGroup // the groups that take the shared pass
 	qrows  []int32     // q row of each member query slot, group by group
 	tasks  []cascTask  // shared-pass tasks
-	part   []float32   // [chunks][slots][heads][hd+2]: max, sum, acc per (slot, head)
-	chunk  int         // floats between one chunk's states and the next
-	split  int         // Workers.tasks[:split] are plain tasks, the rest members' tails
-	tail   bool        // the job in flight runs the members' tails
+	order  []int32     // pass 1's tiles: i < len(tasks) is tasks[i], else Workers.tasks[i-len(tasks)]
+	merges []cascMerge // pass 2's tiles
+	// part is [chunks+1][slots][heads][hd+2]: per (slot, head) softmax
+	// states (max, sum, unnormalised acc) of a group's shared chunks, then
+	// of the member's tail (at index chunks of its group).
+	part  []float32
+	chunk int  // floats between one chunk's states and the next
+	merge bool // the job in flight is pass 2
 }
 
 type cascSeq struct {
 	group, member int32 // where the seq was listed (-1: nowhere), for errors
 	slot          int32 // its first query slot; -1: plain path
-	shared        int32 // blocks the shared pass covered
-	chunks        int32 // partial states to merge
+	shared        int32 // blocks the shared pass covers
+	chunks        int32 // shared-pass chunks (its tail's state follows them)
 }
 
 type cascGroup struct {
@@ -44,24 +48,34 @@ type cascTask struct {
 	part                             int
 }
 
+// cascMerge is one pass-2 task: the slots [s0, s1) of group g.
+type cascMerge struct{ g, s0, s1 int32 }
+
 // cascMaxChunks bounds the split of one shared run across tasks: each chunk
 // costs every member row one more state to write and merge.
 const cascMaxChunks = 8
 
+// cascMergeFloats is about the state floats one merge task reads.
+const cascMergeFloats = 1 << 14
+
 // PagedAttentionGroups computes exactly what PagedAttention computes (same out), reading each
 // group's shared run once per group and KV head for all member queries.
 //
-// Phase 1 (the shared pass) attends every member query of a group, for
-// each kv head, to the group's shared blocks in one task per tile of rows
-// (member query, query head), leaving each row's partial softmax state
-// (max, sum, unnormalised output) in a buffer the Workers own. Phase 2 runs
-// PagedAttention's tasks, a member's starting at block SharedBlocks from
-// that state instead of from nothing; the online-softmax rescale that joins
-// one block to the next joins the shared part to the tail, so the result is
-// the same attention (to float rounding: the shared pass sums in another
-// order and uses the AVX-512 exp polynomial). When a call has too few
+// Pass 1 runs, side by side, the shared pass and PagedAttention's tasks.
+// The shared pass attends every member query of a group, per kv head, to
+// the group's shared blocks in one task per tile of rows (member query,
+// query head): a small GEMM that reads each shared block once for the
+// whole tile. It leaves each row's softmax state (max, sum, unnormalised
+// output) in a buffer the Workers own. Members' PagedAttention tasks start
+// at block SharedBlocks and leave their state there too; non-members' are
+// unchanged. Pass 2 joins each member's states by the log-sum-exp rule and
+// normalises. The shared pass is compute-bound and the tails stream
+// memory, so interleaving them in one pass overlaps the two (continuing
+// the tail from the shared state instead would serialise them). The
+// result is the same attention to float rounding: sums run in another
+// order and the AVX-512 exp is a polynomial. When a call has too few
 // shared-pass tasks to keep the pool busy, each shared run is cut into
-// chunks whose states the tail merges by the same rule.
+// chunks, merged by the same rule.
 //
 // groups lists disjoint sets of seqs (see AttnGroup); a group with
 // SharedBlocks 0 or one member, and every seq in no group, takes the plain
@@ -89,27 +103,27 @@ func (w *Workers) PagedAttentionGroups(out, q []float32, l *KVLayer, seqs []Attn
 	}
 	w.tasks = w.tasks[:0]
 	for i, s := range seqs {
-		if c.seq[i].slot < 0 {
-			w.tasks = appendAttnTasks(w.tasks, i, s, l.KVHeads)
-		}
+		w.tasks = appendAttnTasks(w.tasks, i, s, l.KVHeads)
 	}
-	c.split = len(w.tasks)
-	for i, s := range seqs {
-		if c.seq[i].slot >= 0 {
-			w.tasks = appendAttnTasks(w.tasks, i, s, l.KVHeads)
+	// Each shared-pass task is followed by an even share of the others, so
+	// that the workers are mostly at different kinds of work.
+	n1, n2 := len(c.tasks), len(w.tasks)
+	c.order = c.order[:0]
+	for k := 0; k < n1; k++ {
+		c.order = append(c.order, int32(k))
+		for t := k * n2 / n1; t < (k+1)*n2/n1; t++ {
+			c.order = append(c.order, int32(n1+t))
 		}
 	}
 	w.ensureScratch(max(attnScratch(l, heads/l.KVHeads),
 		cascRows(w.path)*(2*l.HeadDim+cascKeys(l.BlockSize)+2)))
-	// Pass 1: the shared runs, with the plain tasks filling in behind them
-	// (they need nothing from the shared pass). Pass 2: the members' tails.
 	j := job{kind: jobCascade, path: w.path, out: out, q: q, l: l, seqs: seqs, heads: heads, scale: scale}
-	c.tail = false
+	c.merge = false
 	w.job = j
-	w.run(len(c.tasks) + c.split)
-	c.tail = true
+	w.run(len(c.order))
+	c.merge = true
 	w.job = j
-	w.run(len(w.tasks) - c.split)
+	w.run(len(c.merges))
 	return nil
 }
 
@@ -161,7 +175,7 @@ func (c *cascade) check(l *KVLayer, seqs []AttnSeq, groups []AttnGroup) error {
 // tiles are full and parallelism comes from chunks of the shared run).
 func (c *cascade) plan(l *KVLayer, seqs []AttnSeq, groups []AttnGroup, heads, mrows, workers int) {
 	group := heads / l.KVHeads
-	c.groups, c.qrows, c.tasks = c.groups[:0], c.qrows[:0], c.tasks[:0]
+	c.groups, c.qrows, c.tasks, c.merges = c.groups[:0], c.qrows[:0], c.tasks[:0], c.merges[:0]
 	tiles := 0
 	for gi, g := range groups {
 		if g.SharedBlocks == 0 || len(g.Members) < 2 {
@@ -188,7 +202,7 @@ func (c *cascade) plan(l *KVLayer, seqs []AttnSeq, groups []AttnGroup, heads, mr
 	}
 	state := heads * (l.HeadDim + 2) // floats per slot
 	c.chunk = len(c.qrows) * state
-	c.part = grow(c.part, chunks*c.chunk)
+	c.part = grow(c.part, (chunks+1)*c.chunk)
 	// A chunk is at least one softmax step of keys.
 	minBlocks := cascKeys(l.BlockSize) / l.BlockSize
 	for gi := range c.groups {
@@ -208,6 +222,10 @@ func (c *cascade) plan(l *KVLayer, seqs []AttnSeq, groups []AttnGroup, heads, mr
 		for _, m := range groups[cg.src].Members {
 			c.seq[m].chunks = cg.chunks
 		}
+		per := int32(max(1, cascMergeFloats/state))
+		for s0 := int32(0); s0 < cg.slots; s0 += per {
+			c.merges = append(c.merges, cascMerge{g: int32(gi), s0: cg.slot0 + s0, s1: cg.slot0 + min(s0+per, cg.slots)})
+		}
 	}
 }
 
@@ -223,18 +241,20 @@ func grow[T any](s []T, n int) []T {
 // cascadeTile runs tile t of a PagedAttentionGroups pass on worker scratch s.
 func (w *Workers) cascadeTile(t int, s []float32) {
 	j, c := &w.job, &w.casc
-	if !c.tail {
-		if t < len(c.tasks) {
-			k := c.tasks[t]
-			cCascadeTask(j.path, j.q, j.l, j.heads, j.seqs[k.lead].BlockTable, int(k.b0), int(k.b1), c.qrows[k.slot0:],
-				int(k.m0), int(k.m1), int(k.kvh), j.scale, c.part[k.part:], s)
-			return
-		}
-		t -= len(c.tasks)
-	} else {
-		t += c.split
+	hd := j.l.HeadDim
+	if c.merge {
+		m := c.merges[t]
+		cCascadeMerge(j.out, c.part, c.chunk, int(c.groups[m.g].chunks)+1, c.qrows, int(m.s0), int(m.s1), j.heads, hd)
+		return
 	}
-	task := w.tasks[t]
+	o := int(c.order[t])
+	if o < len(c.tasks) {
+		k := c.tasks[o]
+		cCascadeTask(j.path, j.q, j.l, j.heads, j.seqs[k.lead].BlockTable, int(k.b0), int(k.b1), c.qrows[k.slot0:],
+			int(k.m0), int(k.m1), int(k.kvh), j.scale, c.part[k.part:], s)
+		return
+	}
+	task := w.tasks[o-len(c.tasks)]
 	sq := j.seqs[task.seq]
 	cs := c.seq[task.seq]
 	if cs.slot < 0 {
@@ -242,5 +262,5 @@ func (w *Workers) cascadeTile(t int, s []float32) {
 		return
 	}
 	cAttnTail(j.path, j.out, j.q, j.l, j.heads, sq, task.kvh, task.i0, task.i1, j.scale, s,
-		int(cs.shared), c.part[int(cs.slot)*j.heads*(j.l.HeadDim+2):], c.chunk, int(cs.chunks))
+		int(cs.shared), c.part[int(cs.chunks)*c.chunk+int(cs.slot)*j.heads*(hd+2):])
 }

@@ -80,15 +80,22 @@ void tk_attn_task(int isa, float *out, const float *q, const float *K,
                   const int32_t *table, int qstart, int numq, int ctx,
                   int kvh, int i0, int i1, float scale, float *scratch);
 
-// tk_attn_tail is tk_attn_task for a cascade member: it reads blocks from b0
-// on, starting each (query i, head h) pair from the shared pass's partial
-// states at part + (i*heads + h)*(hd+2) ([max, sum, acc[hd]], nchunks of them
-// part_chunk floats apart). Same scratch as tk_attn_task.
+// tk_attn_tail is tk_attn_task for a cascade member's tail: it reads
+// blocks from b0 on and writes each (query i, head h) pair's softmax state
+// [max, sum, acc[hd]] (acc unnormalised) to state + (i*heads + h)*(hd+2)
+// instead of out. Same scratch as tk_attn_task.
 void tk_attn_tail(int isa, float *out, const float *q, const float *K,
                   const float *V, int heads, int kv_heads, int block, int hd,
                   const int32_t *table, int qstart, int numq, int ctx,
                   int kvh, int i0, int i1, float scale, float *scratch,
-                  int b0, const float *part, long part_chunk, int nchunks);
+                  int b0, float *state);
+
+// tk_cascade_merge joins the nstates softmax states of every head of query
+// slots [s0, s1) (state c of (slot s, head h) at part + c*chunk +
+// (s*heads + h)*(hd+2)) by the log-sum-exp rule and writes the normalised
+// result to out row qrows[s].
+void tk_cascade_merge(float *out, const float *part, long chunk, int nstates,
+                      const int32_t *qrows, int s0, int s1, int heads, int hd);
 
 // Cascade shared pass: rows of a task are (member query slot, query head of
 // the kv head's GQA group) pairs, row m = slot*group + g. A task holds at

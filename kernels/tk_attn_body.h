@@ -8,18 +8,17 @@
 //   TK_EXPS(s,n,m)  s[j] = e^(s[j]-m) for j < n, returning their sum
 // so the helpers inline into each instance.
 //
-// Blocks [0, b0) are not read: when part is not NULL, each (query i, head h)
-// pair starts from the partial softmax states of those blocks that the
-// cascade's shared pass left at part + (i*heads + h)*(hd+2) (max, sum,
-// unnormalised acc[hd]), nchunks of them part_chunk floats apart, merged by
-// the same rescale rule as a new block. The body is always inlined, so the
-// plain task (b0 = 0, part = NULL) compiles to the loop it always was.
+// Blocks [0, b0) are not read. When state is not NULL the pairs' softmax
+// states are written there instead of out: state + (i*heads + h)*(hd+2)
+// holds [max, sum, acc[hd]] (acc unnormalised) for the cascade's merge.
+// The body is always inlined, so the plain task (b0 = 0, state = NULL)
+// compiles to the loop it always was.
 
 static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
-    const float *part, long part_chunk, int nchunks) {
+    float *state) {
   const int group = heads / kv_heads;
   const int nq = (i1 - i0) * group;  // (query, head) pairs of this task
   const long ld = (long)heads * hd;  // row stride of q and out
@@ -32,26 +31,6 @@ static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
     l[t] = 0.0f;
   }
   memset(acc, 0, sizeof(float) * (size_t)nq * hd);
-  if (part) {
-    for (int i = i0; i < i1; i++)
-      for (int g = 0; g < group; g++) {
-        int t = (i - i0) * group + g;
-        const float *p = part + ((size_t)i * heads + kvh * group + g) * (hd + 2);
-        float *a = acc + (size_t)t * hd;
-        float m = p[0], lv = p[1];
-        memcpy(a, p + 2, sizeof(float) * (size_t)hd);
-        for (int c = 1; c < nchunks; c++) {
-          const float *pc = p + (size_t)c * part_chunk;
-          float mn = pc[0] > m ? pc[0] : m;
-          float c0 = expf(m - mn), c1 = expf(pc[0] - mn);
-          for (int d = 0; d < hd; d++) a[d] = a[d] * c0 + pc[2 + d] * c1;
-          lv = lv * c0 + pc[1] * c1;
-          m = mn;
-        }
-        mx[t] = m;
-        l[t] = lv;
-      }
-  }
   const int first_pos = ctx - numq;  // position of query 0
   const int last = first_pos + i1 - 1;
   const int nblocks = last / block + 1;
@@ -80,6 +59,17 @@ static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
         mx[t] = m_new;
       }
     }
+  }
+  if (state) {
+    for (int i = i0; i < i1; i++)
+      for (int g = 0; g < group; g++) {
+        int t = (i - i0) * group + g;
+        float *p = state + ((size_t)i * heads + kvh * group + g) * (hd + 2);
+        p[0] = mx[t];
+        p[1] = l[t];
+        memcpy(p + 2, acc + (size_t)t * hd, sizeof(float) * (size_t)hd);
+      }
+    return;
   }
   for (int i = i0; i < i1; i++)
     for (int g = 0; g < group; g++) {

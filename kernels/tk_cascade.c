@@ -142,3 +142,28 @@ void tk_cascade_task(int isa, const float *q, const float *K, const float *V,
   casc_portable(q, K, V, heads, kv_heads, block, hd, table, b0, b1, qrows, m0,
                 m1, kvh, scale, part, scratch);
 }
+
+void tk_cascade_merge(float *out, const float *part, long chunk, int nstates,
+                      const int32_t *qrows, int s0, int s1, int heads, int hd) {
+  const long ld = (long)heads * hd;
+  for (int s = s0; s < s1; s++)
+    for (int h = 0; h < heads; h++) {
+      const float *p = part + ((size_t)s * heads + h) * (hd + 2);
+      float *o = out + (size_t)qrows[s] * ld + (size_t)h * hd;
+      float m = p[0];
+      for (int c = 1; c < nstates; c++)
+        if (p[c * chunk] > m) m = p[c * chunk];
+      // Each state's weights were relative to its own max: scale them all
+      // to the joint max m (factors ≤ 1, one of them exactly 1).
+      float w = expf(p[0] - m), lsum = p[1] * w;
+      for (int d = 0; d < hd; d++) o[d] = p[2 + d] * w;
+      for (int c = 1; c < nstates; c++) {
+        const float *pc = p + c * chunk;
+        w = expf(pc[0] - m);
+        lsum += pc[1] * w;
+        for (int d = 0; d < hd; d++) o[d] += pc[2 + d] * w;
+      }
+      const float inv = 1.0f / lsum;
+      for (int d = 0; d < hd; d++) o[d] *= inv;
+    }
+}

@@ -296,16 +296,16 @@ static void attn_portable(
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch) {
   attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, 0);
+      ctx, kvh, i0, i1, scale, scratch, 0, NULL);
 }
 
 static void attn_tail_portable(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
-    const float *part, long part_chunk, int nchunks) {
+    float *state) {
   attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, b0, part, part_chunk, nchunks);
+      ctx, kvh, i0, i1, scale, scratch, b0, state);
 }
 
 #if TK_X86
@@ -328,16 +328,16 @@ static TK_TARGET_AVX2 void attn_avx2(
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch) {
   attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, 0);
+      ctx, kvh, i0, i1, scale, scratch, 0, NULL);
 }
 
 static TK_TARGET_AVX2 void attn_tail_avx2(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
-    const float *part, long part_chunk, int nchunks) {
+    float *state) {
   attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, b0, part, part_chunk, nchunks);
+      ctx, kvh, i0, i1, scale, scratch, b0, state);
 }
 #endif
 
@@ -362,17 +362,15 @@ void tk_attn_tail(int isa, float *out, const float *q, const float *K,
                   const float *V, int heads, int kv_heads, int block, int hd,
                   const int32_t *table, int qstart, int numq, int ctx,
                   int kvh, int i0, int i1, float scale, float *scratch,
-                  int b0, const float *part, long part_chunk, int nchunks) {
+                  int b0, float *state) {
 #if TK_X86
   if (isa != TK_PORTABLE) {
     attn_tail_avx2(out, q, K, V, heads, kv_heads, block, hd, table, qstart,
-                   numq, ctx, kvh, i0, i1, scale, scratch, b0, part,
-                   part_chunk, nchunks);
+                   numq, ctx, kvh, i0, i1, scale, scratch, b0, state);
     return;
   }
 #endif
   (void)isa;
   attn_tail_portable(out, q, K, V, heads, kv_heads, block, hd, table, qstart,
-                     numq, ctx, kvh, i0, i1, scale, scratch, b0, part,
-                     part_chunk, nchunks);
+                     numq, ctx, kvh, i0, i1, scale, scratch, b0, state);
 }
