@@ -100,6 +100,20 @@ const attnQueryTile = 16
 // query rows must not overlap; rows of out no sequence covers are left
 // untouched.
 func (w *Workers) PagedAttention(out, q []float32, l *KVLayer, seqs []AttnSeq, heads int, scale float32) error {
+	if err := checkAttn(out, q, l, seqs, heads); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	w.attnPlain(out, q, l, seqs, heads, scale)
+	return nil
+}
+
+// checkAttn validates PagedAttention's arguments.
+func checkAttn(out, q []float32, l *KVLayer, seqs []AttnSeq, heads int) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -123,25 +137,36 @@ func (w *Workers) PagedAttention(out, q []float32, l *KVLayer, seqs []AttnSeq, h
 			return fmt.Errorf("seq %d: %w", i, err)
 		}
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return ErrClosed
-	}
+	return nil
+}
+
+// attnPlain runs PagedAttention's (sequence, kv head, query tile) tasks on
+// validated arguments; w.mu is held.
+func (w *Workers) attnPlain(out, q []float32, l *KVLayer, seqs []AttnSeq, heads int, scale float32) {
 	group := heads / l.KVHeads
 	w.tasks = w.tasks[:0]
 	for i, s := range seqs {
-		for h := 0; h < l.KVHeads; h++ {
-			for i0 := 0; i0 < int(s.NumQ); i0 += attnQueryTile {
-				w.tasks = append(w.tasks, attnTask{seq: i, kvh: h, i0: i0, i1: min(i0+attnQueryTile, int(s.NumQ))})
-			}
-		}
+		w.tasks = appendAttnTasks(w.tasks, i, s, l.KVHeads)
 	}
 	if len(w.tasks) == 0 {
-		return nil
+		return
 	}
-	w.ensureScratch(attnQueryTile*group*(l.HeadDim+2) + l.BlockSize)
+	w.ensureScratch(attnScratch(l, group))
 	w.job = job{kind: jobAttn, path: w.path, out: out, q: q, l: l, seqs: seqs, heads: heads, scale: scale}
 	w.run(len(w.tasks))
-	return nil
+}
+
+// appendAttnTasks appends sequence i's (kv head, query tile) tasks.
+func appendAttnTasks(tasks []attnTask, i int, s AttnSeq, kvHeads int) []attnTask {
+	for h := 0; h < kvHeads; h++ {
+		for i0 := 0; i0 < int(s.NumQ); i0 += attnQueryTile {
+			tasks = append(tasks, attnTask{seq: i, kvh: h, i0: i0, i1: min(i0+attnQueryTile, int(s.NumQ))})
+		}
+	}
+	return tasks
+}
+
+// attnScratch is the floats one attention task needs (see tk_attn_task).
+func attnScratch(l *KVLayer, group int) int {
+	return attnQueryTile*group*(l.HeadDim+2) + l.BlockSize
 }

@@ -254,3 +254,67 @@ func BenchmarkSiLUMul(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPagedAttentionGroups: one layer, 32 sequences decoding at
+// context 2048 whose tables share their first 0%, 50% or 90% of blocks
+// (90%: 115 of 128), plain PagedAttention against PagedAttentionGroups on
+// 2 workers; the 110M shape (12 heads, 12 kv heads, head dim 64) and a GQA
+// one (32 heads, 8 kv heads, head dim 128), blocks of 16.
+func BenchmarkPagedAttentionGroups(b *testing.B) {
+	const seqs, ctx, bs = 32, 2048, 16
+	w := NewWorkers(2)
+	defer w.Close()
+	for _, shape := range []struct {
+		name               string
+		heads, kvHeads, hd int
+	}{{"110M", 12, 12, 64}, {"gqa32x8x128", 32, 8, 128}} {
+		for _, pct := range []int{0, 50, 90} {
+			rng := rand.New(rand.NewPCG(5, uint64(pct)))
+			per := ctx / bs
+			shared := per * pct / 100
+			if pct == 90 {
+				shared = 115
+			}
+			nb := shared + seqs*(per-shared)
+			n := nb * shape.kvHeads * bs * shape.hd
+			l := &KVLayer{NumBlocks: nb, KVHeads: shape.kvHeads, BlockSize: bs, HeadDim: shape.hd,
+				K: randFloats(rng, n, 1), V: randFloats(rng, n, 1)}
+			perm := rng.Perm(nb)
+			ss := make([]AttnSeq, seqs)
+			members := make([]int32, seqs)
+			for s := range ss {
+				t := make([]int32, per)
+				for i := range t {
+					if i < shared {
+						t[i] = int32(perm[i])
+					} else {
+						t[i] = int32(perm[shared+s*(per-shared)+i-shared])
+					}
+				}
+				ss[s] = AttnSeq{QStart: int32(s), NumQ: 1, ContextLen: ctx, BlockTable: t}
+				members[s] = int32(s)
+			}
+			var groups []AttnGroup
+			if shared > 0 {
+				groups = []AttnGroup{{SharedBlocks: int32(shared), Members: members}}
+			}
+			row := shape.heads * shape.hd
+			q, out := randFloats(rng, seqs*row, 1), make([]float32, seqs*row)
+			scale := float32(1 / math.Sqrt(float64(shape.hd)))
+			for _, v := range []struct {
+				name string
+				op   func() error
+			}{
+				{"plain", func() error { return w.PagedAttention(out, q, l, ss, shape.heads, scale) }},
+				{"cascade", func() error { return w.PagedAttentionGroups(out, q, l, ss, groups, shape.heads, scale) }},
+			} {
+				b.Run(fmt.Sprintf("%s/shared=%d%%/%s", shape.name, pct, v.name), func(b *testing.B) {
+					b.ReportAllocs()
+					best, cpu := loop(b, v.op)
+					b.ReportMetric(float64(best.Nanoseconds()), "best_ns")
+					b.ReportMetric(float64(cpu.Nanoseconds()), "cpu_ns")
+				})
+			}
+		}
+	}
+}

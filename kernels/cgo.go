@@ -120,6 +120,39 @@ func cAttnTask(p Path, out, q []float32, l *KVLayer, heads int, table []int32, s
 		C.int(s.ContextLen), C.int(kvh), C.int(i0), C.int(i1), C.float(scale), f32p(scratch))
 }
 
+func cAttnTail(p Path, out, q []float32, l *KVLayer, heads int, s AttnSeq, kvh, i0, i1 int, scale float32, scratch []float32,
+	b0 int, state []float32) {
+	C.tk_attn_tail(C.int(p), f32p(out), f32p(q), f32p(l.K), f32p(l.V), C.int(heads), C.int(l.KVHeads),
+		C.int(l.BlockSize), C.int(l.HeadDim), i32p(s.BlockTable), C.int(s.QStart), C.int(s.NumQ),
+		C.int(s.ContextLen), C.int(kvh), C.int(i0), C.int(i1), C.float(scale), f32p(scratch),
+		C.int(b0), f32p(state))
+}
+
+func cCascadeTask(p Path, q []float32, l *KVLayer, heads int, table []int32, b0, b1 int, qrows []int32, m0, m1, kvh int,
+	scale float32, part, scratch []float32) {
+	C.tk_cascade_task(C.int(p), f32p(q), f32p(l.K), f32p(l.V), C.int(heads), C.int(l.KVHeads),
+		C.int(l.BlockSize), C.int(l.HeadDim), i32p(table), C.int(b0), C.int(b1), i32p(qrows),
+		C.int(m0), C.int(m1), C.int(kvh), C.float(scale), f32p(part), f32p(scratch))
+}
+
+func cCascadeMerge(out, part []float32, chunk, nstates int, qrows []int32, s0, s1, heads, hd int) {
+	C.tk_cascade_merge(f32p(out), f32p(part), C.long(chunk), C.int(nstates), i32p(qrows), C.int(s0), C.int(s1),
+		C.int(heads), C.int(hd))
+}
+
+// cascRows is the most shared-pass rows (member query, query head) of one
+// task on path p: two vectors of lanes.
+func cascRows(p Path) int {
+	if p == AVX512 {
+		return C.TK_CASC_M512
+	}
+	return C.TK_CASC_M
+}
+
+// cascKeys is the number of positions the shared pass scores per softmax
+// step for block size bs.
+func cascKeys(bs int) int { return int(C.tk_casc_keys(C.int(bs))) }
+
 func cPeakFMA(p Path, iters int) float64 {
 	var sink C.float
 	return float64(C.tk_peak_fma(C.int(p), C.long(iters), &sink))

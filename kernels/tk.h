@@ -80,6 +80,44 @@ void tk_attn_task(int isa, float *out, const float *q, const float *K,
                   const int32_t *table, int qstart, int numq, int ctx,
                   int kvh, int i0, int i1, float scale, float *scratch);
 
+// tk_attn_tail is tk_attn_task for a cascade member's tail: it reads
+// blocks from b0 on and writes each (query i, head h) pair's softmax state
+// [max, sum, acc[hd]] (acc unnormalised) to state + (i*heads + h)*(hd+2)
+// instead of out. Same scratch as tk_attn_task.
+void tk_attn_tail(int isa, float *out, const float *q, const float *K,
+                  const float *V, int heads, int kv_heads, int block, int hd,
+                  const int32_t *table, int qstart, int numq, int ctx,
+                  int kvh, int i0, int i1, float scale, float *scratch,
+                  int b0, float *state);
+
+// tk_cascade_merge joins the nstates softmax states of every head of query
+// slots [s0, s1) (state c of (slot s, head h) at part + c*chunk +
+// (s*heads + h)*(hd+2)) by the log-sum-exp rule and writes the normalised
+// result to out row qrows[s].
+void tk_cascade_merge(float *out, const float *part, long chunk, int nstates,
+                      const int32_t *qrows, int s0, int s1, int heads, int hd);
+
+// Cascade shared pass: rows of a task are (member query slot, query head of
+// the kv head's GQA group) pairs, row m = slot*group + g. A task holds at
+// most TK_CASC_M512 rows on the AVX-512 path, TK_CASC_M on the others, and
+// reads keys in chunks of tk_casc_keys(block) positions.
+#define TK_CASC_M512 32
+#define TK_CASC_M 16
+static inline int tk_casc_keys(int block) {
+  return block >= 64 ? block : (64 / block) * block;
+}
+
+// tk_cascade_task attends rows [m0, m1) (slots' q rows in qrows[slot]) of
+// one kv head to blocks [b0, b1) of table, unmasked, and writes each row's
+// state [max, sum, acc[hd]] (scores scaled by scale, acc unnormalised) to
+// part + (slot*heads + h)*(hd+2). scratch needs
+// M*(2*hd + tk_casc_keys(block) + 2) floats for the path's M.
+void tk_cascade_task(int isa, const float *q, const float *K, const float *V,
+                     int heads, int kv_heads, int block, int hd,
+                     const int32_t *table, int b0, int b1,
+                     const int32_t *qrows, int m0, int m1, int kvh,
+                     float scale, float *part, float *scratch);
+
 // tk_peak_fma runs iters rounds of independent FMAs and returns the number
 // of floating-point operations done; *sink defeats dead-code elimination.
 double tk_peak_fma(int isa, long iters, float *sink);

@@ -7,13 +7,18 @@
 //   TK_PV(a,c,s,V,n,hd)  a = a*c + Σ_{j<n} s[j]·V[j] over hd floats
 //   TK_EXPS(s,n,m)  s[j] = e^(s[j]-m) for j < n, returning their sum
 // so the helpers inline into each instance.
+//
+// Blocks [0, b0) are not read. When state is not NULL the pairs' softmax
+// states are written there instead of out: state + (i*heads + h)*(hd+2)
+// holds [max, sum, acc[hd]] (acc unnormalised) for the cascade's merge.
+// The body is always inlined, so the plain task (b0 = 0, state = NULL)
+// compiles to the loop it always was.
 
-static TK_ATTN_ATTR void TK_ATTN_NAME(float *out, const float *q, const float *K,
-                                      const float *V, int heads, int kv_heads,
-                                      int block, int hd, const int32_t *table,
-                                      int qstart, int numq, int ctx, int kvh,
-                                      int i0, int i1, float scale,
-                                      float *scratch) {
+static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
+    float *out, const float *q, const float *K, const float *V, int heads,
+    int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
+    int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
+    float *state) {
   const int group = heads / kv_heads;
   const int nq = (i1 - i0) * group;  // (query, head) pairs of this task
   const long ld = (long)heads * hd;  // row stride of q and out
@@ -29,7 +34,7 @@ static TK_ATTN_ATTR void TK_ATTN_NAME(float *out, const float *q, const float *K
   const int first_pos = ctx - numq;  // position of query 0
   const int last = first_pos + i1 - 1;
   const int nblocks = last / block + 1;
-  for (int b = 0; b < nblocks; b++) {
+  for (int b = b0; b < nblocks; b++) {
     // The K and V block of this kv head is read once for the whole group.
     size_t base = ((size_t)table[b] * kv_heads + kvh) * block * hd;
     const float *Kb = K + base, *Vb = V + base;
@@ -54,6 +59,17 @@ static TK_ATTN_ATTR void TK_ATTN_NAME(float *out, const float *q, const float *K
         mx[t] = m_new;
       }
     }
+  }
+  if (state) {
+    for (int i = i0; i < i1; i++)
+      for (int g = 0; g < group; g++) {
+        int t = (i - i0) * group + g;
+        float *p = state + ((size_t)i * heads + kvh * group + g) * (hd + 2);
+        p[0] = mx[t];
+        p[1] = l[t];
+        memcpy(p + 2, acc + (size_t)t * hd, sizeof(float) * (size_t)hd);
+      }
+    return;
   }
   for (int i = i0; i < i1; i++)
     for (int g = 0; g < group; g++) {

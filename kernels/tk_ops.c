@@ -18,30 +18,6 @@ static float dot_portable(const float *a, const float *b, int n) {
 }
 
 #if TK_X86
-// exp8_avx2 is e^x for 8 floats: x = n·ln2 + r with |r| ≤ ln2/2, e^r by a
-// degree-6 polynomial (Taylor, error < 2e-7 relative on that interval),
-// 2^n built in the exponent field. Inputs below −87 flush to 0 (the
-// softmax weights that small are < 1e-37 of the largest). About 2 ulp.
-static inline TK_TARGET_AVX2 __m256 exp8_avx2(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(88.0f);
-  __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
 // exps_sub_avx2: s[j] = e^(s[j] − m) for j < n; returns Σ s[j].
 static inline TK_TARGET_AVX2 float exps_sub_avx2(float *s, int n, float m) {
   __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
@@ -301,7 +277,7 @@ static inline void pv_portable(float *a, float c, const float *s,
     for (int d = 0; d < hd; d++) a[d] += s[j] * V[(size_t)j * hd + d];
 }
 
-#define TK_ATTN_NAME attn_portable
+#define TK_ATTN_NAME attn_portable_body
 #define TK_ATTN_ATTR
 #define TK_SCORES scores_portable
 #define TK_PV pv_portable
@@ -313,8 +289,27 @@ static inline void pv_portable(float *a, float c, const float *s,
 #undef TK_PV
 #undef TK_EXPS
 
+// The plain task and the cascade tail of this path: one body, inlined into
+// each with its own constants.
+static void attn_portable(
+    float *out, const float *q, const float *K, const float *V, int heads,
+    int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
+    int ctx, int kvh, int i0, int i1, float scale, float *scratch) {
+  attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+      ctx, kvh, i0, i1, scale, scratch, 0, NULL);
+}
+
+static void attn_tail_portable(
+    float *out, const float *q, const float *K, const float *V, int heads,
+    int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
+    int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
+    float *state) {
+  attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+      ctx, kvh, i0, i1, scale, scratch, b0, state);
+}
+
 #if TK_X86
-#define TK_ATTN_NAME attn_avx2
+#define TK_ATTN_NAME attn_avx2_body
 #define TK_ATTN_ATTR TK_TARGET_AVX2
 #define TK_SCORES scores_avx2
 #define TK_PV pv_avx2
@@ -325,6 +320,25 @@ static inline void pv_portable(float *a, float c, const float *s,
 #undef TK_SCORES
 #undef TK_PV
 #undef TK_EXPS
+
+// The plain task and the cascade tail of this path: one body, inlined into
+// each with its own constants.
+static TK_TARGET_AVX2 void attn_avx2(
+    float *out, const float *q, const float *K, const float *V, int heads,
+    int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
+    int ctx, int kvh, int i0, int i1, float scale, float *scratch) {
+  attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+      ctx, kvh, i0, i1, scale, scratch, 0, NULL);
+}
+
+static TK_TARGET_AVX2 void attn_tail_avx2(
+    float *out, const float *q, const float *K, const float *V, int heads,
+    int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
+    int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
+    float *state) {
+  attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+      ctx, kvh, i0, i1, scale, scratch, b0, state);
+}
 #endif
 
 void tk_attn_task(int isa, float *out, const float *q, const float *K,
@@ -334,12 +348,29 @@ void tk_attn_task(int isa, float *out, const float *q, const float *K,
 #if TK_X86
   // AVX-512 machines run the AVX2 body (attention is a small share of time).
   if (isa != TK_PORTABLE) {
-    attn_avx2(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-              ctx, kvh, i0, i1, scale, scratch);
+    attn_avx2(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx,
+              kvh, i0, i1, scale, scratch);
     return;
   }
 #endif
   (void)isa;
   attn_portable(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
                 ctx, kvh, i0, i1, scale, scratch);
+}
+
+void tk_attn_tail(int isa, float *out, const float *q, const float *K,
+                  const float *V, int heads, int kv_heads, int block, int hd,
+                  const int32_t *table, int qstart, int numq, int ctx,
+                  int kvh, int i0, int i1, float scale, float *scratch,
+                  int b0, float *state) {
+#if TK_X86
+  if (isa != TK_PORTABLE) {
+    attn_tail_avx2(out, q, K, V, heads, kv_heads, block, hd, table, qstart,
+                   numq, ctx, kvh, i0, i1, scale, scratch, b0, state);
+    return;
+  }
+#endif
+  (void)isa;
+  attn_tail_portable(out, q, K, V, heads, kv_heads, block, hd, table, qstart,
+                     numq, ctx, kvh, i0, i1, scale, scratch, b0, state);
 }

@@ -27,6 +27,7 @@ type Workers struct {
 	scratch [][]float32
 	packA   []float32 // x packed into MR-row panels for the GEMM
 	tasks   []attnTask
+	casc    cascade // PagedAttentionGroups' plan and partial states
 	closed  bool
 }
 
@@ -41,6 +42,7 @@ const (
 	jobAttn
 	jobFMA
 	jobRead
+	jobCascade
 )
 
 // job holds the arguments of the operation in flight. It is written only by
@@ -188,6 +190,8 @@ func (w *Workers) runTile(id, t int) {
 		task := w.tasks[t]
 		sq := j.seqs[task.seq]
 		cAttnTask(j.path, j.out, j.q, j.l, j.heads, sq.BlockTable, sq, task.kvh, task.i0, task.i1, j.scale, s)
+	case jobCascade:
+		w.cascadeTile(t, s)
 	case jobFMA:
 		j.flops[t] = cPeakFMA(j.path, j.iters)
 	case jobRead:
