@@ -73,8 +73,14 @@ type CPURunner struct {
 	gate, up []float32         // [T][FFN], or sharded [N·T][FFN/N]
 	attnSeqs []kernels.AttnSeq // [S] every sequence's queries
 	lastSeqs []kernels.AttnSeq // [S] the last layer's: one query per sampled sequence
-	logits   []float32         // [S][Vocab]
-	sampled  []int32           // [S] index in Batch.Seqs of each logits row
+	// groups and lastGroups are the step's cascade groups (step.Group) over
+	// attnSeqs and lastSeqs; lastMembers holds lastGroups' member lists and
+	// lastRow maps a Batch.Seqs index to its lastSeqs row (-1: not sampled).
+	groups, lastGroups []kernels.AttnGroup
+	lastMembers        []int32   // [S]
+	lastRow            []int32   // [S]
+	logits             []float32 // [S][Vocab]
+	sampled            []int32   // [S] index in Batch.Seqs of each logits row
 }
 
 // serialMACs is the work (multiply-adds) below which a kernel call runs on
@@ -126,25 +132,27 @@ func NewCPURunner(m *Llama, cfg CPURunnerConfig) (*CPURunner, error) {
 	}
 	qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	r := &CPURunner{
-		m:        m,
-		cfg:      cfg,
-		capacity: capacity,
-		kvMem:    make([]float32, kvFloats),
-		host:     host,
-		tokens:   make([]int32, T),
-		x:        make([]float32, T*c.Dim),
-		xn:       make([]float32, T*c.Dim),
-		tmp:      make([]float32, T*c.Dim),
-		q:        make([]float32, T*qd),
-		att:      make([]float32, T*qd),
-		k:        make([]float32, T*kvd),
-		v:        make([]float32, T*kvd),
-		gate:     make([]float32, T*c.FFN),
-		up:       make([]float32, T*c.FFN),
-		attnSeqs: make([]kernels.AttnSeq, 0, S),
-		lastSeqs: make([]kernels.AttnSeq, 0, S),
-		logits:   make([]float32, S*c.Vocab),
-		sampled:  make([]int32, 0, S),
+		m:           m,
+		cfg:         cfg,
+		capacity:    capacity,
+		kvMem:       make([]float32, kvFloats),
+		host:        host,
+		tokens:      make([]int32, T),
+		x:           make([]float32, T*c.Dim),
+		xn:          make([]float32, T*c.Dim),
+		tmp:         make([]float32, T*c.Dim),
+		q:           make([]float32, T*qd),
+		att:         make([]float32, T*qd),
+		k:           make([]float32, T*kvd),
+		v:           make([]float32, T*kvd),
+		gate:        make([]float32, T*c.FFN),
+		up:          make([]float32, T*c.FFN),
+		attnSeqs:    make([]kernels.AttnSeq, 0, S),
+		lastSeqs:    make([]kernels.AttnSeq, 0, S),
+		lastMembers: make([]int32, 0, S),
+		lastRow:     make([]int32, S),
+		logits:      make([]float32, S*c.Vocab),
+		sampled:     make([]int32, 0, S),
 	}
 	layerFloats := cfg.KVBlocks * blockFloats
 	r.kv = make([]kernels.KVLayer, c.Layers)
@@ -256,6 +264,10 @@ func (r *CPURunner) Execute(b *step.Batch, out *step.Output) error {
 			r.sampled = append(r.sampled, int32(i))
 		}
 	}
+	r.groups = r.groups[:0]
+	for _, g := range b.Groups {
+		r.groups = append(r.groups, kernels.AttnGroup{SharedBlocks: g.SharedBlocks, Members: b.Members(g)})
+	}
 	if err := r.forward(b, T); err != nil {
 		return err
 	}
@@ -275,6 +287,7 @@ func (r *CPURunner) DummyStep() error {
 	}
 	r.attnSeqs = r.attnSeqs[:0]
 	r.sampled = r.sampled[:0]
+	r.groups = r.groups[:0]
 	return r.forward(nil, 0)
 }
 
@@ -324,17 +337,17 @@ func (r *CPURunner) forward(b *step.Batch, T int) error {
 				return err
 			}
 		}
-		rows, seqs := T, r.attnSeqs
+		rows, seqs, groups := T, r.attnSeqs, r.groups
 		last := li == len(r.m.layers)-1
 		if last {
 			if ns == 0 && (r.shard == nil || r.shard.sumNS == 0) {
 				return nil
 			}
 			r.compactSampled(b)
-			rows, seqs = ns, r.lastSeqs
+			rows, seqs, groups = ns, r.lastSeqs, r.lastGroups
 		}
 		if rows > 0 {
-			if err := r.attention(li, rows, seqs); err != nil {
+			if err := r.attention(li, rows, seqs, groups); err != nil {
 				return err
 			}
 		}
@@ -410,12 +423,38 @@ func (r *CPURunner) compactSampled(b *step.Batch) {
 		copy(q[j*qd:(j+1)*qd], q[row*qd:(row+1)*qd])
 		r.lastSeqs = append(r.lastSeqs, kernels.AttnSeq{QStart: int32(j), NumQ: 1, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable})
 	}
+	// The groups carry over to the sampled rows: a member that does not
+	// sample has no row in the last layer.
+	r.lastGroups, r.lastMembers = r.lastGroups[:0], r.lastMembers[:0]
+	if len(r.groups) == 0 {
+		return
+	}
+	for i := range b.Seqs {
+		r.lastRow[i] = -1
+	}
+	for j, si := range r.sampled {
+		r.lastRow[si] = int32(j)
+	}
+	for _, g := range r.groups {
+		from := len(r.lastMembers)
+		for _, m := range g.Members {
+			if row := r.lastRow[m]; row >= 0 {
+				r.lastMembers = append(r.lastMembers, row)
+			}
+		}
+		if len(r.lastMembers)-from >= 2 {
+			r.lastGroups = append(r.lastGroups, kernels.AttnGroup{SharedBlocks: g.SharedBlocks, Members: r.lastMembers[from:]})
+		} else {
+			r.lastMembers = r.lastMembers[:from]
+		}
+	}
 }
 
 // attention continues layer li on the first rows rows of the activations,
-// whose K/V are already in the cache: attention of seqs, the output
-// projection and residual, and the ffn norm into r.xn that the MLP reads.
-func (r *CPURunner) attention(li, rows int, seqs []kernels.AttnSeq) error {
+// whose K/V are already in the cache: attention of seqs (each group's shared
+// run read once for its members), the output projection and residual, and
+// the ffn norm into r.xn that the MLP reads.
+func (r *CPURunner) attention(li, rows int, seqs []kernels.AttnSeq, groups []kernels.AttnGroup) error {
 	c := &r.m.cfg
 	l := &r.m.layers[li]
 	dim, qd := c.Dim, c.Heads*c.HeadDim
@@ -427,7 +466,7 @@ func (r *CPURunner) attention(li, rows int, seqs []kernels.AttnSeq) error {
 	}
 	macs *= 2 * qd
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
-	if err := r.workersFor(macs).PagedAttention(att, q, &r.kv[li], seqs, c.Heads, scale); err != nil {
+	if err := r.workersFor(macs).PagedAttentionGroups(att, q, &r.kv[li], seqs, groups, c.Heads, scale); err != nil {
 		return fmt.Errorf("model: layer %d attention: %w", li, err)
 	}
 	if err := r.matmul(tmp, att, rows, &l.o); err != nil {

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model/gguf"
+	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // spec110M is the stories110M shape with a small vocabulary.
@@ -209,4 +212,75 @@ func benchPrefill(b *testing.B, m *Llama, n, cores int) {
 	b.ReportMetric(achieved/1e9, "best-GFLOP/s")
 	b.ReportMetric(peak/1e9, "peak-GFLOP/s")
 	b.ReportMetric(achieved/peak, "peak-frac")
+}
+
+// BenchmarkCPUDecodeShared is one decode step of 32 sequences at 2,048
+// context on the 110M shape, where a fraction of every context is a prefix
+// all 32 share (the same leading blocks, as kvpool's prefix cache hands them
+// out), with the step's groups (cascade attention) and without (plain: each
+// sequence reads the shared blocks itself). The KV cache holds random values
+// instead of a prefill's: attention costs the same, and setting up 4.8 GB of
+// unshared KV by prefill would take minutes.
+func BenchmarkCPUDecodeShared(b *testing.B) {
+	const seqs, ctx, bs = 32, 2048, 16
+	spec := spec110M(gguf.TypeF32)
+	spec.Context = ctx
+	m, err := LoadLlama(writeSynth(b, b.TempDir(), spec), LlamaOptions{})
+	require.NoError(b, err)
+	defer m.Close()
+	per := ctx / bs
+	for _, share := range []float64{0, 0.5, 0.9} {
+		shared := int(share * float64(per))
+		blocks := shared + seqs*(per-shared)
+		r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: blocks, BlockSize: bs, MaxBatchTokens: seqs})
+		rng := rand.New(rand.NewPCG(5, uint64(shared)))
+		for li := range r.kv {
+			for _, buf := range [][]float32{r.kv[li].K, r.kv[li].V} {
+				for i := range buf {
+					buf[i] = float32(rng.NormFloat64())
+				}
+			}
+		}
+		var batch step.Batch
+		params := make([]sampling.Params, seqs)
+		for i := range seqs {
+			table := iota32(0, shared)
+			table = append(table, iota32(shared+i*(per-shared), per-shared)...)
+			params[i] = sampling.DefaultParams()
+			batch.Tokens = append(batch.Tokens, int32(i+3))
+			batch.Positions = append(batch.Positions, ctx-1)
+			batch.Seqs = append(batch.Seqs, step.SeqBatch{Seat: int32(i), TokenStart: int32(i), NumTokens: 1, ContextLen: ctx,
+				BlockTable: table, Sample: true, Start: true, Params: &params[i]})
+		}
+		for _, mode := range []string{"plain", "cascade"} {
+			b.Run(fmt.Sprintf("share=%.0f%%/%s", share*100, mode), func(b *testing.B) {
+				g := step.Grouper{}
+				if mode == "cascade" {
+					g.MinBlocks = 2
+				}
+				g.Group(&batch, bs)
+				if share > 0 && mode == "cascade" {
+					require.Len(b, batch.Groups, 1)
+				}
+				var out step.Output
+				run := func() {
+					if err := r.Execute(&batch, &out); err != nil {
+						b.Fatal(err)
+					}
+				}
+				run() // grow the kernels' scratch for this batch shape
+				best := time.Duration(math.MaxInt64)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					t0 := time.Now()
+					run()
+					best = min(best, time.Since(t0))
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(best.Microseconds())/1e3, "best-ms/step")
+			})
+		}
+		require.NoError(b, r.Close())
+	}
 }
