@@ -155,7 +155,7 @@ func TestMatMulErrors(t *testing.T) {
 		{"zero m", nil, nil, 0, W, "m=0"},
 		{"data size", make([]float32, 8), make([]float32, 16), 2, Matrix{Type: F32, Rows: 4, Cols: 8, Data: make([]byte, 100)}, "needs 128 bytes, Data has 100"},
 		{"q8 cols", make([]float32, 8), make([]float32, 16), 2, Matrix{Type: Q8_0, Rows: 4, Cols: 8, Data: nil}, "not a multiple of 32"},
-		{"bad type", make([]float32, 8), make([]float32, 16), 2, Matrix{Type: DType(2), Rows: 4, Cols: 8}, "unsupported weight type DType(2)"},
+		{"bad type", make([]float32, 8), make([]float32, 16), 2, Matrix{Type: DType(16), Rows: 4, Cols: 8}, "unsupported weight type DType(16)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
