@@ -21,6 +21,9 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/turnstile" ./cmd/turnstile
 gcc -O2 -std=c11 -o "$tmp/quant-ref" scripts/quant-ref.c -I"$LLAMA_DIR/ggml/include" \
   -L"$LLAMA_DIR/build/bin" -lggml-base -Wl,-rpath,"$LLAMA_DIR/build/bin"
+g++ -O2 -std=c++17 -o "$tmp/llama-logits" scripts/llama-logits.cpp -I"$LLAMA_DIR/include" \
+  -I"$LLAMA_DIR/ggml/include" -L"$LLAMA_DIR/build/bin" -lllama -lggml -lggml-base \
+  -Wl,-rpath,"$LLAMA_DIR/build/bin"
 
 synth() { # TYPE FFN OUT
   "$tmp/turnstile" model synth --dim 256 --layers 1 --heads 4 --kv-heads 1 --ffn "$2" --tied \
@@ -49,4 +52,10 @@ ref=$OUT/ggml-ref.txt
     "$tmp/quant-ref" file "ours-$t" "$tmp/ours-$t.gguf"
   done
 } > "$ref"
+
+# llama.cpp's teacher-forced logits of 24 tokens, (37i + 11) mod 512, on the
+# F32 model and on its Q4_K_M file.
+toks=$(for i in $(seq 0 23); do echo $(( (i * 37 + 11) % 512 )); done)
+"$tmp/llama-logits" "$tmp/f32.gguf" "$OUT/llama-logits-F32.bin" $toks 2>/dev/null
+"$tmp/llama-logits" "$OUT/llama-Q4_K_M.gguf" "$OUT/llama-logits-Q4_K_M.bin" $toks 2>/dev/null
 ls -l "$OUT"; du -ch "$OUT"/* | tail -1
