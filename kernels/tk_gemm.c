@@ -422,36 +422,6 @@ TK_INLINE TK_TARGET_AVX2 void gemv_q8_body(const int M, const uint8_t *w,
   }
 }
 
-// gemv_blk_body is the GEMV of the tk_quant.c block types: each run of up
-// to 256 weights (one K-quant super-block, or eight legacy blocks) is
-// decoded once into an L1 buffer and dotted with the M rows of x there, so
-// the quantised row is read from memory once and never expanded further.
-TK_INLINE TK_TARGET_AVX2 void gemv_blk_body(const int M, int wtype,
-                                            const uint8_t *w, size_t wrow,
-                                            const float *x, float *y,
-                                            long ldy, int k, int n0, int n1) {
-  float buf[TK_QKK] __attribute__((aligned(32)));
-  for (int n = n0; n < n1; n++) {
-    const uint8_t *row = w + (size_t)n * wrow;
-    __m256 acc0[4], acc1[4];
-    for (int r = 0; r < M; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
-    for (int c0 = 0; c0 < k; c0 += TK_QKK) {
-      int len = k - c0 < TK_QKK ? k - c0 : TK_QKK;  // a multiple of 32
-      tk_cvt_blk(1, wtype, row, c0, len, buf);
-      for (int c = 0; c < len; c += 16) {
-        __m256 w0 = _mm256_load_ps(buf + c), w1 = _mm256_load_ps(buf + c + 8);
-        for (int r = 0; r < M; r++) {
-          const float *xr = x + (size_t)r * k + c0 + c;
-          acc0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr), acc0[r]);
-          acc1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), acc1[r]);
-        }
-      }
-    }
-    for (int r = 0; r < M; r++)
-      y[(size_t)r * ldy + n] = tk_hsum8(_mm256_add_ps(acc0[r], acc1[r]));
-  }
-}
-
 #define TK_GEMV_M(WT)                                                       \
   switch (m) {                                                              \
     case 1:                                                                 \
@@ -471,21 +441,9 @@ TK_INLINE TK_TARGET_AVX2 void gemv_blk_body(const int M, int wtype,
 static TK_TARGET_AVX2 void gemv_avx2(int wtype, const uint8_t *w, size_t wrow,
                                      const float *x, int m, float *y, long ldy,
                                      int k, int n0, int n1) {
-  if (tk_is_blk(wtype)) {
-    switch (m) {
-      case 1:
-        gemv_blk_body(1, wtype, w, wrow, x, y, ldy, k, n0, n1);
-        return;
-      case 2:
-        gemv_blk_body(2, wtype, w, wrow, x, y, ldy, k, n0, n1);
-        return;
-      case 3:
-        gemv_blk_body(3, wtype, w, wrow, x, y, ldy, k, n0, n1);
-        return;
-      default:
-        gemv_blk_body(4, wtype, w, wrow, x, y, ldy, k, n0, n1);
-        return;
-    }
+  if (tk_is_blk(wtype)) {  // tk_quant.c: decoded in registers
+    tk_gemv_blk_avx2(wtype, w, wrow, x, m, y, ldy, k, n0, n1);
+    return;
   }
   switch (wtype) {
     case TK_F32:

@@ -124,6 +124,11 @@ void tk_dq_block(int wtype, const uint8_t *blk, float *out);
 // tk_dq_block_avx2 is tk_dq_block with AVX2 (same operations, same order,
 // so the same floats). Only after tk_cpu_paths reported AVX2.
 void tk_dq_block_avx2(int wtype, const uint8_t *blk, float *out);
+// tk_gemv_blk_avx2 is the GEMV (m = 1..4 rows of x, as tk_gemv_tile) of a
+// tk_is_blk type: blocks are decoded in registers straight into the dot
+// products. k is a multiple of the block size.
+void tk_gemv_blk_avx2(int wtype, const uint8_t *w, size_t wrow, const float *x,
+                      int m, float *y, long ldy, int k, int n0, int n1);
 #endif
 
 // tk_cvt_blk writes elements [c0, c0+n) of a row of a tk_is_blk type to

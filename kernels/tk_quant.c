@@ -168,22 +168,44 @@ TK_INLINE TK_TARGET_AVX2 __m256i tk_qh5(uint32_t qh, int e0) {
   return _mm256_slli_epi32(bit, 4);
 }
 
-// tk_affine8 stores d·v − m (two roundings, as ggml) for 8 int lanes v.
-TK_INLINE TK_TARGET_AVX2 void tk_affine8(float *o, __m256i v, __m256 d, __m256 m) {
-  _mm256_storeu_ps(o, _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(v)), m));
+// d·v − m (two roundings, as ggml) and v·d for 8 int lanes v.
+TK_INLINE TK_TARGET_AVX2 __m256 tk_affine8(__m256i v, __m256 d, __m256 m) {
+  return _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(v)), m);
+}
+TK_INLINE TK_TARGET_AVX2 __m256 tk_scale8(__m256i v, __m256 d) {
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(v), d);
 }
 
-// tk_scale8 stores v·d for 8 int lanes v.
-TK_INLINE TK_TARGET_AVX2 void tk_scale8(float *o, __m256i v, __m256 d) {
-  _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_cvtepi32_ps(v), d));
+// tk_emit hands on 8 decoded weights, elements c..c+7 of a block. M = 0
+// stores them at o + c (tk_dq_block_avx2). M = 1..4 is the fused GEMV: it
+// multiplies them into accumulator a of each of the M rows of x (x at the
+// block's first element, rows k floats apart), so the weights never leave
+// the registers. The callers pass a as a loop constant that rotates over
+// four accumulators (two for M > 2, to stay within 16 registers) so that
+// consecutive FMAs do not wait on each other.
+TK_INLINE TK_TARGET_AVX2 void tk_emit(const int M, float *o, const float *x,
+                                      int k, __m256 acc[4][4], int a, int c,
+                                      __m256 w) {
+  if (M == 0) {
+    _mm256_storeu_ps(o + c, w);
+    return;
+  }
+  a &= M > 2 ? 1 : 3;
+  for (int r = 0; r < M; r++)
+    acc[r][a] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + (size_t)r * k + c), acc[r][a]);
 }
 
-TK_TARGET_AVX2 void tk_dq_block_avx2(int wtype, const uint8_t *b, float *y) {
+// tk_dq_body decodes one block of type WT and emits its weights (see
+// tk_emit). Same operations in the same order as tk_dq_block.
+TK_INLINE TK_TARGET_AVX2 void tk_dq_body(const int M, const int WT,
+                                         const uint8_t *b, float *y,
+                                         const float *x, int k,
+                                         __m256 acc[4][4]) {
   const __m256i c15 = _mm256_set1_epi32(15);
-  switch (wtype) {
+  switch (WT) {
     case TK_Q4_0:
     case TK_Q5_0: {
-      int q5 = wtype == TK_Q5_0;
+      const int q5 = WT == TK_Q5_0;
       __m256 d = _mm256_set1_ps(tk_f16_to_f32(tk_load_u16(b)));
       uint32_t qh = q5 ? tk_load_u32(b + 2) : 0;
       const uint8_t *qs = b + (q5 ? 6 : 2);
@@ -195,14 +217,14 @@ TK_TARGET_AVX2 void tk_dq_block_avx2(int wtype, const uint8_t *b, float *y) {
           lo = _mm256_or_si256(lo, tk_qh5(qh, 8 * g));
           hi = _mm256_or_si256(hi, tk_qh5(qh, 16 + 8 * g));
         }
-        tk_scale8(y + 8 * g, _mm256_sub_epi32(lo, bias), d);
-        tk_scale8(y + 16 + 8 * g, _mm256_sub_epi32(hi, bias), d);
+        tk_emit(M, y, x, k, acc, 2 * g, 8 * g, tk_scale8(_mm256_sub_epi32(lo, bias), d));
+        tk_emit(M, y, x, k, acc, 2 * g + 1, 16 + 8 * g, tk_scale8(_mm256_sub_epi32(hi, bias), d));
       }
       return;
     }
     case TK_Q4_1:
     case TK_Q5_1: {
-      int q5 = wtype == TK_Q5_1;
+      const int q5 = WT == TK_Q5_1;
       __m256 d = _mm256_set1_ps(tk_f16_to_f32(tk_load_u16(b)));
       __m256 m = _mm256_set1_ps(tk_f16_to_f32(tk_load_u16(b + 2)));
       uint32_t qh = q5 ? tk_load_u32(b + 4) : 0;
@@ -215,8 +237,8 @@ TK_TARGET_AVX2 void tk_dq_block_avx2(int wtype, const uint8_t *b, float *y) {
           hi = _mm256_or_si256(hi, tk_qh5(qh, 16 + 8 * g));
         }
         // x·d + m: mul, then add (ggml's order).
-        _mm256_storeu_ps(y + 8 * g, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), d), m));
-        _mm256_storeu_ps(y + 16 + 8 * g, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), d), m));
+        tk_emit(M, y, x, k, acc, 2 * g, 8 * g, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), d), m));
+        tk_emit(M, y, x, k, acc, 2 * g + 1, 16 + 8 * g, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), d), m));
       }
       return;
     }
@@ -231,9 +253,9 @@ TK_TARGET_AVX2 void tk_dq_block_avx2(int wtype, const uint8_t *b, float *y) {
             uint8_t s = sc[n * 8 + j * 2 + h];
             __m256 dl = _mm256_set1_ps(d * (float)(s & 0xf));
             __m256 ml = _mm256_set1_ps(dmin * (float)(s >> 4));
-            float *o = y + n * 128 + j * 32 + h * 16;
-            tk_affine8(o, tk_bits8(v0, 2 * j, 3), dl, ml);
-            tk_affine8(o + 8, tk_bits8(v1, 2 * j, 3), dl, ml);
+            int c = n * 128 + j * 32 + h * 16;
+            tk_emit(M, y, x, k, acc, j, c, tk_affine8(_mm256_and_si256(_mm256_srli_epi32(v0, 2 * j), _mm256_set1_epi32(3)), dl, ml));
+            tk_emit(M, y, x, k, acc, j + 1, c + 8, tk_affine8(_mm256_and_si256(_mm256_srli_epi32(v1, 2 * j), _mm256_set1_epi32(3)), dl, ml));
           }
         }
       return;
@@ -241,7 +263,7 @@ TK_TARGET_AVX2 void tk_dq_block_avx2(int wtype, const uint8_t *b, float *y) {
     case TK_Q3_K: {
       const uint8_t *hm = b, *qs = b + 32, *sc = b + 96;
       float d = tk_f16_to_f32(tk_load_u16(b + 108));
-      const __m256i four = _mm256_set1_epi32(4);
+      const __m256i four = _mm256_set1_epi32(4), three = _mm256_set1_epi32(3), one = _mm256_set1_epi32(1);
       for (int n = 0; n < 2; n++)
         for (int h = 0; h < 2; h++) {
           const uint8_t *q = qs + n * 32 + h * 16;
@@ -249,12 +271,13 @@ TK_TARGET_AVX2 void tk_dq_block_avx2(int wtype, const uint8_t *b, float *y) {
           __m256i m[2] = {tk_u8x8(hm + h * 16), tk_u8x8(hm + h * 16 + 8)};
           for (int j = 0; j < 4; j++) {
             __m256 dl = _mm256_set1_ps(d * (float)(tk_q3k_scale(sc, n * 8 + j * 2 + h) - 32));
-            float *o = y + n * 128 + j * 32 + h * 16;
+            int c = n * 128 + j * 32 + h * 16;
             for (int g = 0; g < 2; g++) {
               // low 2 bits − 4, plus 4 where the high bit is set
-              __m256i x = _mm256_sub_epi32(tk_bits8(v[g], 2 * j, 3), four);
-              x = _mm256_add_epi32(x, _mm256_slli_epi32(tk_bits8(m[g], n * 4 + j, 1), 2));
-              tk_scale8(o + 8 * g, x, dl);
+              __m256i xq = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(v[g], 2 * j), three), four);
+              __m256i hb = _mm256_and_si256(_mm256_srli_epi32(m[g], n * 4 + j), one);
+              xq = _mm256_add_epi32(xq, _mm256_slli_epi32(hb, 2));
+              tk_emit(M, y, x, k, acc, j + g, c + 8 * g, tk_scale8(xq, dl));
             }
           }
         }
@@ -262,19 +285,27 @@ TK_TARGET_AVX2 void tk_dq_block_avx2(int wtype, const uint8_t *b, float *y) {
     }
     case TK_Q4_K:
     case TK_Q5_K: {
-      int q5 = wtype == TK_Q5_K;
+      const int q5 = WT == TK_Q5_K;
       float d = tk_f16_to_f32(tk_load_u16(b)), dmin = tk_f16_to_f32(tk_load_u16(b + 2));
       const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + (q5 ? 48 : 16);
-      for (int i = 0; i < 8; i++) {
-        uint8_t s, mn;
-        tk_scale_min_k4(sc, i, &s, &mn);
-        __m256 d1 = _mm256_set1_ps(d * (float)s), m1 = _mm256_set1_ps(dmin * (float)mn);
-        const uint8_t *q = qs + 32 * (i / 2);
-        int sh = 4 * (i % 2);
+      // One load of 8 quant bytes serves two sub-blocks: its low nibbles
+      // are sub-block 2j's, its high nibbles sub-block 2j+1's.
+      for (int j = 0; j < 4; j++) {
+        uint8_t s0, m0, s1, m1;
+        tk_scale_min_k4(sc, 2 * j, &s0, &m0);
+        tk_scale_min_k4(sc, 2 * j + 1, &s1, &m1);
+        __m256 d0 = _mm256_set1_ps(d * (float)s0), n0 = _mm256_set1_ps(dmin * (float)m0);
+        __m256 d1 = _mm256_set1_ps(d * (float)s1), n1 = _mm256_set1_ps(dmin * (float)m1);
         for (int g = 0; g < 4; g++) {
-          __m256i v = tk_bits8(tk_u8x8(q + 8 * g), sh, 15);
-          if (q5) v = _mm256_or_si256(v, _mm256_slli_epi32(tk_bits8(tk_u8x8(qh + 8 * g), i, 1), 4));
-          tk_affine8(y + 32 * i + 8 * g, v, d1, m1);
+          __m256i v = tk_u8x8(qs + 32 * j + 8 * g);
+          __m256i lo = _mm256_and_si256(v, c15), hi = _mm256_srli_epi32(v, 4);
+          if (q5) {
+            __m256i h = tk_u8x8(qh + 8 * g);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * j), _mm256_set1_epi32(1)), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * j + 1), _mm256_set1_epi32(1)), 4));
+          }
+          tk_emit(M, y, x, k, acc, g, 64 * j + 8 * g, tk_affine8(lo, d0, n0));
+          tk_emit(M, y, x, k, acc, g + 1, 64 * j + 32 + 8 * g, tk_affine8(hi, d1, n1));
         }
       }
       return;
@@ -283,22 +314,87 @@ TK_TARGET_AVX2 void tk_dq_block_avx2(int wtype, const uint8_t *b, float *y) {
       const uint8_t *ql = b, *qh = b + 128;
       const int8_t *sc = (const int8_t *)(const void *)(b + 192);
       float d = tk_f16_to_f32(tk_load_u16(b + 208));
-      const __m256i c32 = _mm256_set1_epi32(32);
+      const __m256i c32 = _mm256_set1_epi32(32), three = _mm256_set1_epi32(3);
+      float ds16[16];  // the 16 sub-block scales d·sc, each used twice below
+      for (int i = 0; i < 16; i++) ds16[i] = d * (float)sc[i];
       for (int n = 0; n < 2; n++)
         for (int g = 0; g < 4; g++) {
           __m256i h = tk_u8x8(qh + 32 * n + 8 * g);
           __m256i l0 = tk_u8x8(ql + 64 * n + 8 * g), l1 = tk_u8x8(ql + 64 * n + 32 + 8 * g);
-          for (int k = 0; k < 4; k++) {
-            __m256i lo = tk_bits8(k & 1 ? l1 : l0, 4 * (k >> 1), 15);
-            __m256i x = _mm256_or_si256(lo, _mm256_slli_epi32(tk_bits8(h, 2 * k, 3), 4));
-            __m256 ds = _mm256_set1_ps(d * (float)sc[8 * n + 2 * k + g / 2]);
+          __m256i lo4[4] = {_mm256_and_si256(l0, c15), _mm256_and_si256(l1, c15), _mm256_srli_epi32(l0, 4),
+                            _mm256_srli_epi32(l1, 4)};
+          for (int kk = 0; kk < 4; kk++) {
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi32(h, 2 * kk), three);
+            __m256i xq = _mm256_sub_epi32(_mm256_or_si256(lo4[kk], _mm256_slli_epi32(hi, 4)), c32);
+            __m256 ds = _mm256_broadcast_ss(&ds16[8 * n + 2 * kk + g / 2]);
             // (d·sc)·q, as ggml: the scale product first.
-            _mm256_storeu_ps(y + 128 * n + 32 * k + 8 * g,
-                             _mm256_mul_ps(ds, _mm256_cvtepi32_ps(_mm256_sub_epi32(x, c32))));
+            tk_emit(M, y, x, k, acc, kk, 128 * n + 32 * kk + 8 * g, _mm256_mul_ps(ds, _mm256_cvtepi32_ps(xq)));
           }
         }
       return;
     }
+  }
+}
+
+#define TK_EACH_BLK(F) \
+  F(TK_Q4_0) F(TK_Q4_1) F(TK_Q5_0) F(TK_Q5_1) F(TK_Q2_K) F(TK_Q3_K) F(TK_Q4_K) F(TK_Q5_K) F(TK_Q6_K)
+
+TK_TARGET_AVX2 void tk_dq_block_avx2(int wtype, const uint8_t *b, float *y) {
+  switch (wtype) {
+#define TK_CASE(T)                           \
+  case T:                                    \
+    tk_dq_body(0, T, b, y, NULL, 0, NULL);   \
+    return;
+    TK_EACH_BLK(TK_CASE)
+#undef TK_CASE
+  }
+}
+
+// gemv_blk computes y[r][n] = Σ_c x[r][c]·W[n][c] for r < M, n in [n0, n1):
+// each weight row is decoded block by block in registers and multiplied
+// into the M rows of x at once, so it is read from memory exactly once.
+TK_INLINE TK_TARGET_AVX2 void gemv_blk(const int M, const int WT,
+                                       const uint8_t *w, size_t wrow,
+                                       const float *x, float *y, long ldy,
+                                       int k, int n0, int n1) {
+  const int be = tk_blk_elems(WT);
+  const size_t bb = tk_blk_bytes(WT);
+  const int nb = k / be;
+  for (int n = n0; n < n1; n++) {
+    const uint8_t *row = w + (size_t)n * wrow;
+    __m256 acc[4][4];
+    for (int r = 0; r < 4; r++)
+      for (int a = 0; a < 4; a++) acc[r][a] = _mm256_setzero_ps();
+    for (int bi = 0; bi < nb; bi++)
+      tk_dq_body(M, WT, row + (size_t)bi * bb, NULL, x + (size_t)bi * be, k, acc);
+    for (int r = 0; r < M; r++)
+      y[(size_t)r * ldy + n] = tk_hsum8(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]),
+                                                      _mm256_add_ps(acc[r][2], acc[r][3])));
+  }
+}
+
+TK_TARGET_AVX2 void tk_gemv_blk_avx2(int wtype, const uint8_t *w, size_t wrow,
+                                     const float *x, int m, float *y,
+                                     long ldy, int k, int n0, int n1) {
+  switch (wtype) {
+#define TK_CASE(T)                                          \
+  case T:                                                   \
+    switch (m) {                                            \
+      case 1:                                               \
+        gemv_blk(1, T, w, wrow, x, y, ldy, k, n0, n1);      \
+        return;                                             \
+      case 2:                                               \
+        gemv_blk(2, T, w, wrow, x, y, ldy, k, n0, n1);      \
+        return;                                             \
+      case 3:                                               \
+        gemv_blk(3, T, w, wrow, x, y, ldy, k, n0, n1);      \
+        return;                                             \
+      default:                                              \
+        gemv_blk(4, T, w, wrow, x, y, ldy, k, n0, n1);      \
+        return;                                             \
+    }
+    TK_EACH_BLK(TK_CASE)
+#undef TK_CASE
   }
 }
 #endif
