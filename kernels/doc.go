@@ -1,7 +1,8 @@
 // Package kernels is the arithmetic of the forward pass, on the CPU and on
-// NVIDIA GPUs: GEMM and GEMV over F32/F16/BF16/Q8_0 weights, RMSNorm, RoPE,
-// SiLU·mul, softmax, paged attention, KV writes, embedding gather, argmax
-// and sampling.
+// NVIDIA GPUs: GEMM and GEMV over F32/F16/BF16 and GGML block-quantised
+// weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; the
+// CUDA kernels read F32/F16/BF16/Q8_0), RMSNorm, RoPE, SiLU·mul, softmax,
+// paged attention, KV writes, embedding gather, argmax and sampling.
 //
 // # CPU
 //
@@ -12,7 +13,11 @@
 // Work is split across cores by Workers, a Go worker pool that makes one cgo
 // call per tile, never per element (one tile in all for a one-worker pool
 // or a tiny matrix). MatMul picks by rows of x: GEMV (1..4), streaming
-// (5..32, each weight read once, no packing) or the packed GEMM. The Ref* functions are plain-Go
+// (5..32, each weight read once, no packing) or the packed GEMM. Block
+// types are read straight from the (mmapped) quantised bytes: tk_quant.c
+// decodes a block into registers (GEMV) or into an L1 buffer (packing,
+// streaming), in ggml's rounding order, so every path sees the exact
+// weights of the Go reference. The Ref* functions are plain-Go
 // references (float64 accumulation) used by the tests here and by the CUDA
 // kernel tests.
 //

@@ -20,10 +20,7 @@ func FuzzMatMul(f *testing.F) {
 			return
 		}
 		dt := allTypes[int(typ)%len(allTypes)]
-		kk := int(k)
-		if dt == Q8_0 {
-			kk = roundUp(kk, Q8BlockElems)
-		}
+		kk := roundUp(int(k), dt.BlockElems())
 		c := newMMCase(t, rand.New(rand.NewPCG(seed, 7)), dt, int(m)%40+1, kk, int(n))
 		w := NewWorkers(int(workers)%4 + 1)
 		defer w.Close()

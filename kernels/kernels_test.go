@@ -12,7 +12,8 @@ import (
 // unitRoundoff is 2^-24, the float32 unit roundoff u.
 const unitRoundoff = 1.0 / (1 << 24)
 
-var allTypes = []DType{F32, F16, BF16, Q8_0}
+// allTypes is every weight type (Types), the block types included.
+var allTypes = Types[:]
 
 func randFloats(rng *rand.Rand, n int, scale float32) []float32 {
 	v := make([]float32, n)
@@ -127,10 +128,7 @@ func TestMatMul(t *testing.T) {
 	var cases []mmCase
 	for _, typ := range allTypes {
 		for _, s := range shapes {
-			k := s.k
-			if typ == Q8_0 {
-				k = roundUp(k, Q8BlockElems)
-			}
+			k := roundUp(s.k, typ.BlockElems()) // 256 for the K-quants
 			cases = append(cases, newMMCase(t, rng, typ, s.m, k, s.n))
 		}
 	}
@@ -157,7 +155,7 @@ func TestMatMulErrors(t *testing.T) {
 		{"zero m", nil, nil, 0, W, "m=0"},
 		{"data size", make([]float32, 8), make([]float32, 16), 2, Matrix{Type: F32, Rows: 4, Cols: 8, Data: make([]byte, 100)}, "needs 128 bytes, Data has 100"},
 		{"q8 cols", make([]float32, 8), make([]float32, 16), 2, Matrix{Type: Q8_0, Rows: 4, Cols: 8, Data: nil}, "not a multiple of 32"},
-		{"bad type", make([]float32, 8), make([]float32, 16), 2, Matrix{Type: DType(2), Rows: 4, Cols: 8}, "unsupported weight type DType(2)"},
+		{"bad type", make([]float32, 8), make([]float32, 16), 2, Matrix{Type: DType(16), Rows: 4, Cols: 8}, "unsupported weight type DType(16)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -266,7 +264,10 @@ func TestEmbedding(t *testing.T) {
 	for _, p := range SupportedPaths() {
 		for _, typ := range allTypes {
 			t.Run(fmt.Sprintf("%v/%v", p, typ), func(t *testing.T) {
-				cols := 96 // multiple of 32 for Q8_0
+				cols := 96 // a multiple of every legacy block
+				if typ.BlockElems() > cols {
+					cols = 2 * typ.BlockElems() // K-quants: two super-blocks
+				}
 				tab, err := Quantize(typ, 11, cols, randFloats(rng, 11*cols, 1))
 				require.NoError(t, err)
 				toks := []int32{3, 0, 10, 3}

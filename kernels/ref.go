@@ -20,9 +20,11 @@ func RefMatMul(y, x []float32, m int, W Matrix) error {
 			m, m*W.Cols, m*W.Rows, len(x), len(y))
 	}
 	wrow := make([]float64, W.Cols)
+	wf := make([]float32, W.Cols)
 	for n := 0; n < W.Rows; n++ {
-		for c := range wrow {
-			wrow[c] = float64(W.At(n, c))
+		W.Row(n, wf)
+		for c, v := range wf {
+			wrow[c] = float64(v)
 		}
 		for i := 0; i < m; i++ {
 			var s float64
@@ -119,9 +121,7 @@ func RefArgmax(x []float32) int32 {
 // RefEmbedding is the reference embedding gather (see Embedding).
 func RefEmbedding(out []float32, table Matrix, tokens []int32) {
 	for i, t := range tokens {
-		for c := 0; c < table.Cols; c++ {
-			out[i*table.Cols+c] = table.At(int(t), c)
-		}
+		table.Row(int(t), out[i*table.Cols:(i+1)*table.Cols])
 	}
 }
 

@@ -24,7 +24,9 @@ static int tk_nr(int isa) { return isa == TK_AVX512 ? 32 : 16; }
 
 // pack_b_portable converts weight rows [n0, n0+nc) x cols [k0, k0+kc) into
 // NR-column panels, each [kc][NR] float32, zero-padding the last panel. This
-// is where F16/BF16/Q8_0 become float32: once per packed block, not per FMA.
+// is where F16/BF16 and the block types become float32: once per packed
+// block, not per FMA. k0 is a multiple of KC (256), so a block is never
+// split between two packed blocks.
 static void pack_b_portable(int nr, int wtype, const uint8_t *w, size_t wrow,
                             int n0, int nc, int k0, int kc, float *pb,
                             float *tmp) {
@@ -103,6 +105,12 @@ static void ukr_portable(int kc, const float *a, int mr, const float *b,
 static TK_TARGET_AVX2 void pack_b_avx2(int nr, int wtype, const uint8_t *w,
                                        size_t wrow, int n0, int nc, int k0,
                                        int kc, float *pb) {
+  // The tk_quant.c block types (a K-quant block holds 256 weights, more
+  // than one 8-wide load can decode on its own) are first decoded, 8 rows
+  // x kc at a time, into this buffer, then transposed like F32 rows.
+  float dec[8][TK_KC];
+  const int blk = tk_is_blk(wtype);
+  const int lt = blk ? TK_F32 : wtype, lk0 = blk ? 0 : k0;
   for (int jp = 0; jp < nc; jp += nr) {
     float *dst = pb + (size_t)jp * kc;
     for (int j0 = 0; j0 < nr; j0 += 8) {
@@ -112,12 +120,16 @@ static TK_TARGET_AVX2 void pack_b_avx2(int nr, int wtype, const uint8_t *w,
         int n = jp + j0 + j;
         valid[j] = n < nc;
         rows[j] = w + (size_t)(n0 + (valid[j] ? n : 0)) * wrow;
+        if (blk) {
+          if (valid[j]) tk_cvt_blk(1, wtype, rows[j], k0, kc, dec[j]);
+          rows[j] = (const uint8_t *)(const void *)dec[j];
+        }
       }
       int p = 0;
       for (; p + 8 <= kc; p += 8) {
         __m256 r[8];
         for (int j = 0; j < 8; j++)
-          r[j] = valid[j] ? tk_ld8(wtype, rows[j], k0 + p) : _mm256_setzero_ps();
+          r[j] = valid[j] ? tk_ld8(lt, rows[j], lk0 + p) : _mm256_setzero_ps();
         __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
         __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
         __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
@@ -142,7 +154,7 @@ static TK_TARGET_AVX2 void pack_b_avx2(int nr, int wtype, const uint8_t *w,
       }
       for (; p < kc; p++)  // depth tail (k not a multiple of 8)
         for (int j = 0; j < 8; j++)
-          dst[(size_t)p * nr + j0 + j] = valid[j] ? tk_w1(wtype, rows[j], k0 + p) : 0.0f;
+          dst[(size_t)p * nr + j0 + j] = valid[j] ? tk_w1(lt, rows[j], lk0 + p) : 0.0f;
     }
   }
 }
@@ -429,6 +441,10 @@ TK_INLINE TK_TARGET_AVX2 void gemv_q8_body(const int M, const uint8_t *w,
 static TK_TARGET_AVX2 void gemv_avx2(int wtype, const uint8_t *w, size_t wrow,
                                      const float *x, int m, float *y, long ldy,
                                      int k, int n0, int n1) {
+  if (tk_is_blk(wtype)) {  // tk_quant.c: decoded in registers
+    tk_gemv_blk_avx2(wtype, w, wrow, x, m, y, ldy, k, n0, n1);
+    return;
+  }
   switch (wtype) {
     case TK_F32:
       TK_GEMV_M(TK_F32);
@@ -436,7 +452,7 @@ static TK_TARGET_AVX2 void gemv_avx2(int wtype, const uint8_t *w, size_t wrow,
       TK_GEMV_M(TK_F16);
     case TK_BF16:
       TK_GEMV_M(TK_BF16);
-    default:
+    default:  // Q8_0
       switch (m) {
         case 1:
           gemv_q8_body(1, w, wrow, x, y, ldy, k, n0, n1);
@@ -534,14 +550,16 @@ static TK_TARGET_AVX2 void stream_avx2(int wtype, const uint8_t *w,
                                        size_t wrow, const float *x, int m,
                                        float *y, long ldy, int k, int n0,
                                        int n1, float *tmp) {
-  // Depth chunks: equal, multiples of 32 (whole Q8_0 blocks), with the
-  // m rows' share of x under TK_STREAM_XBYTES (L2) and a weight row's
-  // share at most TK_STREAM_KMAX floats (L1).
+  // Depth chunks: equal, multiples of 32 (whole Q8_0 and legacy blocks)
+  // or of 256 (whole K-quant super-blocks), with the m rows' share of x
+  // under TK_STREAM_XBYTES (L2) and a weight row's share at most
+  // TK_STREAM_KMAX floats (L1).
   int kmax = TK_STREAM_XBYTES / (4 * m);
   kmax = kmax < 256 ? 256 : kmax > TK_STREAM_KMAX ? TK_STREAM_KMAX : kmax;
   int nchunks = (k + kmax - 1) / kmax;
   int kc = (k + nchunks - 1) / nchunks;
-  kc = (kc + 31) / 32 * 32;
+  int align = tk_blk_elems(wtype) > 32 ? tk_blk_elems(wtype) : 32;
+  kc = (kc + align - 1) / align * align;
   for (int c0 = 0; c0 < k; c0 += kc) {
     int len = k - c0 < kc ? k - c0 : kc;
     // Bytes [pb0, pb1) of a weight row hold columns [c0, c0+len).

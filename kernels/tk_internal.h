@@ -62,8 +62,101 @@ static inline uint16_t tk_load_u16(const uint8_t *p) {
   return v;
 }
 
-// tk_row_bytes is the byte offset of column c in a weight row (for Q8_0,
-// rounded up to a whole block).
+// The block-quantised weight types beside Q8_0 (GGML type ids, like tk.h's
+// enum): legacy blocks of 32 and K-quant super-blocks of 256. Their block
+// decoders live in tk_quant.c; Q8_0 keeps its inline paths below.
+enum {
+  TK_Q4_0 = 2,
+  TK_Q4_1 = 3,
+  TK_Q5_0 = 6,
+  TK_Q5_1 = 7,
+  TK_Q2_K = 10,
+  TK_Q3_K = 11,
+  TK_Q4_K = 12,
+  TK_Q5_K = 13,
+  TK_Q6_K = 14
+};
+#define TK_QKK 256  // K-quant super-block elements (and the largest block)
+
+// tk_is_blk reports whether wtype is one of the tk_quant.c block types.
+static inline int tk_is_blk(int wtype) {
+  switch (wtype) {
+    case TK_Q4_0: case TK_Q4_1: case TK_Q5_0: case TK_Q5_1:
+    case TK_Q2_K: case TK_Q3_K: case TK_Q4_K: case TK_Q5_K: case TK_Q6_K:
+      return 1;
+  }
+  return 0;
+}
+
+// tk_blk_elems is the elements per block of wtype (1 for F32/F16/BF16).
+static inline int tk_blk_elems(int wtype) {
+  switch (wtype) {
+    case TK_F32: case TK_F16: case TK_BF16:
+      return 1;
+    case TK_Q2_K: case TK_Q3_K: case TK_Q4_K: case TK_Q5_K: case TK_Q6_K:
+      return TK_QKK;
+  }
+  return TK_QK;
+}
+
+// tk_blk_bytes is the bytes per block of wtype (ggml-common.h's block_*).
+static inline size_t tk_blk_bytes(int wtype) {
+  switch (wtype) {
+    case TK_F32: return 4;
+    case TK_F16: case TK_BF16: return 2;
+    case TK_Q4_0: return 18;
+    case TK_Q4_1: return 20;
+    case TK_Q5_0: return 22;
+    case TK_Q5_1: return 24;
+    case TK_Q2_K: return 84;
+    case TK_Q3_K: return 110;
+    case TK_Q4_K: return 144;
+    case TK_Q5_K: return 176;
+    case TK_Q6_K: return 210;
+  }
+  return TK_Q8_BYTES;
+}
+
+// tk_dq_block decodes one block of a tk_is_blk type (blk: its bytes) into
+// out (tk_blk_elems floats), bit-exactly as ggml's dequantize_row_* does.
+void tk_dq_block(int wtype, const uint8_t *blk, float *out);
+#if TK_X86
+// tk_dq_block_avx2 is tk_dq_block with AVX2 (same operations, same order,
+// so the same floats). Only after tk_cpu_paths reported AVX2.
+void tk_dq_block_avx2(int wtype, const uint8_t *blk, float *out);
+// tk_gemv_blk_avx2 is the GEMV (m = 1..4 rows of x, as tk_gemv_tile) of a
+// tk_is_blk type: blocks are decoded in registers straight into the dot
+// products. k is a multiple of the block size.
+void tk_gemv_blk_avx2(int wtype, const uint8_t *w, size_t wrow, const float *x,
+                      int m, float *y, long ldy, int k, int n0, int n1);
+#endif
+
+// tk_cvt_blk writes elements [c0, c0+n) of a row of a tk_is_blk type to
+// out, decoding whole blocks (straight into out when a block lies wholly
+// inside the range, else through a block buffer).
+static inline void tk_cvt_blk(int avx2, int wtype, const uint8_t *row, int c0,
+                              int n, float *out) {
+  const int be = tk_blk_elems(wtype);
+  const size_t bb = tk_blk_bytes(wtype);
+  float buf[TK_QKK];
+  for (int c = c0; c < c0 + n;) {
+    int b = c / be, off = c - b * be;
+    int take = be - off < c0 + n - c ? be - off : c0 + n - c;
+    float *dst = off == 0 && take == be ? out + (c - c0) : buf;
+#if TK_X86
+    if (avx2)
+      tk_dq_block_avx2(wtype, row + (size_t)b * bb, dst);
+    else
+#endif
+      tk_dq_block(wtype, row + (size_t)b * bb, dst);
+    (void)avx2;
+    if (dst == buf) memcpy(out + (c - c0), buf + off, 4 * (size_t)take);
+    c += take;
+  }
+}
+
+// tk_row_bytes is the byte offset of column c in a weight row (for block
+// types, rounded up to a whole block).
 static inline size_t tk_row_bytes(int wtype, int c) {
   switch (wtype) {
     case TK_F32:
@@ -71,8 +164,10 @@ static inline size_t tk_row_bytes(int wtype, int c) {
     case TK_F16:
     case TK_BF16:
       return 2 * (size_t)c;
-    default:
-      return (size_t)((c + TK_QK - 1) / TK_QK) * TK_Q8_BYTES;
+    default: {
+      int be = tk_blk_elems(wtype);
+      return (size_t)((c + be - 1) / be) * tk_blk_bytes(wtype);
+    }
   }
 }
 
@@ -88,9 +183,16 @@ static inline float tk_w1(int wtype, const uint8_t *row, int c) {
       return tk_f16_to_f32(tk_load_u16(row + 2 * (size_t)c));
     case TK_BF16:
       return tk_bf16_to_f32(tk_load_u16(row + 2 * (size_t)c));
-    default: {
+    case TK_Q8_0: {
       const uint8_t *b = row + (size_t)(c / TK_QK) * TK_Q8_BYTES;
       return tk_f16_to_f32(tk_load_u16(b)) * (float)(int8_t)b[2 + c % TK_QK];
+    }
+    default: {
+      // A whole block is decoded for one element: only depth tails and
+      // odd offsets come here, never an inner loop.
+      float v;
+      tk_cvt_blk(0, wtype, row, c, 1, &v);
+      return v;
     }
   }
 }
@@ -110,15 +212,19 @@ static inline void tk_cvt_portable(int wtype, const uint8_t *row, int c0, int n,
       for (int i = 0; i < n; i++)
         out[i] = tk_bf16_to_f32(tk_load_u16(row + 2 * (size_t)(c0 + i)));
       return;
-    default:
+    case TK_Q8_0:
       for (int i = 0; i < n; i++) out[i] = tk_w1(wtype, row, c0 + i);
+      return;
+    default:
+      tk_cvt_blk(0, wtype, row, c0, n, out);
       return;
   }
 }
 
 #if TK_X86
 // tk_ld8 loads weights [c, c+8) of a row as floats; c is a multiple of 8
-// (so a Q8_0 load never straddles a block).
+// (so a Q8_0 load never straddles a block). F32, F16, BF16 and Q8_0 only:
+// the other block types are decoded a block at a time (tk_cvt_blk).
 TK_INLINE TK_TARGET_AVX2 __m256 tk_ld8(int wtype, const uint8_t *row, int c) {
   switch (wtype) {
     case TK_F32:
@@ -197,6 +303,10 @@ TK_INLINE TK_TARGET_AVX512 __m512 exp16_avx512(__m512 x) {
 // tk_cvt_avx2 is tk_cvt_portable with vector conversions.
 static inline TK_TARGET_AVX2 void tk_cvt_avx2(int wtype, const uint8_t *row,
                                               int c0, int n, float *out) {
+  if (tk_is_blk(wtype)) {
+    tk_cvt_blk(1, wtype, row, c0, n, out);
+    return;
+  }
   int i = 0;
   if (c0 % 8 == 0) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, tk_ld8(wtype, row, c0 + i));

@@ -44,7 +44,8 @@ type llamaLayer struct {
 func LoadLlama(path string, opts LlamaOptions) (*Llama, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("model: load %s: %w", path, err)
+		// Open's errors already name the file.
+		return nil, fmt.Errorf("model: load: %w", err)
 	}
 	m, err := NewLlama(f, opts)
 	if err != nil {

@@ -57,14 +57,10 @@ type mlpShard struct {
 	downMem   []byte    // owns the down shards' data (a column slice is not contiguous in the file)
 }
 
-// blockElems is the number of columns a weight type packs together: a
-// column shard must start and end on its boundary.
-func blockElems(t kernels.DType) int {
-	if t == kernels.Q8_0 {
-		return kernels.Q8BlockElems
-	}
-	return 1
-}
+// blockElems is the number of columns a weight type packs together (32 for
+// the legacy block types, 256 for the K-quants): a column shard must start
+// and end on its boundary.
+func blockElems(t kernels.DType) int { return t.BlockElems() }
 
 // newMLPShard checks that m's MLP splits into g.Size() shards and builds
 // rank g.Rank()'s: gate and up rows [rank·w, (rank+1)·w) as views of the

@@ -325,6 +325,32 @@ func TestShardedMLPWeightTypes(t *testing.T) {
 	}
 }
 
+// TestShardedMLPBlockTypes: ffn_down column shards of the legacy block
+// types fall on their 32-column blocks and of the K-quants on their
+// 256-column super-blocks, and still match the whole MLP.
+func TestShardedMLPBlockTypes(t *testing.T) {
+	legacy := smallSpec(gguf.TypeQ4_0, gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1)
+	legacy.FFN, legacy.Layers = 128, 4
+	kq := kquantSpec(gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K)
+	kq.FFN = 512
+	prompts := make([][]int32, 4)
+	for i := range prompts {
+		prompts[i] = iota32(3+i*5, 6+i)
+	}
+	for _, tc := range []struct {
+		name string
+		spec synthSpec
+		c    shardCase
+	}{
+		{"legacy N4", legacy, shardCase{name: "N4", assign: [][]int{{0}, {1, 2}, {}, {3}}}},
+		{"k-quants N2", kq, shardCase{name: "N2", assign: [][]int{{0, 1}, {2, 3}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkSharded(t, loadSynth(t, tc.spec), tc.c, prompts) })
+	}
+	_, err := NewCPURunner(loadSynth(t, kquantSpec(gguf.TypeQ4_K)), shardConfig(fixedGroup{0, 2}))
+	require.ErrorContains(t, err, "FFN 256 in 2 MLP shards is 128 columns each, not a multiple of the Q4_K block size 256")
+}
+
 // fixedGroup is an MLPGroup of a given rank and size that must never be
 // called (construction tests).
 type fixedGroup struct{ rank, size int }

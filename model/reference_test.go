@@ -14,12 +14,17 @@ import (
 // attention). The runner accumulates in float32, so the tolerance is
 // relative to the row's largest logit.
 func TestRunnerMatchesReference(t *testing.T) {
-	const tol = 1e-5 // observed ≤ 1e-6 on every type
+	const tol = 1e-5 // observed ≤ 1e-6 on every type (the block types decode to the reference's exact weights)
 	all := []gguf.GGMLType{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0}
 	tied := smallSpec(all...)
 	tied.Tied = true
 	scaled := smallSpec(gguf.TypeF16)
 	scaled.LinearScale, scaled.Theta = 4, 500000
+	legacy := smallSpec(gguf.TypeQ4_0, gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeQ8_0)
+	// K-quants need rows of whole 256-element super-blocks: dim and ffn 256.
+	kq := kquantSpec(gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeQ8_0, gguf.TypeF16)
+	kqTied := kquantSpec(gguf.TypeQ6_K, gguf.TypeQ4_K)
+	kqTied.Tied = true
 	for _, tc := range []struct {
 		name string
 		spec synthSpec
@@ -31,6 +36,9 @@ func TestRunnerMatchesReference(t *testing.T) {
 		{"mixed", smallSpec(all...)},
 		{"tied-output", tied},
 		{"linear-rope-scaling", scaled},
+		{"legacy-blocks", legacy},
+		{"k-quants", kq},
+		{"k-quants-tied", kqTied},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := loadSynth(t, tc.spec)

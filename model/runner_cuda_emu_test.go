@@ -604,6 +604,11 @@ func TestCUDAEmuBF16Paths(t *testing.T) {
 		{"mixed weights", func(t *testing.T) *Llama {
 			return loadSynth(t, smallSpec(gguf.TypeF32, gguf.TypeQ8_0, gguf.TypeF16, gguf.TypeBF16))
 		}, false, 0.05},
+		// K-quant and legacy block matrices reach the device as bf16
+		// through the host conversion; the table stays Q8_0.
+		{"block-type weights", func(t *testing.T) *Llama {
+			return loadSynth(t, kquantSpec(gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K, gguf.TypeQ5_0, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K, gguf.TypeQ4_1))
+		}, false, 0.05},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -114,8 +114,34 @@ func cudaElemBytes(t kernels.DType) uint64 {
 	return 2
 }
 
+// cudaEmbeddingReads reports whether the device embedding kernel reads
+// tables of type t (the table stays as stored on the device). Matrices of
+// any type the CPU runner reads are fine: the other block types (Q4_0 ...
+// Q6_K) go through cudaUploadHost, dequantised on the host to the GEMM type.
+func cudaEmbeddingReads(t kernels.DType) bool {
+	switch t {
+	case kernels.F32, kernels.F16, kernels.BF16, kernels.Q8_0:
+		return true
+	}
+	return false
+}
+
+// cudaCheckTypes refuses a model with a tensor the CUDA runner cannot
+// hold, naming the tensor and its type. NewCUDARunner calls it before it
+// looks for a driver, so the answer does not depend on the machine.
+func cudaCheckTypes(m *Llama) error {
+	if !cudaEmbeddingReads(m.embd.Type) {
+		return fmt.Errorf("model: CUDA runner: tensor %q has type %v; the device embedding reads F32, F16, BF16 and Q8_0 tables (the CPU runner reads every type)",
+			"token_embd.weight", m.embd.Type)
+	}
+	return nil
+}
+
 // cudaPlanWeights lays out every weight of m for upload.
 func cudaPlanWeights(m *Llama) (cudaWeightPlan, error) {
+	if err := cudaCheckTypes(m); err != nil {
+		return cudaWeightPlan{}, err
+	}
 	p := cudaWeightPlan{gemm: cudaGemmTypeOf(m)}
 	var off uint64
 	place := func(w kernels.Matrix, dt kernels.DType) (cudaWeight, error) {

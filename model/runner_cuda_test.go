@@ -83,6 +83,21 @@ func TestNewCUDARunnerWithoutDriver(t *testing.T) {
 	require.ErrorContains(t, err, "Seats = 0")
 }
 
+// The CUDA runner refuses a token embedding its device kernel cannot read,
+// naming the tensor and the type, before it looks for a driver.
+func TestCUDARefusesEmbeddingType(t *testing.T) {
+	for _, typ := range []gguf.GGMLType{gguf.TypeQ4_K, gguf.TypeQ4_0, gguf.TypeQ6_K} {
+		m := loadSynth(t, kquantSpec(typ, gguf.TypeF32))
+		want := `model: CUDA runner: tensor "token_embd.weight" has type ` + typ.String() +
+			"; the device embedding reads F32, F16, BF16 and Q8_0 tables"
+		r, err := NewCUDARunner(m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16})
+		require.Nil(t, r)
+		require.ErrorContains(t, err, want)
+		_, err = cudaPlanWeights(m)
+		require.ErrorContains(t, err, want)
+	}
+}
+
 // requireDisjoint checks that ranges [off, off+size) are aligned and do not overlap.
 func requireDisjoint(t *testing.T, what string, offs, sizes []uint64, total uint64) {
 	t.Helper()
@@ -124,6 +139,13 @@ func TestCUDAWeightPlan(t *testing.T) {
 			// 23 matrices cycle over the four types from the embedding on;
 			// the embedding is copied as stored whatever its type.
 			want{kernels.BF16, map[cudaUpload]int{cudaUploadCopy: 1 + 5, cudaUploadCastF32: 5, cudaUploadDequantQ8: 6, cudaUploadHost: 6}, false}},
+		{"k-quant matrices", func(t *testing.T) *Llama {
+			return loadSynth(t, kquantSpec(gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K, gguf.TypeQ5_0))
+		},
+			// 2 layers: embedding (Q8_0, as stored) + 15 matrices cycling
+			// Q4_K, Q6_K, Q5_0, Q8_0 from the output on: the block types
+			// through the host, Q8_0 dequantised on the device.
+			want{kernels.BF16, map[cudaUpload]int{cudaUploadCopy: 1, cudaUploadDequantQ8: 3, cudaUploadHost: 12}, false}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

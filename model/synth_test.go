@@ -36,6 +36,13 @@ func smallSpec(types ...gguf.GGMLType) synthSpec {
 		Types: types, Gaussian: true, Seed: 7}
 }
 
+// kquantSpec is smallSpec widened for the K-quants, whose rows are whole
+// super-blocks of 256: dim and ffn 256, head dim 64, two layers.
+func kquantSpec(types ...gguf.GGMLType) synthSpec {
+	return synthSpec{Dim: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 96, Context: 256,
+		Types: types, Gaussian: true, Seed: 7}
+}
+
 // writeSynth writes the model to dir and returns its path.
 func writeSynth(tb testing.TB, dir string, s synthSpec) string {
 	tb.Helper()

@@ -166,7 +166,7 @@ func runBenchCalibrate(ctx context.Context, o benchCalibrateOptions, out io.Writ
 	default:
 		m, err := model.LoadLlama(o.model, model.LlamaOptions{})
 		if err != nil {
-			return calibrate.Profile{}, fmt.Errorf("bench calibrate: --model %q: %w", o.model, err)
+			return calibrate.Profile{}, fmt.Errorf("bench calibrate: --model: %w", err) // the error names the file
 		}
 		defer m.Close()
 		workers = o.workers

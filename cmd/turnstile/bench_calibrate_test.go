@@ -31,7 +31,7 @@ func TestBenchCalibrateFlagErrors(t *testing.T) {
 		{"requests", []string{"--requests", "7"}, "bench calibrate: --requests 7: must be >= 8"},
 		{"seed", []string{"--seed", "-1"}, `invalid argument "-1" for "--seed"`},
 		{"model empty", []string{"--model", ""}, "bench calibrate: --model is empty"},
-		{"missing model", []string{"--model", "/no/such.gguf"}, `bench calibrate: --model "/no/such.gguf"`},
+		{"missing model", []string{"--model", "/no/such.gguf"}, "bench calibrate: --model: model: load: gguf: open /no/such.gguf: no such file"},
 		{"out is a file", []string{"--device", "sim", "--out", filepath.Join(file, "sub")}, "bench calibrate: --out"},
 		{"args", []string{"extra"}, `unknown command "extra"`},
 		{"profile with cpu", []string{"--profile", "h200-measured"}, `bench calibrate: --profile "h200-measured": applies to --device sim`},

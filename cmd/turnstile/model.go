@@ -98,17 +98,12 @@ func inspect(w io.Writer, path string, f *gguf.File) error {
 
 // parseType reads a --type flag value.
 func parseType(s string) (gguf.GGMLType, error) {
-	switch strings.ToLower(s) {
-	case "f32":
-		return gguf.TypeF32, nil
-	case "f16":
-		return gguf.TypeF16, nil
-	case "bf16":
-		return gguf.TypeBF16, nil
-	case "q8_0":
-		return gguf.TypeQ8_0, nil
+	for _, t := range gguf.SupportedTypes {
+		if strings.EqualFold(s, t.String()) {
+			return t, nil
+		}
 	}
-	return 0, fmt.Errorf("--type %q: want f32, f16, bf16 or q8_0", s)
+	return 0, fmt.Errorf("--type %q: want one of %s", s, gguf.SupportedList())
 }
 
 func newModelSynthCmd() *cobra.Command {
@@ -170,7 +165,7 @@ func newModelSynthCmd() *cobra.Command {
 	fl.IntVar(&c.FFN, "ffn", 128, "feed-forward hidden width")
 	fl.IntVar(&c.ContextLength, "context", 512, "context length written to llama.context_length")
 	fl.BoolVar(&c.TiedOutput, "tied", false, "omit output.weight (logits use token_embd.weight)")
-	fl.StringVar(&typ, "type", "f32", "weight type: f32, f16, bf16 or q8_0 (norms stay f32)")
+	fl.StringVar(&typ, "type", "f32", "weight type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k or q6_k (norms stay f32; block types need --dim and --ffn multiples of the block size)")
 	fl.StringVar(&vocabFrom, "vocab-from", "", "GGUF file whose tokenizer metadata is copied")
 	e.register(fl, flagSeed)
 	fl.StringVarP(&out, "output", "o", "", "output GGUF file")

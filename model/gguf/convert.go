@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/turnstile-llm/turnstile/internal/half"
+	"github.com/turnstile-llm/turnstile/internal/quant"
 )
 
 // F16ToF32 converts an IEEE half (bits) to float32 exactly (see internal/half).
@@ -20,9 +21,11 @@ func BF16ToF32(h uint16) float32 { return half.BF16ToF32(h) }
 // F32ToBF16 rounds float32 to the nearest bfloat16, ties to even (see internal/half).
 func F32ToBF16(f float32) uint16 { return half.F32ToBF16(f) }
 
-// Quantize encodes src in type t (F32, F16, BF16 or Q8_0) and returns the
-// bytes. Q8_0 needs len(src) to be a multiple of 32: each block stores
-// d = max|x|/127 as F16 and q = round(x/d) as int8.
+// Quantize encodes src in type t (any supported type) and returns the
+// bytes. A block type needs len(src) to be a multiple of its block size.
+// Q8_0 stores d = max|x|/127 as F16 and q = round(x/d) as int8 per block of
+// 32; the other block types use internal/quant's round-to-nearest with a
+// small scale search (test data quality, not llama.cpp's quantiser).
 func Quantize(t GGMLType, src []float32) ([]byte, error) {
 	n, err := t.RowBytes(uint64(len(src)))
 	if err != nil {
@@ -44,6 +47,8 @@ func Quantize(t GGMLType, src []float32) ([]byte, error) {
 			le.PutUint16(out[2*i:], F32ToBF16(x))
 		}
 	case TypeQ8_0:
+		// Kept as it was (d from max|x| without the F16 round trip) so that
+		// existing Q8_0 test files keep their bytes.
 		for b := 0; b < len(src)/QK8_0; b++ {
 			blk := src[b*QK8_0 : (b+1)*QK8_0]
 			dst := out[b*BlockBytesQ80 : (b+1)*BlockBytesQ80]
@@ -60,6 +65,10 @@ func Quantize(t GGMLType, src []float32) ([]byte, error) {
 			for i, x := range blk {
 				dst[2+i] = byte(int8(math.Round(float64(x * id))))
 			}
+		}
+	default:
+		if err := quant.Quantize(quant.Type(t), src, out); err != nil {
+			return nil, fmt.Errorf("quantize %d values to %v: %w", len(src), t, err)
 		}
 	}
 	return out, nil
@@ -89,13 +98,9 @@ func Dequantize(t GGMLType, src []byte, dst []float32) error {
 		for i := range dst {
 			dst[i] = BF16ToF32(le.Uint16(src[2*i:]))
 		}
-	case TypeQ8_0:
-		for b := 0; b < len(dst)/QK8_0; b++ {
-			blk := src[b*BlockBytesQ80 : (b+1)*BlockBytesQ80]
-			d := F16ToF32(le.Uint16(blk))
-			for i := 0; i < QK8_0; i++ {
-				dst[b*QK8_0+i] = float32(int8(blk[2+i])) * d
-			}
+	default:
+		if err := quant.Dequantize(quant.Type(t), src, dst); err != nil {
+			return fmt.Errorf("dequantize %d values of %v: %w", len(dst), t, err)
 		}
 	}
 	return nil

@@ -1,9 +1,12 @@
 // Package gguf reads and writes GGUF model files (versions 2 and 3): header,
 // typed metadata, tensor descriptors and the memory-mapped tensor data, plus
-// the llama architecture's configuration and the F16/BF16/Q8_0 conversions.
+// the llama architecture's configuration and the conversions of every
+// tensor type it accepts.
 //
-// Accepted: GGUF v2 and v3, little-endian; tensor types F32, F16, BF16 and
-// Q8_0 (any other type id is an error naming the tensor); architecture
+// Accepted: GGUF v2 and v3, little-endian; tensor types F32, F16, BF16, the
+// legacy block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K (any other type id is an error naming the tensor,
+// the type and the supported list); architecture
 // "llama" only (GQA or not, separate or tied output matrix, RoPE scaling
 // none or linear). Everything else is rejected with an error that says so.
 //
@@ -15,6 +18,9 @@ package gguf
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/turnstile-llm/turnstile/internal/quant"
 )
 
 // Errors that callers (and tests) can match with errors.Is; the returned
@@ -48,15 +54,40 @@ type GGMLType uint32
 const (
 	TypeF32  GGMLType = 0
 	TypeF16  GGMLType = 1
-	TypeQ8_0 GGMLType = 8
+	TypeQ4_0 GGMLType = GGMLType(quant.Q4_0)
+	TypeQ4_1 GGMLType = GGMLType(quant.Q4_1)
+	TypeQ5_0 GGMLType = GGMLType(quant.Q5_0)
+	TypeQ5_1 GGMLType = GGMLType(quant.Q5_1)
+	TypeQ8_0 GGMLType = GGMLType(quant.Q8_0)
+	TypeQ2_K GGMLType = GGMLType(quant.Q2_K)
+	TypeQ3_K GGMLType = GGMLType(quant.Q3_K)
+	TypeQ4_K GGMLType = GGMLType(quant.Q4_K)
+	TypeQ5_K GGMLType = GGMLType(quant.Q5_K)
+	TypeQ6_K GGMLType = GGMLType(quant.Q6_K)
 	TypeBF16 GGMLType = 30
 )
 
+// SupportedTypes lists every type Supported accepts, in id order.
+var SupportedTypes = [...]GGMLType{TypeF32, TypeF16, TypeQ4_0, TypeQ4_1, TypeQ5_0, TypeQ5_1,
+	TypeQ8_0, TypeQ2_K, TypeQ3_K, TypeQ4_K, TypeQ5_K, TypeQ6_K, TypeBF16}
+
+// SupportedList is SupportedTypes as "F32, F16, ..., BF16" for error messages.
+func SupportedList() string {
+	names := make([]string, len(SupportedTypes))
+	for i, t := range SupportedTypes {
+		names[i] = t.String()
+	}
+	return strings.Join(names, ", ")
+}
+
 // Q8_0 block layout: QK8_0 weights share one F16 scale.
 const (
-	QK8_0         = 32
-	BlockBytesQ80 = 2 + QK8_0
+	QK8_0         = quant.QK
+	BlockBytesQ80 = quant.BytesQ8_0
 )
+
+// QK_K is the K-quants' super-block size in elements.
+const QK_K = quant.QKK
 
 // ggmlNames names well-known type ids so that errors about unsupported
 // types say what the file holds.
@@ -77,25 +108,18 @@ func (t GGMLType) String() string {
 }
 
 // Supported reports whether turnstile can load tensors of this type.
-func (t GGMLType) Supported() bool {
-	switch t {
-	case TypeF32, TypeF16, TypeQ8_0, TypeBF16:
-		return true
-	}
-	return false
-}
+func (t GGMLType) Supported() bool { return t.BlockSize() != 0 }
 
-// BlockSize is the number of elements per storage block (32 for Q8_0, 1
-// otherwise); a tensor's first dimension must be a multiple of it. 0 for
-// unsupported types.
+// BlockSize is the number of elements per storage block (1 for F32, F16 and
+// BF16, 32 for the legacy block types, 256 for the K-quants); a tensor's
+// first dimension must be a multiple of it. 0 for unsupported types.
 func (t GGMLType) BlockSize() int {
 	switch t {
 	case TypeF32, TypeF16, TypeBF16:
 		return 1
-	case TypeQ8_0:
-		return QK8_0
 	}
-	return 0
+	e, _, _ := quant.Type(t).Block()
+	return e
 }
 
 // BlockBytes is the size in bytes of one block. 0 for unsupported types.
@@ -105,10 +129,9 @@ func (t GGMLType) BlockBytes() int {
 		return 4
 	case TypeF16, TypeBF16:
 		return 2
-	case TypeQ8_0:
-		return BlockBytesQ80
 	}
-	return 0
+	_, b, _ := quant.Type(t).Block()
+	return b
 }
 
 // RowBytes returns the bytes used by n consecutive elements (n a multiple of
@@ -116,7 +139,7 @@ func (t GGMLType) BlockBytes() int {
 func (t GGMLType) RowBytes(n uint64) (uint64, error) {
 	bs := uint64(t.BlockSize())
 	if bs == 0 {
-		return 0, fmt.Errorf("%w: %v", ErrUnknownType, t)
+		return 0, fmt.Errorf("%w: %v (supported: %s)", ErrUnknownType, t, SupportedList())
 	}
 	if n%bs != 0 {
 		return 0, fmt.Errorf("%w: %d elements is not a multiple of the %v block size %d", ErrShapeMismatch, n, t, bs)

@@ -199,7 +199,8 @@ func TestSynthRejects(t *testing.T) {
 		{func(c *LlamaConfig) { c.Heads = 32; c.KVHeads = 1 }, TypeF32, "head dim 1"},
 		{func(c *LlamaConfig) { c.FFN = 48 }, TypeQ8_0, "ffn (48)"},
 		{func(c *LlamaConfig) { c.Layers = 0 }, TypeF32, "layers = 0"},
-		{func(c *LlamaConfig) {}, GGMLType(2), "Q4_0"},
+		{func(c *LlamaConfig) {}, GGMLType(16), "IQ2_XXS"},
+		{func(c *LlamaConfig) {}, TypeQ4_K, "Q4_K needs dim (32) and ffn (64) to be multiples of 256"},
 	} {
 		c := tinyConfig()
 		tc.mod(&c)
@@ -252,7 +253,8 @@ func TestParseErrors(t *testing.T) {
 			binary.LittleEndian.PutUint64(b[8:], 1<<62)
 			return b
 		}(), ErrTruncated, "tensor count"},
-		{"unknown tensor type", setU32(tensorTypeOffset(t, good, "blk.0.attn_k.weight"), 2), ErrUnknownType, `"blk.0.attn_k.weight" has type Q4_0`},
+		{"unknown tensor type", setU32(tensorTypeOffset(t, good, "blk.0.attn_k.weight"), 16), ErrUnknownType,
+			`"blk.0.attn_k.weight" has type IQ2_XXS (id 16); supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16`},
 		{"Q8_0 row not multiple of 32", func() []byte {
 			w := NewWriter()
 			require.NoError(t, w.AddTensor("odd", TypeF32, []uint64{4, 16}, make([]byte, 256)))
@@ -371,7 +373,8 @@ func TestWriterRejects(t *testing.T) {
 	w := NewWriter()
 	require.ErrorContains(t, w.AddTensor("a", TypeF32, []uint64{4}, make([]byte, 15)), "has 15 bytes, want 16")
 	require.ErrorContains(t, w.AddTensor("q", TypeQ8_0, []uint64{16}, make([]byte, 17)), "block size 32")
-	require.ErrorContains(t, w.AddTensor("x", GGMLType(12), []uint64{256}, nil), "Q4_K")
+	require.ErrorContains(t, w.AddTensor("x", GGMLType(16), []uint64{256}, nil), "IQ2_XXS")
+	require.ErrorContains(t, w.AddTensor("k", TypeQ4_K, []uint64{128}, make([]byte, 72)), "block size 256")
 	require.NoError(t, w.AddTensor("a", TypeF32, []uint64{4}, make([]byte, 16)))
 	require.ErrorContains(t, w.AddTensor("a", TypeF32, []uint64{4}, make([]byte, 16)), `duplicate tensor "a"`)
 	require.ErrorContains(t, w.Set("k", struct{}{}), `"k"`)

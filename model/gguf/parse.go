@@ -292,7 +292,7 @@ func (d *decoder) tensorInfo(i int) (TensorInfo, error) {
 	}
 	t.Type = GGMLType(typ)
 	if !t.Type.Supported() {
-		return t, fmt.Errorf("%w: tensor %q has type %v (id %d); supported: F32, F16, BF16, Q8_0", ErrUnknownType, t.Name, t.Type, typ)
+		return t, fmt.Errorf("%w: tensor %q has type %v (id %d); supported: %s", ErrUnknownType, t.Name, t.Type, typ, SupportedList())
 	}
 	if t.Dims[0]%uint64(t.Type.BlockSize()) != 0 {
 		return t, fmt.Errorf("%w: tensor %q first dimension %d is not a multiple of the %v block size %d", ErrShapeMismatch, t.Name, t.Dims[0], t.Type, t.Type.BlockSize())

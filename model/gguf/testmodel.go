@@ -1,10 +1,12 @@
 package gguf
 
 import (
-	"errors"
+	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // TestModelFile is the real model the tests use, relative to the repository root.
@@ -15,6 +17,59 @@ const TestModelFile = "testdata/models/stories260K.gguf"
 // directory at or above the working directory holding go.mod. The error
 // tells the reader to run `make model`.
 func TestModelPath() (string, error) {
+	return repoFile(TestModelFile, "run `make model`")
+}
+
+// QuantFixtureDir is the directory of the llama.cpp-quantised fixtures
+// (written by scripts/make-quant-fixtures.sh), relative to the repository root.
+const QuantFixtureDir = "testdata/quant"
+
+// QuantFixturePath finds file name in <repo>/testdata/quant.
+func QuantFixturePath(name string) (string, error) {
+	return repoFile(filepath.Join(QuantFixtureDir, name), "run scripts/make-quant-fixtures.sh")
+}
+
+// QuantFixtureModel rebuilds, in memory, the synthetic model that
+// scripts/make-quant-fixtures.sh makes with `turnstile model synth` before
+// llama.cpp quantises it: llama, dim 256, 1 layer, 4 heads, 1 kv head, the
+// given ffn width, tied output, stories260K's tokenizer, seed 1, weights of
+// type typ. It returns the file's bytes.
+func QuantFixtureModel(typ GGMLType, ffn int) ([]byte, error) {
+	p, err := TestModelPath()
+	if err != nil {
+		return nil, err
+	}
+	src, err := Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	toks, err := src.Strings("tokenizer.ggml.tokens")
+	if err != nil {
+		return nil, err
+	}
+	c := LlamaConfig{Dim: 256, Layers: 1, Heads: 4, KVHeads: 1, FFN: ffn, Vocab: len(toks),
+		ContextLength: 512, TiedOutput: true}
+	// The seed stream is the one cmd/turnstile's synth uses for --seed 1.
+	w, err := SynthLlama(c, typ, rand.New(rand.NewPCG(1, 0x7475726e)))
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range src.Metadata {
+		if strings.HasPrefix(kv.Key, "tokenizer.") {
+			w.SetValue(kv.Key, kv.Value)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// repoFile finds rel under the nearest directory at or above the working
+// directory holding go.mod; hint says how to make a missing file.
+func repoFile(rel, hint string) (string, error) {
 	if p := os.Getenv("TURNSTILE_MODEL"); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("TURNSTILE_MODEL=%s: %w (run `make model`)", p, err)
@@ -23,19 +78,19 @@ func TestModelPath() (string, error) {
 	}
 	dir, err := os.Getwd()
 	if err != nil {
-		return "", fmt.Errorf("test model: %w", err)
+		return "", fmt.Errorf("test file %s: %w", rel, err)
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			p := filepath.Join(dir, TestModelFile)
+			p := filepath.Join(dir, rel)
 			if _, err := os.Stat(p); err != nil {
-				return "", fmt.Errorf("test model %s missing: run `make model`: %w", p, err)
+				return "", fmt.Errorf("test file %s missing: %s: %w", p, hint, err)
 			}
 			return p, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("test model: no go.mod above the working directory; run `make model` in the repository")
+			return "", fmt.Errorf("test file %s: no go.mod above the working directory; %s in the repository", rel, hint)
 		}
 		dir = parent
 	}

@@ -55,7 +55,7 @@ func (w *Writer) AddTensor(name string, t GGMLType, dims []uint64, data []byte) 
 	}
 	ti := TensorInfo{Name: name, Type: t, Dims: append([]uint64(nil), dims...), Data: data}
 	if !t.Supported() {
-		return fmt.Errorf("gguf writer: tensor %q: %w: %v", name, ErrUnknownType, t)
+		return fmt.Errorf("gguf writer: tensor %q: %w: %v (supported: %s)", name, ErrUnknownType, t, SupportedList())
 	}
 	if dims[0]%uint64(t.BlockSize()) != 0 {
 		return fmt.Errorf("gguf writer: tensor %q: first dimension %d is not a multiple of the %v block size %d", name, dims[0], t, t.BlockSize())

@@ -1,0 +1,73 @@
+// llama-logits: llama.cpp's own teacher-forced logits for a token sequence,
+// the reference of model's TestQ4KMMatchesLlamaCpp (see
+// make-quant-fixtures.sh; built against llama.cpp's libllama, never by
+// `make test`).
+//
+//   llama-logits MODEL.gguf OUT.bin TOKEN...
+//
+// One llama_decode of all tokens at positions 0..n-1 with logits for every
+// position; F32 KV cache and no flash attention, so that only llama.cpp's
+// matmul arithmetic differs from an exact evaluation. OUT.bin is
+// little-endian: u32 n, u32 vocab, i32 tokens[n], f32 logits[n][vocab].
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "llama.h"
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: llama-logits MODEL.gguf OUT.bin TOKEN...\n");
+    return 2;
+  }
+  std::vector<llama_token> toks;
+  for (int i = 3; i < argc; i++) toks.push_back((llama_token)atoi(argv[i]));
+  const int n = (int)toks.size();
+  llama_backend_init();
+  llama_model_params mp = llama_model_default_params();
+  llama_model *model = llama_model_load_from_file(argv[1], mp);
+  if (!model) {
+    fprintf(stderr, "llama-logits: cannot load %s\n", argv[1]);
+    return 1;
+  }
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = 256;
+  cp.n_batch = cp.n_ubatch = 256;
+  cp.n_threads = cp.n_threads_batch = 1;
+  cp.type_k = cp.type_v = GGML_TYPE_F32;
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  llama_context *ctx = llama_init_from_model(model, cp);
+  if (!ctx) {
+    fprintf(stderr, "llama-logits: cannot make a context\n");
+    return 1;
+  }
+  const int vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+  llama_batch b = llama_batch_init(n, 0, 1);
+  for (int i = 0; i < n; i++) {
+    b.token[i] = toks[i];
+    b.pos[i] = i;
+    b.n_seq_id[i] = 1;
+    b.seq_id[i][0] = 0;
+    b.logits[i] = 1;
+  }
+  b.n_tokens = n;
+  if (llama_decode(ctx, b) != 0) {
+    fprintf(stderr, "llama-logits: decode failed\n");
+    return 1;
+  }
+  FILE *f = fopen(argv[2], "wb");
+  if (!f) {
+    fprintf(stderr, "llama-logits: cannot write %s\n", argv[2]);
+    return 1;
+  }
+  uint32_t hdr[2] = {(uint32_t)n, (uint32_t)vocab};
+  fwrite(hdr, 4, 2, f);
+  fwrite(toks.data(), 4, (size_t)n, f);
+  for (int i = 0; i < n; i++) fwrite(llama_get_logits_ith(ctx, i), 4, (size_t)vocab, f);
+  fclose(f);
+  llama_batch_free(b);
+  llama_free(ctx);
+  llama_model_free(model);
+  return 0;
+}
