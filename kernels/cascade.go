@@ -79,7 +79,10 @@ const cascMergeFloats = 1 << 14
 //
 // groups lists disjoint sets of seqs (see AttnGroup); a group with
 // SharedBlocks 0 or one member, and every seq in no group, takes the plain
-// path. With no groups this is PagedAttention.
+// path. With no groups this is PagedAttention. The state buffer holds
+// (chunks+1)·(member queries)·heads·(HeadDim+2) floats (chunks ≤ 8, 1 when
+// there are enough tasks), kept for the next call; groups are read during
+// the call only.
 func (w *Workers) PagedAttentionGroups(out, q []float32, l *KVLayer, seqs []AttnSeq, groups []AttnGroup, heads int, scale float32) error {
 	if len(groups) == 0 {
 		return w.PagedAttention(out, q, l, seqs, heads, scale)

@@ -21,6 +21,24 @@
 // references (float64 accumulation) used by the tests here and by the CUDA
 // kernel tests.
 //
+// # Cascade attention
+//
+// When sequences share a leading run of KV blocks (a common prompt),
+// PagedAttentionGroups reads that run once per group and kv head instead
+// of once per sequence. Decode attention of one query is a dot product per
+// key, bound by memory and by loads; all members' queries against the same
+// keys form a small GEMM instead (queries transposed into vector lanes,
+// each key element broadcast once for 32 rows), which runs near the FMA
+// peak from cache. The softmax over the shared run and over each member's
+// own tail are computed separately, each as a state (max m, sum l,
+// unnormalised output a), and joined exactly by the log-sum-exp rule:
+// with M = max(m₁, m₂), l = l₁e^(m₁−M) + l₂e^(m₂−M) and
+// a = a₁e^(m₁−M) + a₂e^(m₂−M), out = a/l — the same rescale the online
+// softmax applies from one block to the next, so splitting the keys
+// anywhere changes only the rounding. Joining at the end rather than
+// starting the tail from the shared state lets the compute-bound shared
+// pass and the memory-bound tails run at the same time.
+//
 // # CUDA
 //
 // The CUDA kernels are sources (attention.cu, ops.cu, sampling.cu, sharing

@@ -11,14 +11,15 @@
 // Blocks [0, b0) are not read. When state is not NULL the pairs' softmax
 // states are written there instead of out: state + (i*heads + h)*(hd+2)
 // holds [max, sum, acc[hd]] (acc unnormalised) for the cascade's merge.
-// The body is always inlined, so the plain task (b0 = 0, state = NULL)
-// compiles to the loop it always was.
+// prefetch asks for block b+1 while block b is computed. The body is always
+// inlined, so the plain task (b0 = 0, state = NULL, prefetch = 0) compiles
+// to the loop it always was.
 
 static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
-    float *state) {
+    float *state, int prefetch) {
   const int group = heads / kv_heads;
   const int nq = (i1 - i0) * group;  // (query, head) pairs of this task
   const long ld = (long)heads * hd;  // row stride of q and out
@@ -38,6 +39,17 @@ static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
     // The K and V block of this kv head is read once for the whole group.
     size_t base = ((size_t)table[b] * kv_heads + kvh) * block * hd;
     const float *Kb = K + base, *Vb = V + base;
+    if (prefetch && b + 1 < nblocks) {
+      // The next block is elsewhere in memory, where the hardware
+      // prefetcher cannot guess it: ask for it (into L2) while this one
+      // is computed.
+      const size_t nb = ((size_t)table[b + 1] * kv_heads + kvh) * block * hd;
+      const char *pk = (const char *)(K + nb), *pv = (const char *)(V + nb);
+      for (size_t o = 0; o < sizeof(float) * (size_t)block * hd; o += 64) {
+        __builtin_prefetch(pk + o, 0, 2);
+        __builtin_prefetch(pv + o, 0, 2);
+      }
+    }
     for (int i = i0; i < i1; i++) {
       int pos = first_pos + i;
       int lim = pos + 1 - b * block;  // visible slots in this block

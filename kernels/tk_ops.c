@@ -296,7 +296,7 @@ static void attn_portable(
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch) {
   attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, 0, NULL);
+      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0);
 }
 
 static void attn_tail_portable(
@@ -305,7 +305,7 @@ static void attn_tail_portable(
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
     float *state) {
   attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, b0, state);
+      ctx, kvh, i0, i1, scale, scratch, b0, state, 1);
 }
 
 #if TK_X86
@@ -328,7 +328,7 @@ static TK_TARGET_AVX2 void attn_avx2(
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch) {
   attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, 0, NULL);
+      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0);
 }
 
 static TK_TARGET_AVX2 void attn_tail_avx2(
@@ -337,7 +337,7 @@ static TK_TARGET_AVX2 void attn_tail_avx2(
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
     float *state) {
   attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, b0, state);
+      ctx, kvh, i0, i1, scale, scratch, b0, state, 1);
 }
 #endif
 
