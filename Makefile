@@ -12,7 +12,7 @@ BIN       := bin/turnstile
 MODEL_MOD := github.com/mutablelogic/go-llama@v0.0.11
 MODEL_SHA := 270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d
 
-.PHONY: all build run test bench lint fmt deps model clean
+.PHONY: all build run test bench bench-peer lint fmt deps model clean
 
 all: build
 
@@ -67,6 +67,14 @@ bench: deps build
 	./$(BIN) bench adp --out out/bench-adp
 	./$(BIN) bench agentic --device sim,cpu --profile out/bench-calibrate/profile.json --blocks 4 --secondary-blocks 2 \
 	  --out out/bench-agentic/small
+
+## bench-peer: turnstile beside llama.cpp on this machine (builds llama.cpp into
+## out/llama.cpp first if needed, ~5-8 minutes): the kernel table (llama-bench,
+## llama-batched-bench vs bench decode on synthetic GGUF files of the 110M
+## shape) and llama-server vs turnstile serve at 1, 16 and 64 clients, into
+## out/peer-bench/ (scripts/peer-bench.sh states its knobs).
+bench-peer: deps build
+	bash scripts/peer-bench.sh
 
 lint: fmt
 	$(GO) vet ./...
