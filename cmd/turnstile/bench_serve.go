@@ -255,7 +255,8 @@ const maxBenchClients = 4096
 func (o *benchServeOptions) serveOptions() (serveOptions, error) {
 	so := newServeOptions()
 	so.engineFlags = o.engineFlags
-	so.out = "" // bench serve's report directory, not the server's
+	so.autoSize = true // the in-process server sizes itself as serve does
+	so.out = ""        // bench serve's report directory, not the server's
 	seats, _, err := engineSeats(so.maxBatchSize, !so.noOverlap)
 	if err != nil {
 		return serveOptions{}, fmt.Errorf("bench serve: %w", err)

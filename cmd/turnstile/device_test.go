@@ -140,7 +140,7 @@ func TestServeAutoFallsBackToCPU(t *testing.T) {
 			require.Contains(t, deviceLines[0], "using the CPU: CUDA unavailable: cuda: CUDA driver: none of [libcuda.so.1]")
 			require.Equal(t, fractionSet, strings.Contains(deviceLines[0], "--gpu-memory-fraction 0.7 ignored"))
 			require.Contains(t, out.String(), "\n  device       cpu\n")
-			require.Contains(t, out.String(), "KV cache     1024 blocks × 16 tokens = 16384 tokens", "seats × context")
+			require.Contains(t, out.String(), "KV cache     512 blocks × 16 tokens = 8192 tokens", "max-batch-size × context")
 		})
 	}
 }

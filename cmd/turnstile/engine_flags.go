@@ -71,6 +71,14 @@ const (
 	// defaultGPUMemoryFraction is --gpu-memory-fraction's default (vLLM's).
 	defaultGPUMemoryFraction = 0.9
 	defaultMaxBatchSize      = 8
+	// The CPU serving rule (serveOptions.servingDefaults): when
+	// --max-batch-size is not given, serve on the CPU runs cpuSeqsPerCore
+	// sequences per core, within [defaultMaxBatchSize, cpuMaxDefaultBatch].
+	// A CPU decode step streams every weight once for all its rows, so a
+	// batch of a few rows per core costs little more than one row, and a
+	// client that finds every batch row taken waits a whole generation.
+	cpuSeqsPerCore     = 8
+	cpuMaxDefaultBatch = 64
 	defaultMaxBatched        = 512
 	defaultBlockSize         = 16
 	// defaultCascadeMinBlocks: two blocks (32 tokens at the default block
@@ -133,7 +141,7 @@ func (e *engineFlags) register(f *pflag.FlagSet, which engineFlag) {
 				"(a shared prefix) attend to them once for the group (0: off)")
 	}
 	if has(flagKVTokens) {
-		f.IntVar(&e.kvTokens, "kv-cache-tokens", e.kvTokens, "KV cache size, tokens (default: seats × model context on the CPU, --gpu-memory-fraction on CUDA)")
+		f.IntVar(&e.kvTokens, "kv-cache-tokens", e.kvTokens, "KV cache size, tokens (default: max-batch-size × model context on the CPU, --gpu-memory-fraction on CUDA)")
 	}
 	if has(flagWorkers) {
 		f.IntVar(&e.workers, "workers", e.workers, "cores the CPU kernels use (0: GOMAXPROCS)")

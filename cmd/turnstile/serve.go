@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,10 @@ import (
 // and the server's own.
 type serveOptions struct {
 	engineFlags
+	// autoSize applies the CPU serving rule (servingDefaults) to the batch
+	// flags the command line did not give: set by the commands, never by
+	// callers that fill the options themselves (tests).
+	autoSize     bool
 	modelName    string // served id; "" = the file's base name
 	chatTemplate string // a Jinja file overriding the GGUF's template
 	host         string
@@ -131,11 +136,18 @@ func newServeCmd() *cobra.Command {
 			"budgets; on CUDA the GPU memory plan) after validating them, and\n" +
 			"serves /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics until\n" +
 			"SIGINT or SIGTERM; then it stops accepting, lets requests in flight finish for up to\n" +
-			"--drain-timeout, aborts the rest and exits 0.",
+			"--drain-timeout, aborts the rest and exits 0.\n\n" +
+			"Sizing on the CPU, unless given: --max-batch-size is 8 sequences per core (--workers, else\n" +
+			"GOMAXPROCS), at least 8 and at most 64, so that as many clients as batch rows decode\n" +
+			"together instead of waiting a whole generation for a row; --max-num-batched-tokens is at\n" +
+			"least --max-batch-size (every row's decode token fits a step); the KV cache holds\n" +
+			"--max-batch-size full contexts (a finished request's blocks are freed the step after its\n" +
+			"last token, so the overlap headroom's seats need no context of their own).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.parsed(cmd.Flags())
 			o.programs.set = o.set
+			o.autoSize = true
 			if err := o.validate(); err != nil {
 				return err
 			}
@@ -357,6 +369,24 @@ func engineSeats(maxBatchSize int, overlap bool) (seats, headroom int, err error
 	return seats, cfg.SeatSizing().Headroom(), err
 }
 
+// servingDefaults applies the CPU serving rule (see cpuSeqsPerCore) to the
+// batch flags not given on the command line.
+func (o *serveOptions) servingDefaults(device cuda.Selection) {
+	if !o.autoSize {
+		return
+	}
+	if device.Backend != cuda.BackendCUDA && !o.set["max-batch-size"] {
+		cores := o.workers
+		if cores == 0 {
+			cores = runtime.GOMAXPROCS(0)
+		}
+		o.maxBatchSize = min(max(cpuSeqsPerCore*cores, defaultMaxBatchSize), cpuMaxDefaultBatch)
+	}
+	if !o.set["max-num-batched-tokens"] {
+		o.maxBatched = max(o.maxBatched, o.maxBatchSize)
+	}
+}
+
 // resolve derives the sizes from the flags and the model and checks that
 // they agree, naming both numbers when they do not. On device CUDA without
 // --kv-cache-tokens the KV size is left to the runner (blocks 0; see
@@ -374,7 +404,7 @@ func (o *serveOptions) resolve(ctxLen, vocab int, device cuda.Selection) (sizes,
 	}
 	kv := o.kvTokens
 	if kv == 0 && device.Backend != cuda.BackendCUDA {
-		kv = seats * ctxLen
+		kv = o.maxBatchSize * ctxLen
 	}
 	if kv > 0 {
 		if err := s.setKV((kv+o.blockSize-1)/o.blockSize, o.blockSize, 0); err != nil {
@@ -503,6 +533,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	}
 	defer m.Close()
 	tok := m.Tokenizer()
+	o.servingDefaults(device)
 	sz, err := o.resolve(m.MaxContext(), m.Config().Vocab, device)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/internal/testwait"
 	"github.com/turnstile-llm/turnstile/policy"
 )
@@ -66,7 +67,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{"key file missing", []string{"--api-key-file", "/no/such/keys"}, "serve: --api-key-file: open /no/such/keys"},
 		{"missing model", []string{"--model", "/no/such.gguf", "--port", "0"}, "/no/such.gguf"},
 		{"kv below context", []string{"--kv-cache-tokens", "100", "--port", "0"}, "serve: --kv-cache-tokens 112 is less than the model context of 2048 tokens"},
-		{"queue below batch", []string{"--max-queue", "2", "--port", "0"}, "--max-queue 2 is less than --max-batch-size 8"},
+		{"queue below batch", []string{"--max-queue", "2", "--max-batch-size", "8", "--port", "0"}, "--max-queue 2 is less than --max-batch-size 8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runCLI(t, append([]string{"serve"}, tc.args...)...)
@@ -415,4 +416,46 @@ func TestServeBannerStatesBounds(t *testing.T) {
 	require.Contains(t, out.String(), "at most 3 ACTIVE programs")
 	require.Contains(t, out.String(), "queue bound  32 requests in flight (429 beyond); program turns: 7 of their own")
 	require.Contains(t, out.String(), "clients      read timeout 30s, write timeout 30s, idle timeout 1m0s; at most 50 connections")
+}
+
+// TestServeSizesForTheCores: without --max-batch-size, serve on the CPU runs
+// cpuSeqsPerCore sequences per core (within its bounds), a step budget that
+// fits every row's token, and a KV cache of that many full contexts;
+// given flags win.
+func TestServeSizesForTheCores(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		workers, set      int // set: --max-batch-size given (0: not)
+		batched           int
+		wantBatch, wantTk int
+	}{
+		{"one core", 1, 0, 0, 8, 512},
+		{"two cores", 2, 0, 0, 16, 512},
+		{"many cores", 100, 0, 0, 64, 512},
+		{"given", 2, 4, 0, 4, 512},
+		{"budget follows the batch", 100, 0, 16, 64, 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newServeOptions()
+			o.autoSize, o.workers = true, tc.workers
+			o.set = map[string]bool{}
+			if tc.set > 0 {
+				o.maxBatchSize, o.set["max-batch-size"] = tc.set, true
+			}
+			if tc.batched > 0 {
+				o.maxBatched = tc.batched
+			}
+			o.servingDefaults(cuda.Selection{Backend: cuda.BackendCPU})
+			require.Equal(t, tc.wantBatch, o.maxBatchSize)
+			require.Equal(t, tc.wantTk, o.maxBatched)
+			sz, err := o.resolve(2048, 512, cuda.Selection{Backend: cuda.BackendCPU})
+			require.NoError(t, err)
+			require.Equal(t, tc.wantBatch*2048, sz.kvTokens, "a full context per batch row")
+		})
+	}
+	// Options filled by a caller (not the command line) keep their values.
+	o := newServeOptions()
+	o.maxBatchSize = 3
+	o.servingDefaults(cuda.Selection{Backend: cuda.BackendCPU})
+	require.Equal(t, 3, o.maxBatchSize)
 }
