@@ -377,7 +377,11 @@ func TestLlamaErrors(t *testing.T) {
 			require.NoError(t, err)
 			return drop(w, "blk.1.attn_q_norm.weight")
 		}, ErrMissingTensor, "blk.1.attn_q_norm.weight"},
-		{"sliding window", func() *Writer { w := base(); require.NoError(t, w.Set("llama.attention.sliding_window", int32(-4))); return w }, ErrMalformed, "llama.attention.sliding_window = -4"},
+		{"sliding window", func() *Writer {
+			w := base()
+			require.NoError(t, w.Set("llama.attention.sliding_window", int32(-4)))
+			return w
+		}, ErrMalformed, "llama.attention.sliding_window = -4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := Parse(encode(t, tc.w()))
