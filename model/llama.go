@@ -30,6 +30,9 @@ type Llama struct {
 	outNorm []float32      // [Dim]
 	output  kernels.Matrix // [Vocab][Dim]
 	layers  []llamaLayer
+	// ropeFreqs is the rotation of each of the HeadDim/2 pairs in radians
+	// per position (base, scaling and llama3 factors folded in).
+	ropeFreqs []float64
 }
 
 // llamaLayer is one transformer block. Matrices are [out][in] (y = x·Wᵀ).
@@ -37,6 +40,12 @@ type llamaLayer struct {
 	attnNorm, ffnNorm []float32 // [Dim]
 	q, k, v, o        kernels.Matrix
 	gate, up, down    kernels.Matrix
+	// qBias [Heads·HeadDim], kBias, vBias [KVHeads·HeadDim]: nil unless
+	// the architecture has Q/K/V biases (qwen2).
+	qBias, kBias, vBias []float32
+	// qNorm, kNorm [HeadDim]: per-head RMSNorm weights of Q and K before
+	// RoPE; nil unless the architecture has them (qwen3).
+	qNorm, kNorm []float32
 }
 
 // LoadLlama memory-maps the GGUF file at path and binds its llama weights
@@ -77,6 +86,18 @@ func NewLlama(f *gguf.File, opts LlamaOptions) (*Llama, error) {
 	if opts.MaxContext > 0 {
 		m.maxContext = opts.MaxContext
 	}
+	if err := checkSlidingWindow(c, m.maxContext); err != nil {
+		return nil, err
+	}
+	var factors []float32
+	if w.RopeFreqs != nil {
+		if factors, err = w.RopeFreqs.Float32s(); err != nil {
+			return nil, fmt.Errorf("model: tensor %q: %w", w.RopeFreqs.Name, err)
+		}
+	}
+	if m.ropeFreqs, err = c.RopeFrequencies(factors); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
 	if m.tok, err = tokenizer.FromGGUF(f); err != nil {
 		return nil, fmt.Errorf("model: tokenizer: %w", err)
 	}
@@ -102,6 +123,17 @@ func NewLlama(f *gguf.File, opts LlamaOptions) (*Llama, error) {
 			return nil, fmt.Errorf("model: tensor %q: %w", src.FFNNorm.Name, err)
 		}
 		for _, p := range []struct {
+			dst *[]float32
+			src *gguf.TensorInfo
+		}{{&dst.qBias, src.QBias}, {&dst.kBias, src.KBias}, {&dst.vBias, src.VBias}, {&dst.qNorm, src.QNorm}, {&dst.kNorm, src.KNorm}} {
+			if p.src == nil {
+				continue
+			}
+			if *p.dst, err = p.src.Float32s(); err != nil {
+				return nil, fmt.Errorf("model: tensor %q: %w", p.src.Name, err)
+			}
+		}
+		for _, p := range []struct {
 			dst *kernels.Matrix
 			src *gguf.TensorInfo
 		}{
@@ -114,6 +146,19 @@ func NewLlama(f *gguf.File, opts LlamaOptions) (*Llama, error) {
 		}
 	}
 	return m, nil
+}
+
+// checkSlidingWindow refuses a sliding-window model whose context can
+// exceed the window: the attention kernels attend to the whole context and
+// cannot mask older positions, so past the window they would compute a
+// different model. Within the window both are the same.
+func checkSlidingWindow(c gguf.LlamaConfig, maxContext int) error {
+	if c.SlidingWindow == 0 || maxContext <= c.SlidingWindow {
+		return nil
+	}
+	return fmt.Errorf("model: %s.attention.sliding_window = %d, but the context can reach %d tokens and the attention kernels "+
+		"do not mask a sliding window (they attend to every position); load with MaxContext ≤ %d",
+		c.Arch, c.SlidingWindow, maxContext, c.SlidingWindow)
 }
 
 // matrix views a 2-D GGUF tensor (Dims [in, out]) as a kernels.Matrix
