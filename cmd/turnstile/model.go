@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/model/tokenizer"
 )
@@ -112,6 +114,7 @@ func newModelSynthCmd() *cobra.Command {
 		typ       string
 		vocabFrom string
 		out       string
+		format    string
 		e         = defaultEngineFlags() // --seed: the weights' seed
 	)
 	cmd := &cobra.Command{
@@ -129,6 +132,9 @@ func newModelSynthCmd() *cobra.Command {
 			}
 			if out == "" {
 				return errors.New("-o: an output file is required")
+			}
+			if format != "gguf" && format != "safetensors" {
+				return fmt.Errorf("--format %q: want gguf or safetensors", format)
 			}
 			if vocabFrom == "" {
 				return errors.New("--vocab-from: a GGUF file with a tokenizer is required")
@@ -151,6 +157,22 @@ func newModelSynthCmd() *cobra.Command {
 				if strings.HasPrefix(kv.Key, "tokenizer.") {
 					w.SetValue(kv.Key, kv.Value)
 				}
+			}
+			if format == "safetensors" {
+				// The same weights, through the GGUF in memory, as a Hugging
+				// Face directory (Q/K un-permuted; a byte-level tokenizer).
+				var buf bytes.Buffer
+				if _, err := w.WriteTo(&buf); err != nil {
+					return err
+				}
+				g, err := gguf.Parse(buf.Bytes())
+				if err != nil {
+					return err
+				}
+				if err := model.WriteHFDir(out, g, c); err != nil {
+					return fmt.Errorf("-o %s: %w", out, err)
+				}
+				return nil
 			}
 			return writeFile(out, func(f io.Writer) error {
 				_, err := w.WriteTo(f)
@@ -179,6 +201,8 @@ func newModelSynthCmd() *cobra.Command {
 	fl.StringVar(&typ, "type", "f32", "weight type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k or q6_k (norms stay f32; block types need --dim and --ffn multiples of the block size)")
 	fl.StringVar(&vocabFrom, "vocab-from", "", "GGUF file whose tokenizer metadata is copied")
 	e.register(fl, flagSeed)
-	fl.StringVarP(&out, "output", "o", "", "output GGUF file")
+	fl.StringVarP(&out, "output", "o", "", "output GGUF file, or directory with --format safetensors")
+	fl.StringVar(&format, "format", "gguf", "gguf (one file) or safetensors (a Hugging Face directory: config.json, model.safetensors, "+
+		"a synthetic byte-level tokenizer of the same vocabulary size, ≥ 259 tokens)")
 	return cmd
 }
