@@ -186,3 +186,43 @@ func TestLoadArchitectureRefusals(t *testing.T) {
 	require.ErrorContains(t, err, `general.architecture = "gemma" (supported: llama, qwen2, qwen3)`)
 	require.Equal(t, 1, strings.Count(err.Error(), bad))
 }
+
+// StopIDs is EOS, then GGUF tokenizer.ggml.eot_token_id (Llama 3 chat ends
+// turns with <|eot_id|>); an id outside the vocabulary is refused.
+func TestStopIDsGGUF(t *testing.T) {
+	c := gguf.LlamaConfig{Dim: 32, Layers: 1, Heads: 4, KVHeads: 2, FFN: 64, Vocab: 16, ContextLength: 128}
+	m, err := LoadLlama(writeArch(t, c), LlamaOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []int32{2}, m.StopIDs())
+	require.NoError(t, m.Close())
+	for _, tc := range []struct {
+		eot  uint32
+		want []int32
+		err  string
+	}{{7, []int32{2, 7}, ""}, {2, []int32{2}, ""}, {99, nil, "stop token 99 outside the vocabulary [0, 16)"}} {
+		path := writeArch(t, c)
+		f, err := gguf.Open(path)
+		require.NoError(t, err)
+		w := gguf.NewWriter()
+		for _, kv := range f.Metadata {
+			w.SetValue(kv.Key, kv.Value)
+		}
+		require.NoError(t, w.Set("tokenizer.ggml.eot_token_id", tc.eot))
+		for _, ti := range f.Tensors {
+			require.NoError(t, w.AddTensor(ti.Name, ti.Type, ti.Dims, ti.Data))
+		}
+		var buf bytes.Buffer
+		_, err = w.WriteTo(&buf)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
+		m, err := LoadLlama(path, LlamaOptions{})
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.want, m.StopIDs())
+		require.NoError(t, m.Close())
+	}
+}
