@@ -106,6 +106,15 @@ func cRoPE(x []float32, positions []int32, heads, headDim int, theta, freqScale 
 		C.float(theta), C.float(freqScale))
 }
 
+func cRoPEFreqs(x []float32, positions []int32, heads, headDim int, freqs []float64, neox bool) {
+	n := 0
+	if neox {
+		n = 1
+	}
+	C.tk_rope_freqs(f32p(x), i32p(positions), C.int(len(positions)), C.int(heads), C.int(headDim),
+		(*C.double)(unsafe.Pointer(unsafe.SliceData(freqs))), C.int(n))
+}
+
 func cSiLUMul(p Path, y, gate, up []float32) {
 	C.tk_silu_mul(C.int(p), f32p(y), f32p(gate), f32p(up), C.long(len(y)))
 }

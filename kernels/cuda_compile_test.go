@@ -137,6 +137,9 @@ func TestCUDALaunchValidation(t *testing.T) {
 	}{
 		{"rmsnorm rows", func() error { return k.RMSNorm(c, s, 1, 1, 1, 0, 64, 1e-5) }, "RMSNorm"},
 		{"rope odd", func() error { return k.RoPE(c, s, 1, 1, 2, 4, 63, 1e4, 1) }, "headDim 63 must be even"},
+		{"rope freqs odd", func() error { return k.RoPEFreqs(c, s, 1, 1, 1, 2, 4, 63, true) }, "headDim 63 must be even"},
+		{"rope freqs rows", func() error { return k.RoPEFreqs(c, s, 1, 1, 1, 0, 4, 64, false) }, "RoPEFreqs"},
+		{"bias shape", func() error { return k.AddBias(c, s, 1, 1, 2, 0) }, "AddBias"},
 		{"embedding type", func() error { return k.Embedding(c, s, 1, 1, DType(16), 1, 1, 10, 8) }, "DType(16)"},
 		{"embedding q8 cols", func() error { return k.Embedding(c, s, 1, 1, Q8_0, 1, 1, 10, 40) }, "cols 40"},
 		{"cast f32", func() error { return k.CastF32(c, s, 1, 1, 10, cuda.F32) }, "want bf16 or f16"},

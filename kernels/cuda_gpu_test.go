@@ -161,6 +161,29 @@ func TestGPURowKernels(t *testing.T) {
 		require.NoError(t, e.k.RoPE(c, s, dxr, dpos, len(pos), heads, hd, 10000, 1))
 		requireClose(t, wantR, b.readF32(t, dxr, len(xr)), 2e-5, "rope")
 
+		// RoPEFreqs in both layouts with per-dimension factors, and bias add.
+		for _, neox := range []bool{false, true} {
+			freqs := RopeFreqs(hd, 500000, 1)
+			for i := range freqs {
+				freqs[i] /= 1 + float64(i%5)
+			}
+			xf := randF32(r, len(pos)*heads*hd, 1)
+			wantF := append([]float32(nil), xf...)
+			RefRoPEFreqs(wantF, pos, heads, hd, freqs, neox)
+			fb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(freqs))), 8*len(freqs))
+			dxf := b.f32(t, xf)
+			require.NoError(t, e.k.RoPEFreqs(c, s, dxf, dpos, b.bytes(t, fb), len(pos), heads, hd, neox))
+			requireClose(t, wantF, b.readF32(t, dxf, len(xf)), 2e-5, fmt.Sprintf("rope freqs neox=%v", neox))
+		}
+		xb, bias := randF32(r, 3*40, 1), randF32(r, 40, 1)
+		wantB := append([]float32(nil), xb...)
+		for i := range wantB {
+			wantB[i] += bias[i%40]
+		}
+		dxb := b.f32(t, xb)
+		require.NoError(t, e.k.AddBias(c, s, dxb, b.f32(t, bias), 3, 40))
+		requireClose(t, wantB, b.readF32(t, dxb, len(xb)), 0, "add bias")
+
 		// SiLU·mul.
 		n := 1000
 		g, u := randF32(r, n, 6), randF32(r, n, 2)

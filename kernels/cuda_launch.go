@@ -185,6 +185,33 @@ func (k *CUDAKernels) RoPE(c cuda.Ctx, s cuda.Stream, x, pos cuda.DevicePtr, row
 	return k.launch(c, "ts_rope", dim1(ceilDiv(rows*headDim/2, cudaElemThreads)), dim1(cudaElemThreads), 0, s)
 }
 
+// RoPEFreqs rotates pair i of every head of x [rows][heads*headDim] in
+// place by pos[r]·freqs[i] radians (see RoPEFreqs); pos is int32 [rows],
+// freqs float64 [headDim/2].
+func (k *CUDAKernels) RoPEFreqs(c cuda.Ctx, s cuda.Stream, x, pos, freqs cuda.DevicePtr, rows, heads, headDim int, neox bool) error {
+	if err := positive("RoPEFreqs rows, heads, headDim", rows, heads, headDim); err != nil {
+		return err
+	}
+	if headDim%2 != 0 {
+		return fmt.Errorf("kernels: CUDA RoPEFreqs headDim %d must be even", headDim)
+	}
+	var nx int32
+	if neox {
+		nx = 1
+	}
+	k.args.Reset().Ptr(x).Ptr(pos).I32(int32(rows)).I32(int32(heads)).I32(int32(headDim)).Ptr(freqs).I32(nx)
+	return k.launch(c, "ts_rope_freqs", dim1(ceilDiv(rows*headDim/2, cudaElemThreads)), dim1(cudaElemThreads), 0, s)
+}
+
+// AddBias adds b [n] to every row of x [rows][n] (float32) in place.
+func (k *CUDAKernels) AddBias(c cuda.Ctx, s cuda.Stream, x, b cuda.DevicePtr, rows, n int) error {
+	if err := positive("AddBias rows, n", rows, n); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(x).Ptr(b).I32(int32(n)).U64(uint64(rows) * uint64(n))
+	return k.launch(c, "ts_add_bias", elemGrid(rows*n), dim1(cudaElemThreads), 0, s)
+}
+
 // SiLUMul: y = silu(gate) ⊙ up over n floats.
 func (k *CUDAKernels) SiLUMul(c cuda.Ctx, s cuda.Stream, y, gate, up cuda.DevicePtr, n int) error {
 	if err := positive("SiLUMul n", n); err != nil {

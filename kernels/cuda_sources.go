@@ -50,6 +50,7 @@ func cudaEntries() map[string][]string {
 			"ts_rmsnorm", "ts_rope", "ts_silu_mul",
 			"ts_embedding_f32", "ts_embedding_f16", "ts_embedding_bf16", "ts_embedding_q8_0",
 			"ts_dequant_q8_0_bf16", "ts_cast_f32_bf16", "ts_cast_f32_f16", "ts_argmax",
+			"ts_rope_freqs", "ts_add_bias",
 		},
 		"attention.cu": {
 			"ts_kv_write_f32", "ts_kv_write_bf16",

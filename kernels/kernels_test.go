@@ -538,3 +538,65 @@ func TestConcurrentCallers(t *testing.T) {
 		<-done
 	}
 }
+
+// RoPEFreqs matches its reference in both pair layouts, equals RoPE with
+// the plain table, and NEOX is the adjacent layout under the permutation
+// that interleaves the two halves of each head.
+func TestRoPEFreqs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	cases := []struct {
+		name      string
+		heads, hd int
+		neox      bool
+		positions []int32
+	}{
+		{"adjacent", 3, 8, false, []int32{0, 7, 4095}},
+		{"neox", 2, 16, true, []int32{1, 100000}},
+		{"neox hd2", 1, 2, true, []int32{3}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			freqs := RopeFreqs(c.hd, 10000, 0.5)
+			for i := range freqs {
+				freqs[i] /= 1 + float64(i) // per-dimension factors
+			}
+			x := randFloats(rng, len(c.positions)*c.heads*c.hd, 1)
+			ref := append([]float32(nil), x...)
+			require.NoError(t, RoPEFreqs(x, c.positions, c.heads, c.hd, freqs, c.neox))
+			RefRoPEFreqs(ref, c.positions, c.heads, c.hd, freqs, c.neox)
+			for i := range x {
+				require.InDelta(t, ref[i], x[i], 4*2*unitRoundoff*1.5, "element %d", i)
+			}
+		})
+	}
+	pos := []int32{0, 5, 77}
+	const heads, hd = 2, 8
+	x := randFloats(rng, len(pos)*heads*hd, 1)
+	plain := append([]float32(nil), x...)
+	require.NoError(t, RoPE(plain, pos, heads, hd, 10000, 1))
+	viaFreqs := append([]float32(nil), x...)
+	require.NoError(t, RoPEFreqs(viaFreqs, pos, heads, hd, RopeFreqs(hd, 10000, 1), false))
+	require.Equal(t, plain, viaFreqs)
+	// perm[j] is where adjacent-layout element j sits in the NEOX layout.
+	perm := func(j int) int {
+		if j%2 == 0 {
+			return j / 2
+		}
+		return hd/2 + j/2
+	}
+	neox := make([]float32, len(x))
+	for r := 0; r < len(pos)*heads; r++ {
+		for j := 0; j < hd; j++ {
+			neox[r*hd+perm(j)] = x[r*hd+j]
+		}
+	}
+	require.NoError(t, RoPEFreqs(neox, pos, heads, hd, RopeFreqs(hd, 10000, 1), true))
+	for r := 0; r < len(pos)*heads; r++ {
+		for j := 0; j < hd; j++ {
+			require.Equal(t, plain[r*hd+j], neox[r*hd+perm(j)])
+		}
+	}
+	require.ErrorContains(t, RoPEFreqs(make([]float32, 8), []int32{0}, 1, 8, make([]float64, 3), false), "3 frequencies, want headDim/2 = 4")
+	require.ErrorContains(t, RoPEFreqs(make([]float32, 5), []int32{0}, 1, 5, nil, false), "even headDim")
+	require.ErrorContains(t, RoPEFreqs(make([]float32, 7), []int32{0}, 1, 6, make([]float64, 3), true), "x has 7 floats")
+}

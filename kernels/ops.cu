@@ -45,6 +45,39 @@ extern "C" __global__ void ts_rope(float *x, const int *pos, int rows, int heads
 	}
 }
 
+// ts_rope_freqs rotates in place pair i of every head of every row by
+// pos[r]·freqs[i] radians (freqs [hd/2], double). The pair is (2i, 2i+1), or
+// with neox (i, i+hd/2). x [rows][heads*hd]. One thread per (row, pair), as
+// ts_rope. Grid: ceil(rows*hd/2 / blockDim) blocks.
+extern "C" __global__ void ts_rope_freqs(float *x, const int *pos, int rows, int heads, int hd,
+					 const double *freqs, int neox) {
+	const int half = hd / 2;
+	const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (idx >= (long long)rows * half)
+		return;
+	const int r = (int)(idx / half), i = (int)(idx % half);
+	const double ang = (double)pos[r] * freqs[i];
+	double turns = ang * 0.15915494309189535; // 1/(2π)
+	turns -= rint(turns);
+	float s, c;
+	sincosf((float)(turns * 6.283185307179586), &s, &c);
+	const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+	float *xr = x + (size_t)r * heads * hd;
+	for (int h = 0; h < heads; h++) {
+		float *v = xr + (size_t)h * hd;
+		const float a = v[ia], b = v[ib];
+		v[ia] = a * c - b * s;
+		v[ib] = a * s + b * c;
+	}
+}
+
+// ts_add_bias: x[r][j] += b[j] for x [rows][n]. Grid-stride over rows*n.
+extern "C" __global__ void ts_add_bias(float *x, const float *b, int n, long long total) {
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+	     i += (long long)gridDim.x * blockDim.x)
+		x[i] += b[i % n];
+}
+
 // ts_silu_mul: y = gate/(1+e^−gate) ⊙ up over n elements (y may alias either).
 extern "C" __global__ void ts_silu_mul(float *y, const float *gate, const float *up, long long n) {
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;

@@ -1,6 +1,9 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // RMSNorm computes y[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ weight for rows
 // r < rows; x and y are [rows][dim] (y may alias x), weight is [dim].
@@ -41,6 +44,40 @@ func RoPE(x []float32, positions []int32, heads, headDim int, theta, freqScale f
 	}
 	cRoPE(x, positions, heads, headDim, theta, freqScale)
 	return nil
+}
+
+// RoPEFreqs rotates, in place, pair i of every head of every row by
+// positions[r]·freqs[i] radians. freqs is [headDim/2] radians per position
+// (the model folds its base, linear scaling and per-dimension factors into
+// it once). The pair is (x[2i], x[2i+1]) (GGUF llama layout) or, with neox,
+// (x[i], x[i+headDim/2]) (GPT-NeoX / Hugging Face rotate_half layout).
+// x is [len(positions)][heads*headDim].
+func RoPEFreqs(x []float32, positions []int32, heads, headDim int, freqs []float64, neox bool) error {
+	if heads <= 0 || headDim <= 0 || headDim%2 != 0 {
+		return fmt.Errorf("kernels: RoPEFreqs needs heads > 0 and an even headDim, got heads=%d headDim=%d", heads, headDim)
+	}
+	if len(freqs) != headDim/2 {
+		return fmt.Errorf("kernels: RoPEFreqs has %d frequencies, want headDim/2 = %d", len(freqs), headDim/2)
+	}
+	if len(x) != len(positions)*heads*headDim {
+		return fmt.Errorf("kernels: RoPEFreqs x has %d floats, want %d rows × %d heads × %d = %d",
+			len(x), len(positions), heads, headDim, len(positions)*heads*headDim)
+	}
+	if len(x) == 0 {
+		return nil
+	}
+	cRoPEFreqs(x, positions, heads, headDim, freqs, neox)
+	return nil
+}
+
+// RopeFreqs is the frequency table of plain RoPE for RoPEFreqs:
+// freqScale·theta^(−2i/headDim) radians per position for i < headDim/2.
+func RopeFreqs(headDim int, theta, freqScale float32) []float64 {
+	f := make([]float64, headDim/2)
+	for i := range f {
+		f[i] = float64(freqScale) * math.Pow(float64(theta), -2*float64(i)/float64(headDim))
+	}
+	return f
 }
 
 // SiLUMul computes y = silu(gate) ⊙ up, silu(g) = g/(1+e^−g). y may alias

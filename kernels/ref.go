@@ -67,6 +67,27 @@ func RefRoPE(x []float32, positions []int32, heads, headDim int, theta, freqScal
 	}
 }
 
+// RefRoPEFreqs is the reference RoPEFreqs.
+func RefRoPEFreqs(x []float32, positions []int32, heads, headDim int, freqs []float64, neox bool) {
+	half := headDim / 2
+	for r, p := range positions {
+		for i := 0; i < half; i++ {
+			ia, ib := 2*i, 2*i+1
+			if neox {
+				ia, ib = i, i+half
+			}
+			ang := float64(p) * freqs[i]
+			c, s := math.Cos(ang), math.Sin(ang)
+			for h := 0; h < heads; h++ {
+				o := r*heads*headDim + h*headDim
+				a, b := float64(x[o+ia]), float64(x[o+ib])
+				x[o+ia] = float32(a*c - b*s)
+				x[o+ib] = float32(a*s + b*c)
+			}
+		}
+	}
+}
+
 // RefSiLUMul is the reference SiLU·mul (see SiLUMul).
 func RefSiLUMul(y, gate, up []float32) {
 	for i := range y {

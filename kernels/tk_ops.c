@@ -184,6 +184,27 @@ void tk_rope(float *x, const int32_t *pos, int rows, int heads, int hd,
   }
 }
 
+void tk_rope_freqs(float *x, const int32_t *pos, int rows, int heads, int hd,
+                   const double *freqs, int neox) {
+  const int half = hd / 2;
+  for (int i = 0; i < half; i++) {
+    // NEOX (GPT-NeoX, Hugging Face rotate_half) pairs element i with i+hd/2;
+    // the GGUF llama layout pairs adjacent elements.
+    const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+    for (int r = 0; r < rows; r++) {
+      float *xr = x + (size_t)r * heads * hd;
+      double ang = (double)pos[r] * freqs[i];
+      float c = (float)cos(ang), s = (float)sin(ang);
+      for (int h = 0; h < heads; h++) {
+        float *v = xr + (size_t)h * hd;
+        float a = v[ia], b = v[ib];
+        v[ia] = a * c - b * s;
+        v[ib] = a * s + b * c;
+      }
+    }
+  }
+}
+
 #if TK_X86
 // silu_mul_avx2 uses exp8_avx2 (≤ 2 ulp) for e^−g, then an exact divide
 // and multiply. For g > 87 e^−g flushes to 0 and silu(g) = g, exact to

@@ -1,10 +1,14 @@
 package model
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"slices"
 
 	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model/gguf"
+	"github.com/turnstile-llm/turnstile/model/safetensors"
 	"github.com/turnstile-llm/turnstile/model/tokenizer"
 )
 
@@ -24,12 +28,22 @@ type Llama struct {
 	cfg        gguf.LlamaConfig
 	maxContext int
 	tok        *tokenizer.Tokenizer
-	file       *gguf.File // owned when loaded from a path; nil otherwise
+	file       *gguf.File          // owned when loaded from a path; nil otherwise
+	shards     []*safetensors.File // a Hugging Face checkpoint's mapped files
+	// chatTemplate is the model's own chat template (GGUF
+	// tokenizer.chat_template or tokenizer_config.json's), "" if none.
+	chatTemplate string
+	// stopIDs are the tokens that end generation: EOS, GGUF
+	// tokenizer.ggml.eot_token_id, generation_config.json's eos_token_id.
+	stopIDs []int32
 
 	embd    kernels.Matrix // [Vocab][Dim]
 	outNorm []float32      // [Dim]
 	output  kernels.Matrix // [Vocab][Dim]
 	layers  []llamaLayer
+	// ropeFreqs is the rotation of each of the HeadDim/2 pairs in radians
+	// per position (base, scaling and llama3 factors folded in).
+	ropeFreqs []float64
 }
 
 // llamaLayer is one transformer block. Matrices are [out][in] (y = x·Wᵀ).
@@ -37,11 +51,27 @@ type llamaLayer struct {
 	attnNorm, ffnNorm []float32 // [Dim]
 	q, k, v, o        kernels.Matrix
 	gate, up, down    kernels.Matrix
+	// qBias [Heads·HeadDim], kBias, vBias [KVHeads·HeadDim]: nil unless
+	// the architecture has Q/K/V biases (qwen2).
+	qBias, kBias, vBias []float32
+	// qNorm, kNorm [HeadDim]: per-head RMSNorm weights of Q and K before
+	// RoPE; nil unless the architecture has them (qwen3).
+	qNorm, kNorm []float32
 }
 
-// LoadLlama memory-maps the GGUF file at path and binds its llama weights
-// and tokenizer. Close releases the mapping.
+// LoadLlama is the one model entry point: path is a GGUF file, or a
+// Hugging Face checkpoint directory (config.json, model.safetensors or its
+// sharded index, tokenizer.json, tokenizer_config.json, optional
+// generation_config.json). Weights are memory-mapped and bound without a
+// copy; Close releases the mapping. Errors name path once.
 func LoadLlama(path string, opts LlamaOptions) (*Llama, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		m, err := loadHF(path, opts)
+		if err != nil {
+			return nil, fmt.Errorf("model: load %s: %w", path, err)
+		}
+		return m, nil
+	}
 	f, err := gguf.Open(path)
 	if err != nil {
 		// Open's errors already name the file.
@@ -71,17 +101,40 @@ func NewLlama(f *gguf.File, opts LlamaOptions) (*Llama, error) {
 		return nil, fmt.Errorf("model: llama.rope.dimension_count = %d, only full-head RoPE (head dim %d) is supported", c.RopeDim, c.HeadDim)
 	}
 	m := &Llama{cfg: c, maxContext: c.ContextLength}
-	if opts.MaxContext < 0 || opts.MaxContext > c.ContextLength {
-		return nil, fmt.Errorf("model: MaxContext %d outside [0, %d] (the file's context length)", opts.MaxContext, c.ContextLength)
+	if err := m.setContext(opts); err != nil {
+		return nil, err
 	}
-	if opts.MaxContext > 0 {
-		m.maxContext = opts.MaxContext
+	var factors []float32
+	if w.RopeFreqs != nil {
+		if factors, err = w.RopeFreqs.Float32s(); err != nil {
+			return nil, fmt.Errorf("model: tensor %q: %w", w.RopeFreqs.Name, err)
+		}
+	}
+	if m.ropeFreqs, err = c.RopeFrequencies(factors); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
 	}
 	if m.tok, err = tokenizer.FromGGUF(f); err != nil {
 		return nil, fmt.Errorf("model: tokenizer: %w", err)
 	}
 	if m.tok.VocabSize() != c.Vocab {
 		return nil, fmt.Errorf("model: tokenizer has %d tokens, token_embd.weight has %d rows", m.tok.VocabSize(), c.Vocab)
+	}
+	if f.Has("tokenizer.chat_template") {
+		if m.chatTemplate, err = f.String("tokenizer.chat_template"); err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+	}
+	var stops []int32
+	if f.Has("tokenizer.ggml.eot_token_id") {
+		// Llama 3 chat turns end with <|eot_id|>, not EOS.
+		eot, err := f.Int("tokenizer.ggml.eot_token_id")
+		if err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+		stops = append(stops, int32(eot))
+	}
+	if err := m.setStopIDs(stops); err != nil {
+		return nil, fmt.Errorf("model: tokenizer.ggml.eot_token_id: %w", err)
 	}
 	if m.embd, err = matrix(w.TokenEmbd); err != nil {
 		return nil, err
@@ -102,6 +155,17 @@ func NewLlama(f *gguf.File, opts LlamaOptions) (*Llama, error) {
 			return nil, fmt.Errorf("model: tensor %q: %w", src.FFNNorm.Name, err)
 		}
 		for _, p := range []struct {
+			dst *[]float32
+			src *gguf.TensorInfo
+		}{{&dst.qBias, src.QBias}, {&dst.kBias, src.KBias}, {&dst.vBias, src.VBias}, {&dst.qNorm, src.QNorm}, {&dst.kNorm, src.KNorm}} {
+			if p.src == nil {
+				continue
+			}
+			if *p.dst, err = p.src.Float32s(); err != nil {
+				return nil, fmt.Errorf("model: tensor %q: %w", p.src.Name, err)
+			}
+		}
+		for _, p := range []struct {
 			dst *kernels.Matrix
 			src *gguf.TensorInfo
 		}{
@@ -114,6 +178,60 @@ func NewLlama(f *gguf.File, opts LlamaOptions) (*Llama, error) {
 		}
 	}
 	return m, nil
+}
+
+// setContext applies opts.MaxContext and checks the sliding window.
+func (m *Llama) setContext(opts LlamaOptions) error {
+	c := m.cfg
+	if opts.MaxContext < 0 || opts.MaxContext > c.ContextLength {
+		return fmt.Errorf("model: MaxContext %d outside [0, %d] (the file's context length)", opts.MaxContext, c.ContextLength)
+	}
+	if opts.MaxContext > 0 {
+		m.maxContext = opts.MaxContext
+	}
+	return checkSlidingWindow(c, m.maxContext)
+}
+
+// setStopIDs sets the stop list to the tokenizer's EOS (when it has one)
+// and extra, each checked against the vocabulary, without repeats.
+func (m *Llama) setStopIDs(extra []int32) error {
+	ids := extra
+	if eos := m.tok.EOS(); eos >= 0 {
+		ids = append([]int32{eos}, extra...)
+	}
+	m.stopIDs = nil
+	for _, id := range ids {
+		if id < 0 || int(id) >= m.cfg.Vocab {
+			return fmt.Errorf("stop token %d outside the vocabulary [0, %d)", id, m.cfg.Vocab)
+		}
+		if !slices.Contains(m.stopIDs, id) {
+			m.stopIDs = append(m.stopIDs, id)
+		}
+	}
+	return nil
+}
+
+// StopIDs are the tokens that end generation (EOS first when the tokenizer
+// has one, then end-of-turn and generation_config.json's eos_token_id
+// entries). The slice is the model's; do not modify it.
+func (m *Llama) StopIDs() []int32 { return m.stopIDs }
+
+// ChatTemplate is the model's own chat template (GGUF
+// tokenizer.chat_template, or tokenizer_config.json's chat_template), ""
+// when it has none.
+func (m *Llama) ChatTemplate() string { return m.chatTemplate }
+
+// checkSlidingWindow refuses a sliding-window model whose context can
+// exceed the window: the attention kernels attend to the whole context and
+// cannot mask older positions, so past the window they would compute a
+// different model. Within the window both are the same.
+func checkSlidingWindow(c gguf.LlamaConfig, maxContext int) error {
+	if c.SlidingWindow == 0 || maxContext <= c.SlidingWindow {
+		return nil
+	}
+	return fmt.Errorf("model: %s.attention.sliding_window = %d, but the context can reach %d tokens and the attention kernels "+
+		"do not mask a sliding window (they attend to every position); load with MaxContext ≤ %d",
+		c.Arch, c.SlidingWindow, maxContext, c.SlidingWindow)
 }
 
 // matrix views a 2-D GGUF tensor (Dims [in, out]) as a kernels.Matrix
@@ -181,10 +299,14 @@ func (m *Llama) MatMulFLOPs() int64 {
 // Close releases the memory-mapped file when LoadLlama opened it. Runners
 // of the model must be closed first.
 func (m *Llama) Close() error {
-	if m.file == nil {
-		return nil
+	var errs []error
+	for _, s := range m.shards {
+		errs = append(errs, s.Close())
 	}
-	f := m.file
-	m.file = nil
-	return f.Close()
+	m.shards = nil
+	if m.file != nil {
+		errs = append(errs, m.file.Close())
+		m.file = nil
+	}
+	return errors.Join(errs...)
 }

@@ -376,7 +376,6 @@ func (r *CPURunner) layerHead(b *step.Batch, li, T int) error {
 	x, xn := r.x[:T*dim], r.xn[:T*dim]
 	q, k, v := r.q[:T*qd], r.k[:T*kvd], r.v[:T*kvd]
 	pos := b.Positions
-	freqScale := 1 / c.RopeScaleFactor
 	l := &r.m.layers[li]
 	kv := &r.kv[li]
 	if err := r.pool.RMSNorm(xn, x, l.attnNorm, T, dim, c.NormEps); err != nil {
@@ -391,10 +390,24 @@ func (r *CPURunner) layerHead(b *step.Batch, li, T int) error {
 	if err := r.matmul(v, xn, T, &l.v); err != nil {
 		return fmt.Errorf("model: layer %d v: %w", li, err)
 	}
-	if err := kernels.RoPE(q, pos, c.Heads, c.HeadDim, c.RopeTheta, freqScale); err != nil {
+	if l.qBias != nil {
+		addRows(q, l.qBias)
+		addRows(k, l.kBias)
+		addRows(v, l.vBias)
+	}
+	if l.qNorm != nil {
+		// Per-head RMSNorm: each head of each row is one row of HeadDim.
+		if err := r.pool.RMSNorm(q, q, l.qNorm, T*c.Heads, c.HeadDim, c.NormEps); err != nil {
+			return fmt.Errorf("model: layer %d q norm: %w", li, err)
+		}
+		if err := r.pool.RMSNorm(k, k, l.kNorm, T*c.KVHeads, c.HeadDim, c.NormEps); err != nil {
+			return fmt.Errorf("model: layer %d k norm: %w", li, err)
+		}
+	}
+	if err := kernels.RoPEFreqs(q, pos, c.Heads, c.HeadDim, r.m.ropeFreqs, c.RopeNeox); err != nil {
 		return fmt.Errorf("model: layer %d rope q: %w", li, err)
 	}
-	if err := kernels.RoPE(k, pos, c.KVHeads, c.HeadDim, c.RopeTheta, freqScale); err != nil {
+	if err := kernels.RoPEFreqs(k, pos, c.KVHeads, c.HeadDim, r.m.ropeFreqs, c.RopeNeox); err != nil {
 		return fmt.Errorf("model: layer %d rope k: %w", li, err)
 	}
 	for i := range r.attnSeqs {
@@ -528,6 +541,17 @@ func (r *CPURunner) embed(x []float32, tokens []int32) error {
 		return fmt.Errorf("model: embedding: %w", err)
 	}
 	return nil
+}
+
+// addRows adds bias [n] to every row of x [len(x)/n][n].
+func addRows(x, bias []float32) {
+	n := len(bias)
+	for r := 0; r+n <= len(x); r += n {
+		row := x[r : r+n]
+		for i, b := range bias {
+			row[i] += b
+		}
+	}
 }
 
 // addInPlace adds d to x elementwise (the residual connection).

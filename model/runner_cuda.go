@@ -691,13 +691,9 @@ func (r *CUDARunner) upload(c cuda.Ctx) error {
 	if err != nil {
 		return err
 	}
-	norms := []cudaNorm{r.wplan.outNorm}
-	for i := range r.wplan.layers {
-		norms = append(norms, r.wplan.layers[i].attnNorm, r.wplan.layers[i].ffnNorm)
-	}
-	for _, n := range norms {
-		if err := uploadFromHost(c, r.weights.Add(n.off), cudaF32Bytes(n.src)); err != nil {
-			return fmt.Errorf("upload norm weights: %w", err)
+	for _, v := range r.wplan.vectors() {
+		if err := uploadFromHost(c, r.weights.Add(v.off), v.data); err != nil {
+			return fmt.Errorf("upload norm, bias and RoPE vectors: %w", err)
 		}
 	}
 	return nil
@@ -723,7 +719,6 @@ func (r *CUDARunner) forward(e cudaExec, l *cudaStepLayout, graph, maxQ int) err
 	W := func(w *cudaWeight) cuda.DevicePtr { return r.weights.Add(w.off) }
 	N := func(n *cudaNorm) cuda.DevicePtr { return r.weights.Add(n.off) }
 	dim, qd, kvd, ffn := mc.Dim, mc.Heads*mc.HeadDim, mc.KVHeads*mc.HeadDim, mc.FFN
-	freqScale := 1 / mc.RopeScaleFactor
 	scale := float32(1 / math.Sqrt(float64(mc.HeadDim)))
 	wrap := func(li int, what string, err error) error {
 		if err != nil {
@@ -756,10 +751,31 @@ func (r *CUDARunner) forward(e cudaExec, l *cudaStepLayout, graph, maxQ int) err
 				return err
 			}
 		}
-		if err := wrap(li, "rope q", e.RoPE(q, pos, T, mc.Heads, mc.HeadDim, mc.RopeTheta, freqScale)); err != nil {
+		if mc.QKVBias {
+			for _, b := range []struct {
+				x cuda.DevicePtr
+				b *cudaNorm
+				n int
+			}{{q, &lw.qBias, qd}, {kb, &lw.kBias, kvd}, {vb, &lw.vBias, kvd}} {
+				if err := wrap(li, "qkv bias", e.AddBias(b.x, N(b.b), T, b.n)); err != nil {
+					return err
+				}
+			}
+		}
+		if mc.QKNorm {
+			// Per-head RMSNorm in place: each head of each row is a row of HeadDim.
+			if err := wrap(li, "q norm", e.AddRMSNorm(q, q, 0, N(&lw.qNorm), T*mc.Heads, mc.HeadDim, mc.NormEps, cuda.F32)); err != nil {
+				return err
+			}
+			if err := wrap(li, "k norm", e.AddRMSNorm(kb, kb, 0, N(&lw.kNorm), T*mc.KVHeads, mc.HeadDim, mc.NormEps, cuda.F32)); err != nil {
+				return err
+			}
+		}
+		freqs := r.weights.Add(r.wplan.ropeOff)
+		if err := wrap(li, "rope q", e.RoPEFreqs(q, pos, freqs, T, mc.Heads, mc.HeadDim, mc.RopeNeox)); err != nil {
 			return err
 		}
-		if err := wrap(li, "rope k", e.RoPE(kb, pos, T, mc.KVHeads, mc.HeadDim, mc.RopeTheta, freqScale)); err != nil {
+		if err := wrap(li, "rope k", e.RoPEFreqs(kb, pos, freqs, T, mc.KVHeads, mc.HeadDim, mc.RopeNeox)); err != nil {
 			return err
 		}
 		if err := wrap(li, "kv write", e.KVWrite(kv, kb, vb, slot, T)); err != nil {

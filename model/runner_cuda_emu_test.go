@@ -123,8 +123,18 @@ func (e *cudaEmu) Matmul(dt cuda.DType, m, n, k int, x, w, y cuda.DevicePtr) err
 	return e.w.MatMul(e.f32(y, m*n), e.load(x, m*k, dt), m, W)
 }
 
-func (e *cudaEmu) RoPE(x, pos cuda.DevicePtr, rows, heads, headDim int, theta, freqScale float32) error {
-	return kernels.RoPE(e.f32(x, rows*heads*headDim), e.i32(pos, rows), heads, headDim, theta, freqScale)
+func (e *cudaEmu) RoPEFreqs(x, pos, freqs cuda.DevicePtr, rows, heads, headDim int, neox bool) error {
+	b := e.bytes(freqs, 8*(headDim/2))
+	f := unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(b))), headDim/2)
+	return kernels.RoPEFreqs(e.f32(x, rows*heads*headDim), e.i32(pos, rows), heads, headDim, f, neox)
+}
+
+func (e *cudaEmu) AddBias(x, b cuda.DevicePtr, rows, n int) error {
+	xs, bs := e.f32(x, rows*n), e.f32(b, n)
+	for i := range xs {
+		xs[i] += bs[i%n]
+	}
+	return nil
 }
 
 func (e *cudaEmu) kvType(kv kernels.CUDAKV) cuda.DType {
@@ -480,12 +490,8 @@ func newCUDAEmuRunner(tb testing.TB, m *Llama, cfg CUDARunnerConfig) *cudaEmuRun
 		n := w.src.Rows * w.src.Cols
 		require.NoError(tb, cudaConvertRows(e.u16(dst, n), w.src, 0, w.src.Rows, w.dt, make([]float32, n)))
 	})
-	norms := []cudaNorm{r.wplan.outNorm}
-	for _, l := range r.wplan.layers {
-		norms = append(norms, l.attnNorm, l.ffnNorm)
-	}
-	for _, n := range norms {
-		copy(e.f32(r.weights.Add(n.off), len(n.src)), n.src)
+	for _, v := range r.wplan.vectors() {
+		copy(e.bytes(r.weights.Add(v.off), len(v.data)), v.data)
 	}
 	r.host, err = newCUDAHost(pl.capacity, pl.sizes, pl.graphMB, cfg.KeepLogits, make([]int32, pl.stagingElems), make([]int32, 2*pl.rows))
 	require.NoError(tb, err)
@@ -750,6 +756,23 @@ func TestCUDAEmuDecodeRaggedSplits(t *testing.T) {
 				}
 			}
 			t.Logf("%d of %d (row, head, split) partials empty", empty, batch*heads*splits)
+		})
+	}
+}
+
+// Every architecture fixture (Llama 3.1 RoPE scaling, qwen2 Q/K/V biases,
+// qwen3 per-head Q/K norms with a decoupled head dim, NEOX rotation) on the
+// emulated CUDA runner matches the CPU runner: the new ops' data flow
+// (bias and norm vectors in the weight allocation, the float64 RoPE table,
+// in-place per-head norms) through eager prefill, decode graphs and mixed
+// batches.
+func TestCUDAEmuArchitecturesMatchCPU(t *testing.T) {
+	for _, a := range gguf.ArchFixtures() {
+		t.Run(a.Name, func(t *testing.T) {
+			m := loadArchFixture(t, a.Name)
+			gpu := newCUDAEmuRunner(t, m, cudaGreedyConfig(false))
+			require.Len(t, cudaGreedyScenario(t, m, gpu, 20), 21)
+			cudaBatchScenario(t, m, newCUDAEmuRunner(t, m, cudaBatchConfig()))
 		})
 	}
 }

@@ -16,7 +16,8 @@ type cudaExec interface {
 	Embedding(out, table cuda.DevicePtr, t kernels.DType, tokens cuda.DevicePtr, ntok, vocab, cols int) error
 	AddRMSNorm(y, x, d, w cuda.DevicePtr, rows, dim int, eps float32, out cuda.DType) error
 	Matmul(dt cuda.DType, m, n, k int, x, w, y cuda.DevicePtr) error
-	RoPE(x, pos cuda.DevicePtr, rows, heads, headDim int, theta, freqScale float32) error
+	RoPEFreqs(x, pos, freqs cuda.DevicePtr, rows, heads, headDim int, neox bool) error
+	AddBias(x, b cuda.DevicePtr, rows, n int) error
 	KVWrite(kv kernels.CUDAKV, kp, vp, slots cuda.DevicePtr, ntok int) error
 	DecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tables, ctxLens cuda.DevicePtr, d kernels.DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error
 	CascadeDecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tables, ctxLens cuda.DevicePtr, ci kernels.CascadeInputs, d kernels.DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error
@@ -53,8 +54,12 @@ func (e *cudaDeviceExec) Matmul(dt cuda.DType, m, n, k int, x, w, y cuda.DeviceP
 	return e.c.MatmulWT(e.gemm, dt, m, n, k, x, w, y, e.s)
 }
 
-func (e *cudaDeviceExec) RoPE(x, pos cuda.DevicePtr, rows, heads, headDim int, theta, freqScale float32) error {
-	return e.k.RoPE(e.c, e.s, x, pos, rows, heads, headDim, theta, freqScale)
+func (e *cudaDeviceExec) RoPEFreqs(x, pos, freqs cuda.DevicePtr, rows, heads, headDim int, neox bool) error {
+	return e.k.RoPEFreqs(e.c, e.s, x, pos, freqs, rows, heads, headDim, neox)
+}
+
+func (e *cudaDeviceExec) AddBias(x, b cuda.DevicePtr, rows, n int) error {
+	return e.k.AddBias(e.c, e.s, x, b, rows, n)
 }
 
 func (e *cudaDeviceExec) KVWrite(kv kernels.CUDAKV, kp, vp, slots cuda.DevicePtr, ntok int) error {

@@ -824,3 +824,17 @@ func TestCUDAZeroLlama(t *testing.T) {
 	require.Equal(t, m.embd.Type, p.gemm)
 	p.each(func(w *cudaWeight) { require.Equal(t, cudaUploadCopy, w.how) })
 }
+
+// The architecture fixtures (llama3 RoPE scaling, qwen2 biases, qwen3
+// per-head norms, NEOX) on the CUDA runner match the CPU runner.
+func TestCUDARunnerArchitecturesMatchCPU(t *testing.T) {
+	for _, a := range gguf.ArchFixtures() {
+		t.Run(a.Name, func(t *testing.T) {
+			m := loadArchFixture(t, a.Name)
+			gpu := cudaRunnerOrSkip(t, m, cudaGreedyConfig(false))
+			text := cudaGreedyScenario(t, m, gpu, 40)
+			cudaBatchScenario(t, m, cudaRunnerOrSkip(t, m, cudaBatchConfig()))
+			cudaResult(t, "architecture "+a.Name+" = CPU runner", fmt.Sprintf("%d greedy tokens identical, batches within 1e-3", len(text)), "= CPU", "met")
+		})
+	}
+}

@@ -40,7 +40,8 @@ type cudaWeight struct {
 	off, size uint64 // byte range in the weight allocation
 }
 
-// cudaNorm is one float32 norm weight vector of the weight allocation.
+// cudaNorm is one float32 vector of the weight allocation: norm weights or
+// biases. An absent one (no bias, no Q/K norm) has src nil and size 0.
 type cudaNorm struct {
 	src       []float32
 	off, size uint64
@@ -50,6 +51,8 @@ type cudaNorm struct {
 type cudaLayerWeights struct {
 	q, k, v, o, gate, up, down cudaWeight
 	attnNorm, ffnNorm          cudaNorm
+	qBias, kBias, vBias        cudaNorm // [Heads·HeadDim], [KVHeads·HeadDim] ×2 (qwen2)
+	qNorm, kNorm               cudaNorm // [HeadDim] (qwen3)
 }
 
 // cudaWeightPlan places every weight of a model in one device allocation.
@@ -59,7 +62,44 @@ type cudaWeightPlan struct {
 	output  cudaWeight    // may share embd's bytes (tied output of the GEMM type)
 	outNorm cudaNorm
 	layers  []cudaLayerWeights
-	total   uint64 // bytes of the allocation
+	// ropeFreqs is the model's RoPE table, float64 [HeadDim/2], at byte
+	// ropeOff of the allocation.
+	ropeFreqs []float64
+	ropeOff   uint64
+	total     uint64 // bytes of the allocation
+}
+
+// vectors is every small host vector the upload copies as is: norms,
+// biases and the RoPE table, as (offset, bytes) pairs, absent ones left out.
+func (p *cudaWeightPlan) vectors() []cudaVector {
+	out := []cudaVector{{p.ropeOff, cudaF64Bytes(p.ropeFreqs)}}
+	add := func(ns ...cudaNorm) {
+		for _, n := range ns {
+			if n.size > 0 {
+				out = append(out, cudaVector{n.off, cudaF32Bytes(n.src)})
+			}
+		}
+	}
+	add(p.outNorm)
+	for i := range p.layers {
+		l := &p.layers[i]
+		add(l.attnNorm, l.ffnNorm, l.qBias, l.kBias, l.vBias, l.qNorm, l.kNorm)
+	}
+	return out
+}
+
+// cudaVector is bytes to copy to offset off of the weight allocation.
+type cudaVector struct {
+	off  uint64
+	data []byte
+}
+
+// cudaF64Bytes views v as bytes.
+func cudaF64Bytes(v []float64) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 8*len(v))
 }
 
 // cudaGemmType maps a GEMM weight type to cuBLASLt's.
@@ -159,6 +199,9 @@ func cudaPlanWeights(m *Llama) (cudaWeightPlan, error) {
 		return cw, nil
 	}
 	norm := func(v []float32) cudaNorm {
+		if v == nil {
+			return cudaNorm{}
+		}
 		n := cudaNorm{src: v, off: off, size: 4 * uint64(len(v))}
 		off = cudaAlignUp(off+n.size, cudaAlign)
 		return n
@@ -174,10 +217,14 @@ func cudaPlanWeights(m *Llama) (cudaWeightPlan, error) {
 		return p, fmt.Errorf("model: output: %w", err)
 	}
 	p.outNorm = norm(m.outNorm)
+	p.ropeFreqs, p.ropeOff = m.ropeFreqs, off
+	off = cudaAlignUp(off+8*uint64(len(m.ropeFreqs)), cudaAlign)
 	p.layers = make([]cudaLayerWeights, len(m.layers))
 	for i := range m.layers {
 		src, dst := &m.layers[i], &p.layers[i]
 		dst.attnNorm, dst.ffnNorm = norm(src.attnNorm), norm(src.ffnNorm)
+		dst.qBias, dst.kBias, dst.vBias = norm(src.qBias), norm(src.kBias), norm(src.vBias)
+		dst.qNorm, dst.kNorm = norm(src.qNorm), norm(src.kNorm)
 		for _, w := range []struct {
 			dst *cudaWeight
 			src kernels.Matrix

@@ -188,8 +188,17 @@ func refForward(tb testing.TB, m *Llama, tokens []int32) [][]float32 {
 		mm(q, xn, l.q)
 		mm(k, xn, l.k)
 		mm(v, xn, l.v)
-		kernels.RefRoPE(q, pos, c.Heads, c.HeadDim, c.RopeTheta, 1/c.RopeScaleFactor)
-		kernels.RefRoPE(k, pos, c.KVHeads, c.HeadDim, c.RopeTheta, 1/c.RopeScaleFactor)
+		if l.qBias != nil {
+			addRows(q, l.qBias)
+			addRows(k, l.kBias)
+			addRows(v, l.vBias)
+		}
+		if l.qNorm != nil {
+			kernels.RefRMSNorm(q, q, l.qNorm, n*c.Heads, c.HeadDim, c.NormEps)
+			kernels.RefRMSNorm(k, k, l.kNorm, n*c.KVHeads, c.HeadDim, c.NormEps)
+		}
+		kernels.RefRoPEFreqs(q, pos, c.Heads, c.HeadDim, m.ropeFreqs, c.RopeNeox)
+		kernels.RefRoPEFreqs(k, pos, c.KVHeads, c.HeadDim, m.ropeFreqs, c.RopeNeox)
 		kernels.RefAttention(att, q, k, v, n, n, c.Heads, c.KVHeads, c.HeadDim, scale)
 		mm(tmp, att, l.o)
 		for i := range x {

@@ -3,12 +3,15 @@
 // make-quant-fixtures.sh; built against llama.cpp's libllama, never by
 // `make test`).
 //
-//   llama-logits MODEL.gguf OUT.bin TOKEN...
+//   llama-logits [-g N] MODEL.gguf OUT.bin TOKEN...
 //
 // One llama_decode of all tokens at positions 0..n-1 with logits for every
 // position; F32 KV cache and no flash attention, so that only llama.cpp's
 // matmul arithmetic differs from an exact evaluation. OUT.bin is
-// little-endian: u32 n, u32 vocab, i32 tokens[n], f32 logits[n][vocab].
+// little-endian: u32 n, u32 vocab, i32 tokens[n], f32 logits[n][vocab];
+// with -g N it continues greedily (first largest logit) for N tokens after
+// the sequence, one llama_decode each, and appends u32 N, i32 greedy[N]
+// (make-arch-fixtures.sh).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -17,8 +20,14 @@
 #include "llama.h"
 
 int main(int argc, char **argv) {
+  int greedy = 0;
+  if (argc > 2 && argv[1][0] == '-' && argv[1][1] == 'g') {
+    greedy = atoi(argv[2]);
+    argv += 2;
+    argc -= 2;
+  }
   if (argc < 4) {
-    fprintf(stderr, "usage: llama-logits MODEL.gguf OUT.bin TOKEN...\n");
+    fprintf(stderr, "usage: llama-logits [-g N] MODEL.gguf OUT.bin TOKEN...\n");
     return 2;
   }
   std::vector<llama_token> toks;
@@ -65,6 +74,33 @@ int main(int argc, char **argv) {
   fwrite(hdr, 4, 2, f);
   fwrite(toks.data(), 4, (size_t)n, f);
   for (int i = 0; i < n; i++) fwrite(llama_get_logits_ith(ctx, i), 4, (size_t)vocab, f);
+  if (greedy > 0) {
+    std::vector<llama_token> gen;
+    const float *row = llama_get_logits_ith(ctx, n - 1);
+    for (int g = 0; g < greedy; g++) {
+      llama_token best = 0;
+      for (int v = 1; v < vocab; v++)
+        if (row[v] > row[best]) best = v;
+      gen.push_back(best);
+      if (g + 1 == greedy) break;
+      llama_batch one = llama_batch_init(1, 0, 1);
+      one.token[0] = best;
+      one.pos[0] = n + g;
+      one.n_seq_id[0] = 1;
+      one.seq_id[0][0] = 0;
+      one.logits[0] = 1;
+      one.n_tokens = 1;
+      if (llama_decode(ctx, one) != 0) {
+        fprintf(stderr, "llama-logits: greedy decode failed\n");
+        return 1;
+      }
+      llama_batch_free(one);
+      row = llama_get_logits_ith(ctx, 0);
+    }
+    uint32_t ng = (uint32_t)gen.size();
+    fwrite(&ng, 4, 1, f);
+    fwrite(gen.data(), 4, gen.size(), f);
+  }
   fclose(f);
   llama_batch_free(b);
   llama_free(ctx);

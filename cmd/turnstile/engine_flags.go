@@ -115,7 +115,7 @@ func defaultModelPath() string {
 func (e *engineFlags) register(f *pflag.FlagSet, which engineFlag) {
 	has := func(x engineFlag) bool { return which&x != 0 }
 	if has(flagModel) {
-		f.StringVar(&e.model, "model", e.model, "GGUF model file (llama architecture)")
+		f.StringVar(&e.model, "model", e.model, "model: a GGUF file or a Hugging Face directory (config.json, safetensors, tokenizer.json); architectures llama/Mistral, qwen2, qwen3")
 	}
 	if has(flagDevice) {
 		f.StringVar(&e.dev.device, "device", e.dev.device,

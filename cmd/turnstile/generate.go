@@ -158,7 +158,9 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 		return err
 	}
 	t0 := time.Now()
-	text, err := eng.Submit(ctx, &executor.Request{PromptTokens: prompt, MaxTokens: o.n, Params: p})
+	text, err := eng.Submit(ctx, &executor.Request{PromptTokens: prompt, MaxTokens: o.n, Params: p,
+		// Every stop token of the model ends the text (EOS, <|eot_id|>, generation_config.json).
+		StopTokenIDs: m.StopIDs()})
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/model/tokenizer"
 )
@@ -112,12 +114,14 @@ func newModelSynthCmd() *cobra.Command {
 		typ       string
 		vocabFrom string
 		out       string
+		format    string
 		e         = defaultEngineFlags() // --seed: the weights' seed
 	)
 	cmd := &cobra.Command{
 		Use:   "synth",
 		Short: "Write a llama-shaped GGUF with seeded random weights and another file's tokenizer",
-		Long: "synth writes a llama model whose weights are drawn from N(0, 0.02²) (norm weights 1) " +
+		Long: "synth writes a model of a supported architecture whose weights are drawn from N(0, 0.02²) (norm weights 1; " +
+			"qwen3's per-head norms from 1 + N(0, 0.1²), biases from N(0, 0.1²)) " +
 			"with the given shape, and copies every tokenizer.* key of --vocab-from; the vocabulary " +
 			"size is that tokenizer's. Same flags and seed give the same file.",
 		Args: cobra.NoArgs,
@@ -128,6 +132,9 @@ func newModelSynthCmd() *cobra.Command {
 			}
 			if out == "" {
 				return errors.New("-o: an output file is required")
+			}
+			if format != "gguf" && format != "safetensors" {
+				return fmt.Errorf("--format %q: want gguf or safetensors", format)
 			}
 			if vocabFrom == "" {
 				return errors.New("--vocab-from: a GGUF file with a tokenizer is required")
@@ -151,6 +158,22 @@ func newModelSynthCmd() *cobra.Command {
 					w.SetValue(kv.Key, kv.Value)
 				}
 			}
+			if format == "safetensors" {
+				// The same weights, through the GGUF in memory, as a Hugging
+				// Face directory (Q/K un-permuted; a byte-level tokenizer).
+				var buf bytes.Buffer
+				if _, err := w.WriteTo(&buf); err != nil {
+					return err
+				}
+				g, err := gguf.Parse(buf.Bytes())
+				if err != nil {
+					return err
+				}
+				if err := model.WriteHFDir(out, g, c); err != nil {
+					return fmt.Errorf("-o %s: %w", out, err)
+				}
+				return nil
+			}
 			return writeFile(out, func(f io.Writer) error {
 				_, err := w.WriteTo(f)
 				return err
@@ -165,9 +188,21 @@ func newModelSynthCmd() *cobra.Command {
 	fl.IntVar(&c.FFN, "ffn", 128, "feed-forward hidden width")
 	fl.IntVar(&c.ContextLength, "context", 512, "context length written to llama.context_length")
 	fl.BoolVar(&c.TiedOutput, "tied", false, "omit output.weight (logits use token_embd.weight)")
+	fl.StringVar(&c.Arch, "arch", "llama", "architecture: "+gguf.ArchNames()+" (qwen3 adds per-head Q/K norms)")
+	fl.IntVar(&c.HeadDim, "head-dim", 0, "per-head width (0: dim/heads; otherwise written as key_length and value_length)")
+	fl.BoolVar(&c.QKVBias, "qkv-bias", false, "add Q/K/V projection biases (as qwen2 has)")
+	fl.Float32Var(&c.RopeTheta, "rope-theta", 10000, "RoPE base (rope.freq_base)")
+	fl.StringVar(&c.RopeScaling, "rope-scaling", "none", "RoPE scaling: none or llama3 (written as rope_freqs.weight)")
+	fl.Float32Var(&c.RopeScaleFactor, "rope-factor", 8, "llama3 scaling factor")
+	fl.Float32Var(&c.RopeLowFreqFactor, "rope-low-freq-factor", 1, "llama3 low_freq_factor")
+	fl.Float32Var(&c.RopeHighFreqFactor, "rope-high-freq-factor", 4, "llama3 high_freq_factor")
+	fl.IntVar(&c.RopeOrigContext, "rope-original-context", 8192, "llama3 original_max_position_embeddings")
+	fl.IntVar(&c.SlidingWindow, "sliding-window", 0, "attention.sliding_window in tokens (0: none)")
 	fl.StringVar(&typ, "type", "f32", "weight type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k or q6_k (norms stay f32; block types need --dim and --ffn multiples of the block size)")
 	fl.StringVar(&vocabFrom, "vocab-from", "", "GGUF file whose tokenizer metadata is copied")
 	e.register(fl, flagSeed)
-	fl.StringVarP(&out, "output", "o", "", "output GGUF file")
+	fl.StringVarP(&out, "output", "o", "", "output GGUF file, or directory with --format safetensors")
+	fl.StringVar(&format, "format", "gguf", "gguf (one file) or safetensors (a Hugging Face directory: config.json, model.safetensors, "+
+		"a synthetic byte-level tokenizer of the same vocabulary size, ≥ 259 tokens)")
 	return cmd
 }

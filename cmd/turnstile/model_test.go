@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/model/tokenizer"
 )
@@ -104,4 +105,37 @@ func TestModelSynthRejects(t *testing.T) {
 	}
 	_, err = runCLI(t, "model", "inspect", filepath.Join(t.TempDir(), "missing.gguf"))
 	require.ErrorContains(t, err, "missing.gguf")
+}
+
+// --format safetensors writes the same synthetic weights as a Hugging Face
+// directory that --model accepts; the GGUF twin loads with the same shape.
+func TestModelSynthSafetensors(t *testing.T) {
+	vocab, err := gguf.TestModelPath()
+	require.NoError(t, err, "run `make model`")
+	dir := t.TempDir()
+	args := []string{"model", "synth", "--arch", "qwen3", "--dim", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+		"--head-dim", "32", "--ffn", "96", "--vocab-from", vocab, "--seed", "3", "--tied"}
+	hf, gg := filepath.Join(dir, "hf"), filepath.Join(dir, "m.gguf")
+	_, err = runCLI(t, append(args, "--format", "safetensors", "-o", hf)...)
+	require.NoError(t, err)
+	_, err = runCLI(t, append(args, "-o", gg)...)
+	require.NoError(t, err)
+	for _, name := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"} {
+		require.FileExists(t, filepath.Join(hf, name))
+	}
+	a, err := model.LoadLlama(hf, model.LlamaOptions{})
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := model.LoadLlama(gg, model.LlamaOptions{})
+	require.NoError(t, err)
+	defer b.Close()
+	ca, cb := a.Config(), b.Config()
+	require.Equal(t, "qwen3", ca.Arch)
+	require.Equal(t, cb.HeadDim, ca.HeadDim)
+	require.True(t, ca.QKNorm && ca.TiedOutput)
+	out, err := runCLI(t, "generate", "--device", "cpu", "--model", hf, "--prompt", "Hi", "-n", "4")
+	require.NoError(t, err)
+	require.Contains(t, out, "decode:")
+	_, err = runCLI(t, append(args, "--format", "onnx", "-o", hf)...)
+	require.ErrorContains(t, err, `--format "onnx": want gguf or safetensors`)
 }

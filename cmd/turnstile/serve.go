@@ -22,7 +22,6 @@ import (
 	"github.com/turnstile-llm/turnstile/dist/mpi"
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/model"
-	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/server"
 )
@@ -160,7 +159,7 @@ func newServeCmd() *cobra.Command {
 	f := cmd.Flags()
 	o.register(f, serveEngineFlags)
 	f.StringVar(&o.modelName, "served-model-name", o.modelName, "model id clients send (default: the file's base name)")
-	f.StringVar(&o.chatTemplate, "chat-template", o.chatTemplate, "Jinja chat template file (default: the GGUF's tokenizer.chat_template, else the plain fallback)")
+	f.StringVar(&o.chatTemplate, "chat-template", o.chatTemplate, "Jinja chat template file (default: the model's own, GGUF tokenizer.chat_template or tokenizer_config.json chat_template, else the plain fallback)")
 	f.StringVar(&o.host, "host", o.host, "address to bind")
 	f.IntVar(&o.port, "port", o.port, "TCP port (0: any free port)")
 	f.IntVar(&o.dp, "dp", o.dp, "attention data-parallel ranks, each its own engine, KV cache and seats, routed at one gather point; under mpirun one rank per process, and --dp must equal -np")
@@ -470,9 +469,10 @@ func (s sizes) print(w io.Writer, name, path string) error {
 	return err
 }
 
-// chatTemplate is the --chat-template file, else the GGUF's
-// tokenizer.chat_template, else "" (the fallback); source says which.
-func (o *serveOptions) readChatTemplate() (tmpl, source string, err error) {
+// readChatTemplate is the --chat-template file, else the model's own
+// (GGUF tokenizer.chat_template or tokenizer_config.json's chat_template),
+// else "" (the fallback); source says which.
+func (o *serveOptions) readChatTemplate(m *model.Llama) (tmpl, source string, err error) {
 	if o.chatTemplate != "" {
 		b, err := os.ReadFile(o.chatTemplate)
 		if err != nil {
@@ -480,19 +480,10 @@ func (o *serveOptions) readChatTemplate() (tmpl, source string, err error) {
 		}
 		return string(b), "template from " + o.chatTemplate, nil
 	}
-	f, err := gguf.Open(o.model)
-	if err != nil {
-		return "", "", fmt.Errorf("serve: %w", err)
+	if t := m.ChatTemplate(); t != "" {
+		return t, "the model's chat template", nil
 	}
-	defer f.Close()
-	if !f.Has("tokenizer.chat_template") {
-		return "", "fallback format (the model has no tokenizer.chat_template)", nil
-	}
-	t, err := f.String("tokenizer.chat_template")
-	if err != nil {
-		return "", "", fmt.Errorf("serve: %s: %w", o.model, err)
-	}
-	return t, "the model's tokenizer.chat_template", nil
+	return "", "fallback format (the model has no chat template)", nil
 }
 
 // runServe loads the model, builds the engine and the server, and serves
@@ -538,7 +529,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	if err != nil {
 		return err
 	}
-	tmpl, src, err := o.readChatTemplate()
+	tmpl, src, err := o.readChatTemplate(m)
 	if err != nil {
 		return err
 	}

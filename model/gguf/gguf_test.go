@@ -31,7 +31,7 @@ func TestStories260K(t *testing.T) {
 	c, err := f.LlamaConfig()
 	require.NoError(t, err)
 	require.Equal(t, LlamaConfig{
-		Dim: 64, Layers: 5, Heads: 8, KVHeads: 4, HeadDim: 8, FFN: 172, Vocab: 512,
+		Arch: "llama", Dim: 64, Layers: 5, Heads: 8, KVHeads: 4, HeadDim: 8, FFN: 172, Vocab: 512,
 		ContextLength: 2048, NormEps: 1e-5, RopeTheta: 10000, RopeDim: 8,
 		RopeScaling: "none", RopeScaleFactor: 1, TiedOutput: false,
 	}, c)
@@ -358,6 +358,30 @@ func TestLlamaErrors(t *testing.T) {
 			return w
 		}, ErrShapeMismatch, "tokenizer.ggml.tokens"},
 		{"rope scaling", func() *Writer { w := base(); require.NoError(t, w.Set("llama.rope.scaling.type", "yarn")); return w }, ErrUnsupportedArch, "yarn"},
+		{"gemma", func() *Writer { w := base(); require.NoError(t, w.Set("general.architecture", "gemma2")); return w }, ErrUnsupportedArch, `"gemma2" (supported: llama, qwen2, qwen3)`},
+		{"llama3 without low factor", func() *Writer {
+			w := base()
+			require.NoError(t, w.Set("llama.rope.scaling.type", "llama3"))
+			require.NoError(t, w.Set("llama.rope.scaling.factor", float32(8)))
+			return w
+		}, ErrMissingKey, "llama.rope.scaling.low_freq_factor"},
+		{"partial biases", func() *Writer {
+			w := base()
+			require.NoError(t, w.AddTensor("blk.0.attn_q.bias", TypeF32, []uint64{32}, make([]byte, 128)))
+			return w
+		}, ErrMissingTensor, "1 of the 3 attention biases"},
+		{"qwen3 without q norm", func() *Writer {
+			c := tinyConfig()
+			c.Arch = "qwen3"
+			w, err := SynthLlama(c, TypeF32, rand.New(rand.NewPCG(1, 2)))
+			require.NoError(t, err)
+			return drop(w, "blk.1.attn_q_norm.weight")
+		}, ErrMissingTensor, "blk.1.attn_q_norm.weight"},
+		{"sliding window", func() *Writer {
+			w := base()
+			require.NoError(t, w.Set("llama.attention.sliding_window", int32(-4)))
+			return w
+		}, ErrMalformed, "llama.attention.sliding_window = -4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := Parse(encode(t, tc.w()))
@@ -413,5 +437,88 @@ func TestLlamaOptionalKeys(t *testing.T) {
 	f, err = Parse(encode(t, out))
 	require.NoError(t, err)
 	_, err = f.LlamaConfig()
-	require.ErrorContains(t, err, "llama.attention.key_length = 16")
+	// key_length sets the head dim (qwen3 decouples it from dim/heads), so
+	// the Q tensor no longer fits.
+	require.ErrorContains(t, err, `"blk.0.attn_q.weight" is [32 32], want [32 64]`)
+}
+
+// Every architecture's synthetic file reads back with its own keys and
+// tensors: the spec's flags, head dim decoupled from dim/heads, biases,
+// per-head norms, llama3 factors and the sliding window.
+func TestLlamaArchitectures(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*LlamaConfig)
+		want func(*testing.T, *LlamaWeights)
+	}{
+		{"llama3", func(c *LlamaConfig) {
+			c.RopeScaling, c.RopeScaleFactor, c.RopeLowFreqFactor, c.RopeHighFreqFactor, c.RopeOrigContext = "llama3", 8, 1, 4, 64
+		}, func(t *testing.T, w *LlamaWeights) {
+			require.True(t, w.Config.RopeFreqFactors)
+			require.NotNil(t, w.RopeFreqs)
+			require.False(t, w.Config.RopeNeox)
+		}},
+		{"qwen2", func(c *LlamaConfig) { c.Arch, c.QKVBias = "qwen2", true }, func(t *testing.T, w *LlamaWeights) {
+			require.True(t, w.Config.QKVBias && w.Config.RopeNeox)
+			require.Equal(t, []uint64{32}, w.Layers[1].QBias.Dims)
+			require.Equal(t, []uint64{16}, w.Layers[1].VBias.Dims)
+		}},
+		{"qwen3", func(c *LlamaConfig) { c.Arch, c.HeadDim, c.TiedOutput = "qwen3", 16, true }, func(t *testing.T, w *LlamaWeights) {
+			require.True(t, w.Config.QKNorm && w.Config.RopeNeox && w.Config.TiedOutput)
+			require.Equal(t, 16, w.Config.HeadDim)
+			require.Equal(t, []uint64{32, 64}, w.Layers[0].Q.Dims)
+			require.Equal(t, []uint64{16}, w.Layers[0].KNorm.Dims)
+		}},
+		{"mistral", func(c *LlamaConfig) { c.SlidingWindow = 16 }, func(t *testing.T, w *LlamaWeights) {
+			require.Equal(t, 16, w.Config.SlidingWindow)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tinyConfig()
+			tc.edit(&c)
+			w, err := SynthLlama(c, TypeF32, rand.New(rand.NewPCG(1, 2)))
+			require.NoError(t, err)
+			f, err := Parse(encode(t, w))
+			require.NoError(t, err)
+			got, err := f.Llama()
+			require.NoError(t, err)
+			want := c.Arch
+			if want == "" {
+				want = "llama"
+			}
+			require.Equal(t, want, got.Config.Arch)
+			tc.want(t, got)
+		})
+	}
+}
+
+// The llama3 factors follow Meta's rule (1 for short wavelengths, the
+// factor for long ones, a blend between) and the metadata and tensor forms
+// of the same scaling give the same frequencies.
+func TestRopeFrequenciesLlama3(t *testing.T) {
+	c := LlamaConfig{RopeDim: 128, RopeTheta: 500000, RopeScaling: "llama3", RopeScaleFactor: 8,
+		RopeLowFreqFactor: 1, RopeHighFreqFactor: 4, RopeOrigContext: 8192}
+	f := c.Llama3Factors()
+	require.Len(t, f, 64)
+	require.Equal(t, float32(1), f[0])
+	require.Equal(t, float32(8), f[63])
+	blended := 0
+	for i := 1; i < len(f); i++ {
+		require.GreaterOrEqual(t, f[i], f[i-1], "factors grow with the wavelength")
+		if f[i] > 1 && f[i] < 8 {
+			blended++
+		}
+	}
+	require.Positive(t, blended)
+	meta, err := c.RopeFrequencies(nil)
+	require.NoError(t, err)
+	tensor, err := c.RopeFrequencies(f)
+	require.NoError(t, err)
+	require.InDeltaSlice(t, meta, tensor, 1e-7*meta[0])
+	_, err = c.RopeFrequencies(f[:3])
+	require.ErrorContains(t, err, "3 factors, want rope dim/2 = 64")
+	lin := LlamaConfig{RopeDim: 4, RopeTheta: 10000, RopeScaling: "linear", RopeScaleFactor: 4}
+	fl, err := lin.RopeFrequencies(nil)
+	require.NoError(t, err)
+	require.InDeltaSlice(t, []float64{0.25, 0.0025}, fl, 1e-12)
 }

@@ -35,6 +35,14 @@ func QuantFixturePath(name string) (string, error) {
 // given ffn width, tied output, stories260K's tokenizer, seed 1, weights of
 // type typ. It returns the file's bytes.
 func QuantFixtureModel(typ GGMLType, ffn int) ([]byte, error) {
+	c := LlamaConfig{Dim: 256, Layers: 1, Heads: 4, KVHeads: 1, FFN: ffn, ContextLength: 512, TiedOutput: true}
+	return synthStoriesVocab(c, typ)
+}
+
+// synthStoriesVocab is SynthLlama of c with seed 1 and stories260K's
+// tokenizer, as `turnstile model synth --seed 1 --vocab-from
+// stories260K.gguf` writes it.
+func synthStoriesVocab(c LlamaConfig, typ GGMLType) ([]byte, error) {
 	p, err := TestModelPath()
 	if err != nil {
 		return nil, err
@@ -48,8 +56,7 @@ func QuantFixtureModel(typ GGMLType, ffn int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := LlamaConfig{Dim: 256, Layers: 1, Heads: 4, KVHeads: 1, FFN: ffn, Vocab: len(toks),
-		ContextLength: 512, TiedOutput: true}
+	c.Vocab = len(toks)
 	// The seed stream is the one cmd/turnstile's synth uses for --seed 1.
 	w, err := SynthLlama(c, typ, rand.New(rand.NewPCG(1, 0x7475726e)))
 	if err != nil {
@@ -65,6 +72,48 @@ func QuantFixtureModel(typ GGMLType, ffn int) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// ArchFixtureDir holds llama.cpp's logits of the architecture fixtures
+// (scripts/make-arch-fixtures.sh), relative to the repository root.
+const ArchFixtureDir = "testdata/arch"
+
+// ArchFixturePath finds file name in <repo>/testdata/arch.
+func ArchFixturePath(name string) (string, error) {
+	return repoFile(filepath.Join(ArchFixtureDir, name), "run scripts/make-arch-fixtures.sh")
+}
+
+// ArchFixture is one synthetic model of scripts/make-arch-fixtures.sh:
+// its name (the fixture is <Name>.bin) and the configuration the script's
+// `turnstile model synth` flags give (F32, seed 1, stories260K's tokenizer).
+type ArchFixture struct {
+	Name   string
+	Config LlamaConfig
+}
+
+// ArchFixtures lists the architecture fixtures. The script must pass the
+// same shapes as flags.
+func ArchFixtures() []ArchFixture {
+	base := LlamaConfig{Dim: 128, Layers: 2, Heads: 4, KVHeads: 2, FFN: 256, ContextLength: 512}
+	llama3 := base
+	llama3.RopeTheta, llama3.RopeScaling = 500000, "llama3"
+	llama3.RopeScaleFactor, llama3.RopeLowFreqFactor, llama3.RopeHighFreqFactor, llama3.RopeOrigContext = 8, 1, 4, 32
+	qwen2 := base
+	qwen2.Arch, qwen2.QKVBias, qwen2.RopeTheta = "qwen2", true, 1000000
+	qwen3 := base
+	qwen3.Arch, qwen3.HeadDim, qwen3.TiedOutput, qwen3.RopeTheta = "qwen3", 64, true, 1000000
+	return []ArchFixture{{"llama3", llama3}, {"qwen2", qwen2}, {"qwen3", qwen3}}
+}
+
+// ArchFixtureModel rebuilds, in memory, the F32 GGUF of the architecture
+// fixture name.
+func ArchFixtureModel(name string) ([]byte, error) {
+	for _, a := range ArchFixtures() {
+		if a.Name == name {
+			return synthStoriesVocab(a.Config, TypeF32)
+		}
+	}
+	return nil, fmt.Errorf("no architecture fixture %q", name)
 }
 
 // repoFile finds rel under the nearest directory at or above the working
