@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -129,9 +130,10 @@ type job struct {
 // parser decodes and validates request bodies. It allocates nothing in the
 // engine: a request it refuses never reaches Submit.
 type parser struct {
-	lim  limits
-	tok  Tokenizer
-	chat *chatTemplate
+	lim   limits
+	tok   Tokenizer
+	chat  *chatTemplate
+	stops []int32 // the model's stop tokens (Config.StopTokenIDs)
 }
 
 // completionBody and chatBody shadow the fields whose elements are decoded
@@ -701,6 +703,11 @@ func (p *parser) finish(j *job, f *sharedFields, maxTok *int, param string, prom
 	j.stream = f.Stream
 	j.includeUsage = f.StreamOptions != nil && f.StreamOptions.IncludeUsage
 	j.programID, j.programRelease, j.user = f.ProgramID, f.ProgramRelease, f.User
+	stopIDs := f.StopTokenIDs
+	if !f.IgnoreEOS && len(p.stops) > 0 {
+		// One list per request: the client's ids, then the model's.
+		stopIDs = append(slices.Clip(slices.Clone(f.StopTokenIDs)), p.stops...)
+	}
 	j.reqs = make([]executor.Request, 0, n*len(prompts))
 	for _, pr := range prompts {
 		for c := 0; c < n; c++ {
@@ -710,7 +717,7 @@ func (p *parser) finish(j *job, f *sharedFields, maxTok *int, param string, prom
 			}
 			j.reqs = append(j.reqs, executor.Request{
 				PromptTokens: pr, MaxTokens: maxTokens, Params: ps, Stop: stops,
-				StopTokenIDs: f.StopTokenIDs, IgnoreEOS: f.IgnoreEOS, CacheSalt: f.CacheSalt,
+				StopTokenIDs: stopIDs, IgnoreEOS: f.IgnoreEOS, CacheSalt: f.CacheSalt,
 			})
 		}
 	}

@@ -118,3 +118,26 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParseModelStopTokens: the model's stop tokens (EOS, end of turn)
+// join each request's own stop_token_ids unless it sets ignore_eos.
+func TestParseModelStopTokens(t *testing.T) {
+	p := testParser(t, "")
+	p.stops = []int32{2, 7}
+	for _, tc := range []struct {
+		body string
+		want []int32
+	}{
+		{`{"model":"stories260K","prompt":"a"}`, []int32{2, 7}},
+		{`{"model":"stories260K","prompt":"a","stop_token_ids":[5]}`, []int32{5, 2, 7}},
+		{`{"model":"stories260K","prompt":"a","stop_token_ids":[5],"ignore_eos":true}`, []int32{5}},
+		{`{"model":"stories260K","prompt":"a","ignore_eos":true}`, nil},
+	} {
+		j, e := p.completion([]byte(tc.body))
+		require.Nil(t, e, tc.body)
+		require.Equal(t, tc.want, j.reqs[0].StopTokenIDs, tc.body)
+	}
+	j, e := p.chatCompletion([]byte(`{"model":"stories260K","messages":[{"role":"user","content":"hi"}]}`))
+	require.Nil(t, e)
+	require.Equal(t, []int32{2, 7}, j.reqs[0].StopTokenIDs, "chat too")
+}

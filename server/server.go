@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +63,11 @@ type Config struct {
 	// ChatTemplate is a Jinja chat template (the GGUF's
 	// tokenizer.chat_template); "" selects the fallback format.
 	ChatTemplate string
+	// StopTokenIDs are the model's stop tokens (the tokenizer's EOS, GGUF
+	// tokenizer.ggml.eot_token_id, generation_config.json's eos_token_id):
+	// every request stops at them too unless it sets ignore_eos, so Llama 3
+	// chat ends at <|eot_id|>. The slice is not retained.
+	StopTokenIDs []int32
 	// APIKeys, when non-empty, enables Bearer authentication; each key
 	// also gets its own prefix-cache salt.
 	APIKeys []string
@@ -196,7 +202,7 @@ func New(cfg Config, eng Engine) (*Server, error) {
 		log: cfg.Logger, cancels: make(map[*context.CancelCauseFunc]struct{}),
 		plain: &bound{max: cfg.MaxInFlight}, program: &bound{max: cfg.MaxProgramInFlight},
 		parsing: make(chan struct{}, cfg.MaxParsing),
-		parse: parser{tok: tok, chat: chat, lim: limits{
+		parse: parser{tok: tok, chat: chat, stops: slices.Clone(cfg.StopTokenIDs), lim: limits{
 			model: cfg.Model, maxContext: cfg.MaxContext, vocab: tok.VocabSize(), maxPiece: maxPieceBytes(tok),
 			maxN: cfg.MaxN, maxChoices: min(cfg.MaxInFlight, cfg.MaxProgramInFlight),
 		}},

@@ -650,7 +650,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	} else if err := sz.print(out, name, o.model); err != nil {
 		return err
 	}
-	scfg := server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: tok, ChatTemplate: tmpl,
+	scfg := server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: tok, ChatTemplate: tmpl, StopTokenIDs: m.StopIDs(),
 		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, MaxProgramInFlight: sz.maxPrograms,
 		ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: o.idleTimeout, MaxConnections: o.maxConnections,
 		ProgramIdleTTL: o.programs.lease, Logger: log}
