@@ -79,8 +79,8 @@ const (
 	// client that finds every batch row taken waits a whole generation.
 	cpuSeqsPerCore     = 8
 	cpuMaxDefaultBatch = 64
-	defaultMaxBatched        = 512
-	defaultBlockSize         = 16
+	defaultMaxBatched  = 512
+	defaultBlockSize   = 16
 	// defaultCascadeMinBlocks: two blocks (32 tokens at the default block
 	// size) is where reading a run once per group starts to pay for the
 	// extra pass and merge.
