@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -218,9 +219,13 @@ func benchPrefill(b *testing.B, m *Llama, n, cores int) {
 // context on the 110M shape, where a fraction of every context is a prefix
 // all 32 share (the same leading blocks, as kvpool's prefix cache hands them
 // out), with the step's groups (cascade attention) and without (plain: each
-// sequence reads the shared blocks itself). The KV cache holds random values
-// instead of a prefill's: attention costs the same, and setting up 4.8 GB of
-// unshared KV by prefill would take minutes.
+// sequence reads the shared blocks itself). Each iteration runs, back to
+// back, a plain step, a cascade step, and the attention of every layer alone
+// both ways (PagedAttention and PagedAttentionGroups on the step's queries),
+// so that the pairs see the same machine load; it reports the medians and
+// their ratios. The KV cache holds random values instead of a prefill's:
+// attention costs the same, and setting up 4.8 GB of unshared KV by prefill
+// would take minutes.
 func BenchmarkCPUDecodeShared(b *testing.B) {
 	const seqs, ctx, bs = 32, 2048, 16
 	spec := spec110M(gguf.TypeF32)
@@ -230,57 +235,95 @@ func BenchmarkCPUDecodeShared(b *testing.B) {
 	defer m.Close()
 	per := ctx / bs
 	for _, share := range []float64{0, 0.5, 0.9} {
-		shared := int(share * float64(per))
-		blocks := shared + seqs*(per-shared)
-		r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: blocks, BlockSize: bs, MaxBatchTokens: seqs})
-		rng := rand.New(rand.NewPCG(5, uint64(shared)))
-		for li := range r.kv {
-			for _, buf := range [][]float32{r.kv[li].K, r.kv[li].V} {
-				for i := range buf {
-					buf[i] = float32(rng.NormFloat64())
+		b.Run(fmt.Sprintf("share=%.0f%%", share*100), func(b *testing.B) {
+			shared := int(share * float64(per))
+			blocks := shared + seqs*(per-shared)
+			r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: blocks, BlockSize: bs, MaxBatchTokens: seqs})
+			rng := rand.New(rand.NewPCG(5, uint64(shared)))
+			for li := range r.kv {
+				for _, buf := range [][]float32{r.kv[li].K, r.kv[li].V} {
+					for i := range buf {
+						buf[i] = float32(rng.NormFloat64())
+					}
 				}
 			}
-		}
-		var batch step.Batch
-		params := make([]sampling.Params, seqs)
-		for i := range seqs {
-			table := iota32(0, shared)
-			table = append(table, iota32(shared+i*(per-shared), per-shared)...)
-			params[i] = sampling.DefaultParams()
-			batch.Tokens = append(batch.Tokens, int32(i+3))
-			batch.Positions = append(batch.Positions, ctx-1)
-			batch.Seqs = append(batch.Seqs, step.SeqBatch{Seat: int32(i), TokenStart: int32(i), NumTokens: 1, ContextLen: ctx,
-				BlockTable: table, Sample: true, Start: true, Params: &params[i]})
-		}
-		for _, mode := range []string{"plain", "cascade"} {
-			b.Run(fmt.Sprintf("share=%.0f%%/%s", share*100, mode), func(b *testing.B) {
-				g := step.Grouper{}
-				if mode == "cascade" {
-					g.MinBlocks = 2
+			plain, cascade := decodeSharedBatch(seqs, ctx, bs, shared), decodeSharedBatch(seqs, ctx, bs, shared)
+			(&step.Grouper{MinBlocks: 2}).Group(cascade, bs)
+			if share > 0 {
+				require.Len(b, cascade.Groups, 1)
+			}
+			var out step.Output
+			run := func(batch *step.Batch) time.Duration {
+				t0 := time.Now()
+				if err := r.Execute(batch, &out); err != nil {
+					b.Fatal(err)
 				}
-				g.Group(&batch, bs)
-				if share > 0 && mode == "cascade" {
-					require.Len(b, batch.Groups, 1)
-				}
-				var out step.Output
-				run := func() {
-					if err := r.Execute(&batch, &out); err != nil {
+				return time.Since(t0)
+			}
+			// Attention alone, every layer, on this step's queries.
+			c := &r.m.cfg
+			qd := c.Heads * c.HeadDim
+			q := make([]float32, seqs*qd)
+			for i := range q {
+				q[i] = float32(rng.NormFloat64())
+			}
+			att := make([]float32, len(q))
+			aseqs := make([]kernels.AttnSeq, seqs)
+			for i, sb := range plain.Seqs {
+				aseqs[i] = kernels.AttnSeq{QStart: int32(i), NumQ: 1, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable}
+			}
+			var groups []kernels.AttnGroup
+			for _, g := range cascade.Groups {
+				groups = append(groups, kernels.AttnGroup{SharedBlocks: g.SharedBlocks, Members: cascade.Members(g)})
+			}
+			scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
+			attend := func(gs []kernels.AttnGroup) time.Duration {
+				t0 := time.Now()
+				for li := range r.kv {
+					if err := r.pool.PagedAttentionGroups(att, q, &r.kv[li], aseqs, gs, c.Heads, scale); err != nil {
 						b.Fatal(err)
 					}
 				}
-				run() // grow the kernels' scratch for this batch shape
-				best := time.Duration(math.MaxInt64)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for range b.N {
-					t0 := time.Now()
-					run()
-					best = min(best, time.Since(t0))
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(best.Microseconds())/1e3, "best-ms/step")
-			})
-		}
-		require.NoError(b, r.Close())
+				return time.Since(t0)
+			}
+			run(plain) // grow the kernels' scratch for both shapes
+			run(cascade)
+			var tp, tc, ap, ac []float64
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				tp = append(tp, run(plain).Seconds())
+				tc = append(tc, run(cascade).Seconds())
+				ap = append(ap, attend(nil).Seconds())
+				ac = append(ac, attend(groups).Seconds())
+			}
+			b.StopTimer()
+			med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+			mp, mc, map_, mac := med(tp), med(tc), med(ap), med(ac)
+			b.ReportMetric(mp*1e3, "plain-step-ms")
+			b.ReportMetric(mc*1e3, "cascade-step-ms")
+			b.ReportMetric(mp/mc, "step-x")
+			b.ReportMetric(map_*1e3, "plain-attn-ms")
+			b.ReportMetric(mac*1e3, "cascade-attn-ms")
+			b.ReportMetric(map_/mac, "attn-x")
+		})
 	}
+}
+
+// decodeSharedBatch is one decode step of seqs sequences at context ctx
+// whose tables begin with the same shared blocks (ids 0..shared-1), each
+// with its own blocks after them.
+func decodeSharedBatch(seqs, ctx, bs, shared int) *step.Batch {
+	per := ctx / bs
+	b := &step.Batch{}
+	for i := range seqs {
+		table := iota32(0, shared)
+		table = append(table, iota32(shared+i*(per-shared), per-shared)...)
+		p := sampling.DefaultParams()
+		b.Tokens = append(b.Tokens, int32(i+3))
+		b.Positions = append(b.Positions, int32(ctx-1))
+		b.Seqs = append(b.Seqs, step.SeqBatch{Seat: int32(i), TokenStart: int32(i), NumTokens: 1, ContextLen: int32(ctx),
+			BlockTable: table, Sample: true, Start: true, Params: &p})
+	}
+	return b
 }
