@@ -13,6 +13,7 @@ import (
 
 	"github.com/turnstile-llm/turnstile/bench/calibrate"
 	"github.com/turnstile-llm/turnstile/cuda"
+	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/sim"
 )
@@ -174,10 +175,10 @@ func runBenchCalibrate(ctx context.Context, o benchCalibrateOptions, out io.Writ
 			workers = runtime.GOMAXPROCS(0)
 		}
 		name = filepath.Base(o.model)
-		cfg.Device, cfg.MaxContext = calibrate.CPU(m, workers), m.MaxContext()
+		cfg.Device, cfg.MaxContext = calibrate.CPU(m, workers, kernels.F32), m.MaxContext()
 		if o.runner == "cuda" {
 			workers = 0
-			cfg.Device, cfg.Warmup = calibrate.CUDA(m, o.gpu.Index), calibrateCUDAWarmup
+			cfg.Device, cfg.Warmup = calibrate.CUDA(m, o.gpu.Index, model.DefaultCUDAKVType), calibrateCUDAWarmup
 		}
 	}
 	what := name
