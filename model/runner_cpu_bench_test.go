@@ -41,10 +41,10 @@ type decodeResult struct {
 
 // benchDecode measures decode steps of seqs sequences together at context
 // ctx and reports tokens/s (sequences × steps per second), mean and best.
-func benchDecode(b *testing.B, m *Llama, seqs, ctx int) *decodeResult {
+func benchDecode(b *testing.B, m *Llama, seqs, ctx int, kv kernels.DType) *decodeResult {
 	bs := 16
 	per := (ctx + bs - 1) / bs
-	r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: seqs * per, BlockSize: bs, MaxBatchTokens: max(seqs, ctx)})
+	r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: seqs * per, BlockSize: bs, MaxBatchTokens: max(seqs, ctx), KVType: kv})
 	h := newHarness(b, r)
 	ss := make([]*tseq, seqs)
 	for i := range ss {
@@ -132,7 +132,7 @@ func BenchmarkStories260K(b *testing.B) {
 	m := loadStories(b)
 	for _, ctx := range []int{ctxShort, ctxMid} {
 		for _, seqs := range []int{1, 32} {
-			b.Run(fmt.Sprintf("decode/ctx=%d/seqs=%d", ctx, seqs), func(b *testing.B) { benchDecode(b, m, seqs, ctx) })
+			b.Run(fmt.Sprintf("decode/ctx=%d/seqs=%d", ctx, seqs), func(b *testing.B) { benchDecode(b, m, seqs, ctx, kernels.F32) })
 		}
 	}
 }
@@ -142,33 +142,41 @@ func BenchmarkLlama110M(b *testing.B) {
 	for _, typ := range []gguf.GGMLType{gguf.TypeF32, gguf.TypeQ8_0} {
 		m, err := LoadLlama(writeSynth(b, b.TempDir(), spec110M(typ)), LlamaOptions{})
 		require.NoError(b, err)
-		var one *decodeResult
-		b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=1", typ, ctxMid), func(b *testing.B) {
-			one = benchDecode(b, m, 1, ctxMid)
-			// Roofline: a decode step streams every weight once. Probe
-			// passes alternate with decode steps; both keep their best.
-			bw := readBandwidth(b, cores, 8, func() {
-				for range 4 {
-					one.step()
-				}
-			})
-			one.bestTPS = 1 / one.best.Seconds()
-			achieved := one.bestTPS * float64(m.WeightBytes())
-			b.ReportMetric(one.bestTPS, "best-tok/s")
-			b.ReportMetric(bw/1e9, "probe-GB/s")
-			b.ReportMetric(achieved/1e9, "weights-GB/s")
-			b.ReportMetric(achieved/bw, "roofline-frac")
-		})
-		b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=32", typ, ctxMid), func(b *testing.B) {
-			res := benchDecode(b, m, 32, ctxMid)
-			if one != nil {
-				b.ReportMetric(res.tps/one.tps, "x-one-seq")
-				b.ReportMetric(res.bestTPS/one.bestTPS, "best-x-one-seq")
-			}
-		})
+		for _, kv := range kernels.KVTypes {
+			benchDecode110M(b, m, typ, kv, cores)
+		}
 		b.Run(fmt.Sprintf("%v/prefill/tokens=512", typ), func(b *testing.B) { benchPrefill(b, m, 512, cores) })
 		require.NoError(b, m.Close())
 	}
+}
+
+// benchDecode110M is BenchmarkLlama110M's decode pair (one sequence, then
+// 32) for weights typ and a KV cache of type kv.
+func benchDecode110M(b *testing.B, m *Llama, typ gguf.GGMLType, kv kernels.DType, cores int) {
+	var one *decodeResult
+	b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=1/kv=%v", typ, ctxMid, kv), func(b *testing.B) {
+		one = benchDecode(b, m, 1, ctxMid, kv)
+		// Roofline: a decode step streams every weight once. Probe
+		// passes alternate with decode steps; both keep their best.
+		bw := readBandwidth(b, cores, 8, func() {
+			for range 4 {
+				one.step()
+			}
+		})
+		one.bestTPS = 1 / one.best.Seconds()
+		achieved := one.bestTPS * float64(m.WeightBytes())
+		b.ReportMetric(one.bestTPS, "best-tok/s")
+		b.ReportMetric(bw/1e9, "probe-GB/s")
+		b.ReportMetric(achieved/1e9, "weights-GB/s")
+		b.ReportMetric(achieved/bw, "roofline-frac")
+	})
+	b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=32/kv=%v", typ, ctxMid, kv), func(b *testing.B) {
+		res := benchDecode(b, m, 32, ctxMid, kv)
+		if one != nil {
+			b.ReportMetric(res.tps/one.tps, "x-one-seq")
+			b.ReportMetric(res.bestTPS/one.bestTPS, "best-x-one-seq")
+		}
+	})
 }
 
 // benchPrefill measures one sequence's prompt of n tokens in one step and
@@ -229,58 +237,76 @@ func BenchmarkCPUDecodeShared(b *testing.B) {
 	require.NoError(b, err)
 	defer m.Close()
 	per := ctx / bs
-	for _, share := range []float64{0, 0.5, 0.9} {
-		shared := int(share * float64(per))
-		blocks := shared + seqs*(per-shared)
-		r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: blocks, BlockSize: bs, MaxBatchTokens: seqs})
-		rng := rand.New(rand.NewPCG(5, uint64(shared)))
-		for li := range r.kv {
-			for _, buf := range [][]float32{r.kv[li].K, r.kv[li].V} {
-				for i := range buf {
-					buf[i] = float32(rng.NormFloat64())
+	for _, kv := range kernels.KVTypes {
+		for _, share := range []float64{0, 0.5, 0.9} {
+			benchDecodeShared(b, m, kv, share, seqs, ctx, bs, per)
+		}
+	}
+}
+
+// benchDecodeShared is one row of BenchmarkCPUDecodeShared: a cache of
+// type kv, share of every context shared.
+func benchDecodeShared(b *testing.B, m *Llama, kv kernels.DType, share float64, seqs, ctx, bs, per int) {
+	shared := int(share * float64(per))
+	blocks := shared + seqs*(per-shared)
+	r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: blocks, BlockSize: bs, MaxBatchTokens: seqs, KVType: kv})
+	rng := rand.New(rand.NewPCG(5, uint64(shared)))
+	for li := range r.kv {
+		l := &r.kv[li]
+		for _, buf := range [][]float32{l.K, l.V} {
+			for i := range buf {
+				buf[i] = float32(rng.NormFloat64())
+			}
+		}
+		for _, buf := range [][]uint16{l.K16, l.V16} {
+			for i := range buf {
+				if kv == kernels.F16 {
+					buf[i] = kernels.F32ToF16(float32(rng.NormFloat64()))
+				} else {
+					buf[i] = kernels.F32ToBF16(float32(rng.NormFloat64()))
 				}
 			}
 		}
-		var batch step.Batch
-		params := make([]sampling.Params, seqs)
-		for i := range seqs {
-			table := iota32(0, shared)
-			table = append(table, iota32(shared+i*(per-shared), per-shared)...)
-			params[i] = sampling.DefaultParams()
-			batch.Tokens = append(batch.Tokens, int32(i+3))
-			batch.Positions = append(batch.Positions, ctx-1)
-			batch.Seqs = append(batch.Seqs, step.SeqBatch{Seat: int32(i), TokenStart: int32(i), NumTokens: 1, ContextLen: ctx,
-				BlockTable: table, Sample: true, Start: true, Params: &params[i]})
-		}
-		for _, mode := range []string{"plain", "cascade"} {
-			b.Run(fmt.Sprintf("share=%.0f%%/%s", share*100, mode), func(b *testing.B) {
-				g := step.Grouper{}
-				if mode == "cascade" {
-					g.MinBlocks = 2
-				}
-				g.Group(&batch, bs)
-				if share > 0 && mode == "cascade" {
-					require.Len(b, batch.Groups, 1)
-				}
-				var out step.Output
-				run := func() {
-					if err := r.Execute(&batch, &out); err != nil {
-						b.Fatal(err)
-					}
-				}
-				run() // grow the kernels' scratch for this batch shape
-				best := time.Duration(math.MaxInt64)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for range b.N {
-					t0 := time.Now()
-					run()
-					best = min(best, time.Since(t0))
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(best.Microseconds())/1e3, "best-ms/step")
-			})
-		}
-		require.NoError(b, r.Close())
 	}
+	var batch step.Batch
+	params := make([]sampling.Params, seqs)
+	for i := range seqs {
+		table := iota32(0, shared)
+		table = append(table, iota32(shared+i*(per-shared), per-shared)...)
+		params[i] = sampling.DefaultParams()
+		batch.Tokens = append(batch.Tokens, int32(i+3))
+		batch.Positions = append(batch.Positions, int32(ctx-1))
+		batch.Seqs = append(batch.Seqs, step.SeqBatch{Seat: int32(i), TokenStart: int32(i), NumTokens: 1, ContextLen: int32(ctx),
+			BlockTable: table, Sample: true, Start: true, Params: &params[i]})
+	}
+	for _, mode := range []string{"plain", "cascade"} {
+		b.Run(fmt.Sprintf("kv=%v/share=%.0f%%/%s", kv, share*100, mode), func(b *testing.B) {
+			g := step.Grouper{}
+			if mode == "cascade" {
+				g.MinBlocks = 2
+			}
+			g.Group(&batch, bs)
+			if share > 0 && mode == "cascade" {
+				require.Len(b, batch.Groups, 1)
+			}
+			var out step.Output
+			run := func() {
+				if err := r.Execute(&batch, &out); err != nil {
+					b.Fatal(err)
+				}
+			}
+			run() // grow the kernels' scratch for this batch shape
+			best := time.Duration(math.MaxInt64)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				run()
+				best = min(best, time.Since(t0))
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(best.Microseconds())/1e3, "best-ms/step")
+		})
+	}
+	require.NoError(b, r.Close())
 }
