@@ -1,26 +1,114 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+)
 
-// KVLayer is one layer's paged KV cache: K and V are float32
-// [NumBlocks][KVHeads][BlockSize][HeadDim]. Position p of a sequence lives
-// in block table[p/BlockSize], slot p%BlockSize.
+// KVLayer is one layer's paged KV cache: K and V hold
+// [NumBlocks][KVHeads][BlockSize][HeadDim] elements of Type. Position p of
+// a sequence lives in block table[p/BlockSize], slot p%BlockSize. With
+// Type F32 (the zero value) the elements are the float32 K and V; with F16
+// or BF16 they are the raw 16-bit values in K16 and V16 (same layout, half
+// the bytes), rounded to nearest even by KVWrite and widened to float32 in
+// registers by the attention kernels. The unused pair is nil. The caller
+// owns the slices; the kernels read and write them only during a call.
 type KVLayer struct {
+	Type                                   DType
 	K, V                                   []float32
+	K16, V16                               []uint16
 	NumBlocks, KVHeads, BlockSize, HeadDim int
 }
 
-// Validate checks the shape against the slice lengths.
+// KVTypes lists the KV cache element types, cheapest last.
+var KVTypes = [...]DType{F32, F16, BF16}
+
+// ParseKVType parses a KV cache element type name: f32, f16 or bf16 (any
+// case).
+func ParseKVType(s string) (DType, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "f32":
+		return F32, nil
+	case "f16":
+		return F16, nil
+	case "bf16":
+		return BF16, nil
+	}
+	return F32, fmt.Errorf("kernels: KV cache type %q: want f32, f16 or bf16", s)
+}
+
+// KVElemBytes is the bytes of one KV cache element of type t (4 or 2), or
+// an error naming t when it is not a KV cache type.
+func KVElemBytes(t DType) (int, error) {
+	switch t {
+	case F32:
+		return 4, nil
+	case F16, BF16:
+		return 2, nil
+	}
+	return 0, fmt.Errorf("kernels: %v is not a KV cache type (want F32, F16 or BF16)", t)
+}
+
+// Validate checks the type and shape against the slice lengths.
 func (l *KVLayer) Validate() error {
 	if l.NumBlocks <= 0 || l.KVHeads <= 0 || l.BlockSize <= 0 || l.HeadDim <= 0 {
 		return fmt.Errorf("kernels: KVLayer shape blocks=%d kvHeads=%d blockSize=%d headDim=%d must be positive",
 			l.NumBlocks, l.KVHeads, l.BlockSize, l.HeadDim)
 	}
 	n := l.NumBlocks * l.KVHeads * l.BlockSize * l.HeadDim
-	if len(l.K) != n || len(l.V) != n {
-		return fmt.Errorf("kernels: KVLayer needs K and V of %d floats, got K=%d V=%d", n, len(l.K), len(l.V))
+	switch l.Type {
+	case F32:
+		if len(l.K) != n || len(l.V) != n || l.K16 != nil || l.V16 != nil {
+			return fmt.Errorf("kernels: F32 KVLayer needs K and V of %d floats and no K16/V16, got K=%d V=%d K16=%d V16=%d",
+				n, len(l.K), len(l.V), len(l.K16), len(l.V16))
+		}
+	case F16, BF16:
+		if len(l.K16) != n || len(l.V16) != n || l.K != nil || l.V != nil {
+			return fmt.Errorf("kernels: %v KVLayer needs K16 and V16 of %d values and no K/V, got K16=%d V16=%d K=%d V=%d",
+				l.Type, n, len(l.K16), len(l.V16), len(l.K), len(l.V))
+		}
+	default:
+		return fmt.Errorf("kernels: KVLayer type %v: want F32, F16 or BF16", l.Type)
 	}
 	return nil
+}
+
+// Bytes is the memory of the layer's K and V.
+func (l *KVLayer) Bytes() int64 {
+	return 4*int64(len(l.K)+len(l.V)) + 2*int64(len(l.K16)+len(l.V16))
+}
+
+// ptrs returns the K and V data for C (float or uint16 bits, per Type).
+func (l *KVLayer) ptrs() (k, v unsafe.Pointer) {
+	if l.Type == F32 {
+		return unsafe.Pointer(unsafe.SliceData(l.K)), unsafe.Pointer(unsafe.SliceData(l.V))
+	}
+	return unsafe.Pointer(unsafe.SliceData(l.K16)), unsafe.Pointer(unsafe.SliceData(l.V16))
+}
+
+// readRow widens n elements of K (or V when v) from element off into dst.
+func (l *KVLayer) readRow(dst []float32, off, n int, v bool) {
+	switch l.Type {
+	case F32:
+		src := l.K
+		if v {
+			src = l.V
+		}
+		copy(dst[:n], src[off:off+n])
+	default:
+		src := l.K16
+		if v {
+			src = l.V16
+		}
+		for i, h := range src[off : off+n] {
+			if l.Type == F16 {
+				dst[i] = F16ToF32(h)
+			} else {
+				dst[i] = BF16ToF32(h)
+			}
+		}
+	}
 }
 
 // checkTable verifies that blockTable covers positions [0, upTo) with valid
@@ -40,8 +128,17 @@ func (l *KVLayer) checkTable(blockTable []int32, upTo int) error {
 
 // KVWrite stores one sequence's new tokens: k and v are [len(positions)]
 // [KVHeads*HeadDim]; token i goes to position positions[i] through
-// blockTable.
+// blockTable. A 16-bit layer gets each value rounded to nearest even (on
+// the best path the CPU has; every path rounds the same).
 func KVWrite(l *KVLayer, k, v []float32, positions []int32, blockTable []int32) error {
+	if l.Type == F32 {
+		return kvWrite(Portable, l, k, v, positions, blockTable)
+	}
+	return kvWrite(BestPath(), l, k, v, positions, blockTable)
+}
+
+// kvWrite is KVWrite on path p (16-bit layers only; F32 is a copy).
+func kvWrite(p Path, l *KVLayer, k, v []float32, positions []int32, blockTable []int32) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -59,6 +156,12 @@ func KVWrite(l *KVLayer, k, v []float32, positions []int32, blockTable []int32) 
 			return fmt.Errorf("kernels: KVWrite position %d needs block table entry %d (table %d long, layer %d blocks)",
 				p, bi, len(blockTable), l.NumBlocks)
 		}
+	}
+	if l.Type != F32 {
+		if len(positions) > 0 {
+			cKVWrite16(p, l, k, v, positions, blockTable)
+		}
+		return nil
 	}
 	hd := l.HeadDim
 	for i, p := range positions {

@@ -115,8 +115,8 @@ func (c cascCase) check(t testing.TB, w *Workers) {
 	row := c.heads * c.l.HeadDim
 	for i := range got {
 		if !(math.Abs(float64(got[i]-want[i])) <= cascTol) {
-			require.InDelta(t, want[i], got[i], cascTol, "%s on %v: out[%d] (q row %d, head %d)",
-				c.name, w.Path(), i, i/row, i%row/c.l.HeadDim)
+			require.InDelta(t, want[i], got[i], cascTol, "%s (%v cache) on %v: out[%d] (q row %d, head %d)",
+				c.name, c.l.Type, w.Path(), i, i/row, i%row/c.l.HeadDim)
 		}
 	}
 }
@@ -204,11 +204,22 @@ func TestPagedAttentionGroups(t *testing.T) {
 		c.name = fmt.Sprintf("random %d/%s", i, c.name)
 		cases = append(cases, c)
 	}
-	forEachPath(t, func(t *testing.T, w *Workers) {
-		for _, c := range cases {
-			c.check(t, w)
+	// Every case on every cache type: the 16-bit layers are the same
+	// values rounded, and cascade must still equal plain attention.
+	for _, kt := range KVTypes {
+		typed := make([]cascCase, len(cases))
+		for i, c := range cases {
+			typed[i] = c
+			typed[i].l = kvAs(c.l, kt)
 		}
-	})
+		t.Run(kt.String(), func(t *testing.T) {
+			forEachPath(t, func(t *testing.T, w *Workers) {
+				for _, c := range typed {
+					c.check(t, w)
+				}
+			})
+		})
+	}
 }
 
 // TestPagedAttentionGroupsNil checks that no groups is PagedAttention to the

@@ -124,14 +124,16 @@ func cSoftmax(x []float32) { C.tk_softmax(f32p(x), C.long(len(x))) }
 func cArgmax(x []float32) int { return int(C.tk_argmax(f32p(x), C.long(len(x)))) }
 
 func cAttnTask(p Path, out, q []float32, l *KVLayer, heads int, table []int32, s AttnSeq, kvh, i0, i1 int, scale float32, scratch []float32) {
-	C.tk_attn_task(C.int(p), f32p(out), f32p(q), f32p(l.K), f32p(l.V), C.int(heads), C.int(l.KVHeads),
+	k, v := l.ptrs()
+	C.tk_attn_task(C.int(p), C.int(l.Type), f32p(out), f32p(q), k, v, C.int(heads), C.int(l.KVHeads),
 		C.int(l.BlockSize), C.int(l.HeadDim), i32p(table), C.int(s.QStart), C.int(s.NumQ),
 		C.int(s.ContextLen), C.int(kvh), C.int(i0), C.int(i1), C.float(scale), f32p(scratch))
 }
 
 func cAttnTail(p Path, out, q []float32, l *KVLayer, heads int, s AttnSeq, kvh, i0, i1 int, scale float32, scratch []float32,
 	b0 int, state []float32) {
-	C.tk_attn_tail(C.int(p), f32p(out), f32p(q), f32p(l.K), f32p(l.V), C.int(heads), C.int(l.KVHeads),
+	k, v := l.ptrs()
+	C.tk_attn_tail(C.int(p), C.int(l.Type), f32p(out), f32p(q), k, v, C.int(heads), C.int(l.KVHeads),
 		C.int(l.BlockSize), C.int(l.HeadDim), i32p(s.BlockTable), C.int(s.QStart), C.int(s.NumQ),
 		C.int(s.ContextLen), C.int(kvh), C.int(i0), C.int(i1), C.float(scale), f32p(scratch),
 		C.int(b0), f32p(state))
@@ -139,9 +141,17 @@ func cAttnTail(p Path, out, q []float32, l *KVLayer, heads int, s AttnSeq, kvh, 
 
 func cCascadeTask(p Path, q []float32, l *KVLayer, heads int, table []int32, b0, b1 int, qrows []int32, m0, m1, kvh int,
 	scale float32, part, scratch []float32) {
-	C.tk_cascade_task(C.int(p), f32p(q), f32p(l.K), f32p(l.V), C.int(heads), C.int(l.KVHeads),
+	k, v := l.ptrs()
+	C.tk_cascade_task(C.int(p), C.int(l.Type), f32p(q), k, v, C.int(heads), C.int(l.KVHeads),
 		C.int(l.BlockSize), C.int(l.HeadDim), i32p(table), C.int(b0), C.int(b1), i32p(qrows),
 		C.int(m0), C.int(m1), C.int(kvh), C.float(scale), f32p(part), f32p(scratch))
+}
+
+// cKVWrite16 rounds k and v (validated by kvWrite) into l's 16-bit cache.
+func cKVWrite16(p Path, l *KVLayer, k, v []float32, positions, table []int32) {
+	C.tk_kv_write16(C.int(p), C.int(l.Type), (*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(l.K16))),
+		(*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(l.V16))), f32p(k), f32p(v), i32p(positions), C.int(len(positions)),
+		i32p(table), C.int(l.KVHeads), C.int(l.BlockSize), C.int(l.HeadDim))
 }
 
 func cCascadeMerge(out, part []float32, chunk, nstates int, qrows []int32, s0, s1, heads, hd int) {

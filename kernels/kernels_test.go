@@ -486,6 +486,10 @@ func TestNoAllocs(t *testing.T) {
 		"attn": func() { _ = w.PagedAttention(out, q, l, seqs, 4, 0.25) },
 		"norm": func() { _ = w.RMSNorm(x, x, x[:96], 8, 96, 1e-5) },
 	}
+	l16 := kvAs(l, F16)
+	ops["attn f16"] = func() { _ = w.PagedAttention(out, q, l16, seqs, 4, 0.25) }
+	pos, table := []int32{3, 4}, []int32{2}
+	ops["kv write f16"] = func() { _ = KVWrite(l16, x[:2*32], x[:2*32], pos, table) }
 	for name, op := range ops {
 		op() // warm the scratch
 		require.Zero(t, testing.AllocsPerRun(20, op), name)

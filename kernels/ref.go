@@ -203,8 +203,8 @@ func RefPagedAttention(out, q []float32, l *KVLayer, seqs []AttnSeq, heads int, 
 			blk, slot := int(s.BlockTable[p/l.BlockSize]), p%l.BlockSize
 			for h := 0; h < l.KVHeads; h++ {
 				src := ((blk*l.KVHeads+h)*l.BlockSize + slot) * l.HeadDim
-				copy(k[p*kvRow+h*l.HeadDim:], l.K[src:src+l.HeadDim])
-				copy(v[p*kvRow+h*l.HeadDim:], l.V[src:src+l.HeadDim])
+				l.readRow(k[p*kvRow+h*l.HeadDim:], src, l.HeadDim, false)
+				l.readRow(v[p*kvRow+h*l.HeadDim:], src, l.HeadDim, true)
 			}
 		}
 		q0, q1 := int(s.QStart)*row, int(s.QStart+s.NumQ)*row

@@ -77,24 +77,37 @@ void tk_silu_mul(int isa, float *y, const float *gate, const float *up,
 void tk_softmax(float *x, long n);
 long tk_argmax(const float *x, long n);
 
+// Paged KV cache element types (kvtype): TK_F32, TK_F16 or TK_BF16 (the
+// weight type ids). K and V point at float or uint16_t bits accordingly,
+// both laid out [blocks][kv_heads][block][hd].
+
 // tk_attn_task: one (sequence, kv head, query range) task of paged attention.
 // Queries i in [i0, i1) of the sequence sit at q/out rows qstart+i and at
 // positions ctx-numq+i; they attend causally to positions 0..their own.
-// scratch needs (i1-i0)*group*(hd+2) + block floats.
-void tk_attn_task(int isa, float *out, const float *q, const float *K,
-                  const float *V, int heads, int kv_heads, int block, int hd,
-                  const int32_t *table, int qstart, int numq, int ctx,
-                  int kvh, int i0, int i1, float scale, float *scratch);
+// 16-bit K/V are widened to float in registers. scratch needs
+// (i1-i0)*group*(hd+2) + block floats.
+void tk_attn_task(int isa, int kvtype, float *out, const float *q,
+                  const void *K, const void *V, int heads, int kv_heads,
+                  int block, int hd, const int32_t *table, int qstart,
+                  int numq, int ctx, int kvh, int i0, int i1, float scale,
+                  float *scratch);
 
 // tk_attn_tail is tk_attn_task for a cascade member's tail: it reads
 // blocks from b0 on and writes each (query i, head h) pair's softmax state
 // [max, sum, acc[hd]] (acc unnormalised) to state + (i*heads + h)*(hd+2)
 // instead of out. Same scratch as tk_attn_task.
-void tk_attn_tail(int isa, float *out, const float *q, const float *K,
-                  const float *V, int heads, int kv_heads, int block, int hd,
-                  const int32_t *table, int qstart, int numq, int ctx,
-                  int kvh, int i0, int i1, float scale, float *scratch,
-                  int b0, float *state);
+void tk_attn_tail(int isa, int kvtype, float *out, const float *q,
+                  const void *K, const void *V, int heads, int kv_heads,
+                  int block, int hd, const int32_t *table, int qstart,
+                  int numq, int ctx, int kvh, int i0, int i1, float scale,
+                  float *scratch, int b0, float *state);
+
+// tk_kv_write16 stores n tokens' k and v rows ([n][kv_heads*hd] floats)
+// into a 16-bit cache (kvtype TK_F16 or TK_BF16) at positions pos through
+// table, rounding to nearest even (F16C on the vector paths).
+void tk_kv_write16(int isa, int kvtype, uint16_t *K, uint16_t *V,
+                   const float *k, const float *v, const int32_t *pos, int n,
+                   const int32_t *table, int kv_heads, int block, int hd);
 
 // tk_cascade_merge joins the nstates softmax states of every head of query
 // slots [s0, s1) (state c of (slot s, head h) at part + c*chunk +
@@ -118,8 +131,8 @@ static inline int tk_casc_keys(int block) {
 // state [max, sum, acc[hd]] (scores scaled by scale, acc unnormalised) to
 // part + (slot*heads + h)*(hd+2). scratch needs
 // M*(2*hd + tk_casc_keys(block) + 2) floats for the path's M.
-void tk_cascade_task(int isa, const float *q, const float *K, const float *V,
-                     int heads, int kv_heads, int block, int hd,
+void tk_cascade_task(int isa, int kvtype, const float *q, const void *K,
+                     const void *V, int heads, int kv_heads, int block, int hd,
                      const int32_t *table, int b0, int b1,
                      const int32_t *qrows, int m0, int m1, int kvh,
                      float scale, float *part, float *scratch);

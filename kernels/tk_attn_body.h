@@ -2,9 +2,10 @@
 // path by tk_ops.c with these macros defined:
 //   TK_ATTN_NAME   the function's name
 //   TK_ATTN_ATTR   its target attribute (empty for portable)
+//   TK_KV_T        the cache element: float, or uint16_t (f16/bf16 bits)
 //   TK_SCORES(q,K,hd,n,scale,s)  s[j] = scale·(q·K[j]) for j < n (K rows
-//                  hd floats apart), returning max_j s[j]
-//   TK_PV(a,c,s,V,n,hd)  a = a*c + Σ_{j<n} s[j]·V[j] over hd floats
+//                  hd elements apart), returning max_j s[j]
+//   TK_PV(a,c,s,V,n,hd)  a = a*c + Σ_{j<n} s[j]·V[j] over hd elements
 //   TK_EXPS(s,n,m)  s[j] = e^(s[j]-m) for j < n, returning their sum
 // so the helpers inline into each instance.
 //
@@ -16,7 +17,7 @@
 // to the loop it always was.
 
 static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
-    float *out, const float *q, const float *K, const float *V, int heads,
+    float *out, const float *q, const TK_KV_T *K, const TK_KV_T *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
     float *state, int prefetch) {
@@ -38,14 +39,14 @@ static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
   for (int b = b0; b < nblocks; b++) {
     // The K and V block of this kv head is read once for the whole group.
     size_t base = ((size_t)table[b] * kv_heads + kvh) * block * hd;
-    const float *Kb = K + base, *Vb = V + base;
+    const TK_KV_T *Kb = K + base, *Vb = V + base;
     if (prefetch && b + 1 < nblocks) {
       // The next block is elsewhere in memory, where the hardware
       // prefetcher cannot guess it: ask for it (into L2) while this one
       // is computed.
       const size_t nb = ((size_t)table[b + 1] * kv_heads + kvh) * block * hd;
       const char *pk = (const char *)(K + nb), *pv = (const char *)(V + nb);
-      for (size_t o = 0; o < sizeof(float) * (size_t)block * hd; o += 64) {
+      for (size_t o = 0; o < sizeof(TK_KV_T) * (size_t)block * hd; o += 64) {
         __builtin_prefetch(pk + o, 0, 2);
         __builtin_prefetch(pv + o, 0, 2);
       }

@@ -1,6 +1,8 @@
 // tk_cascade_body.h: the shared pass of cascade attention for one task,
 // included once per vector path by tk_cascade.c with these defined:
 //   CASC_NAME, CASC_ATTR   the function's name and target attribute
+//   CASC_KV_T, VSETK(p)    the cache element (float, or uint16_t f16/bf16
+//                          bits) and a vector of *p widened to float
 //   VT, VL                 the vector type and its float lanes; a task's M
 //                          rows are two vectors (M = 2·VL)
 //   VLOAD VSTORE VZERO VSET1 VADD VSUB VMUL VMAX VEXP, VFMA(a,b,c) = a·b+c
@@ -14,7 +16,7 @@
 // (running max and sum are vectors), and accᵀ[d][m] += Σ_j V[j][d]·Pᵀ[j][m]
 // is the same broadcast-FMA with vectors over rows.
 
-static CASC_ATTR void CASC_NAME(const float *q, const float *K, const float *V,
+static CASC_ATTR void CASC_NAME(const float *q, const CASC_KV_T *K, const CASC_KV_T *V,
                                 int heads, int kv_heads, int block, int hd,
                                 const int32_t *table, int b0, int b1,
                                 const int32_t *qrows, int m0, int m1, int kvh,
@@ -47,19 +49,19 @@ static CASC_ATTR void CASC_NAME(const float *q, const float *K, const float *V,
     const int n = (be - b) * block;
     VT bm0 = mx0, bm1 = mx1;
     for (int bb = b; bb < be; bb++) {
-      const float *Kb = K + ((size_t)table[bb] * kv_heads + kvh) * bstride;
+      const CASC_KV_T *Kb = K + ((size_t)table[bb] * kv_heads + kvh) * bstride;
       float *sb = s + (size_t)(bb - b) * block * M;
       int j = 0;
       for (; j + KB <= block; j += KB) {
         VT a0[KB], a1[KB];
 #pragma GCC unroll 16
         for (int u = 0; u < KB; u++) a0[u] = a1[u] = VZERO();
-        const float *Kj = Kb + (size_t)j * hd;
+        const CASC_KV_T *Kj = Kb + (size_t)j * hd;
         for (int d = 0; d < hd; d++) {
           const VT q0 = VLOAD(qt + (size_t)d * M), q1 = VLOAD(qt + (size_t)d * M + VL);
 #pragma GCC unroll 16
           for (int u = 0; u < KB; u++) {
-            const VT k = VSET1(Kj[(size_t)u * hd + d]);
+            const VT k = VSETK(Kj + (size_t)u * hd + d);
             a0[u] = VFMA(k, q0, a0[u]);
             a1[u] = VFMA(k, q1, a1[u]);
           }
@@ -74,9 +76,9 @@ static CASC_ATTR void CASC_NAME(const float *q, const float *K, const float *V,
       }
       for (; j < block; j++) {  // block size not a multiple of KB
         VT a0 = VZERO(), a1 = VZERO();
-        const float *Kj = Kb + (size_t)j * hd;
+        const CASC_KV_T *Kj = Kb + (size_t)j * hd;
         for (int d = 0; d < hd; d++) {
-          const VT k = VSET1(Kj[d]);
+          const VT k = VSETK(Kj + d);
           a0 = VFMA(k, VLOAD(qt + (size_t)d * M), a0);
           a1 = VFMA(k, VLOAD(qt + (size_t)d * M + VL), a1);
         }
@@ -110,13 +112,13 @@ static CASC_ATTR void CASC_NAME(const float *q, const float *K, const float *V,
         a1[u] = VMUL(VLOAD(acc + (size_t)(d + u) * M + VL), c1);
       }
       for (int bb = b; bb < be; bb++) {
-        const float *Vb = V + ((size_t)table[bb] * kv_heads + kvh) * bstride + d;
+        const CASC_KV_T *Vb = V + ((size_t)table[bb] * kv_heads + kvh) * bstride + d;
         const float *pb = s + (size_t)(bb - b) * block * M;
         for (int j = 0; j < block; j++) {
           const VT p0 = VLOAD(pb + (size_t)j * M), p1 = VLOAD(pb + (size_t)j * M + VL);
 #pragma GCC unroll 16
           for (int u = 0; u < DB; u++) {
-            const VT v = VSET1(Vb[(size_t)j * hd + u]);
+            const VT v = VSETK(Vb + (size_t)j * hd + u);
             a0[u] = VFMA(v, p0, a0[u]);
             a1[u] = VFMA(v, p1, a1[u]);
           }
@@ -132,10 +134,10 @@ static CASC_ATTR void CASC_NAME(const float *q, const float *K, const float *V,
       VT a0 = VMUL(VLOAD(acc + (size_t)d * M), c0);
       VT a1 = VMUL(VLOAD(acc + (size_t)d * M + VL), c1);
       for (int bb = b; bb < be; bb++) {
-        const float *Vb = V + ((size_t)table[bb] * kv_heads + kvh) * bstride + d;
+        const CASC_KV_T *Vb = V + ((size_t)table[bb] * kv_heads + kvh) * bstride + d;
         const float *pb = s + (size_t)(bb - b) * block * M;
         for (int j = 0; j < block; j++) {
-          const VT v = VSET1(Vb[(size_t)j * hd]);
+          const VT v = VSETK(Vb + (size_t)j * hd);
           a0 = VFMA(v, VLOAD(pb + (size_t)j * M), a0);
           a1 = VFMA(v, VLOAD(pb + (size_t)j * M + VL), a1);
         }

@@ -56,6 +56,14 @@ static inline float tk_bf16_to_f32(uint16_t h) {
   return f;
 }
 
+// tk_kv_f32 returns element i of a KV cache row of type kt (TK_F32, or
+// TK_F16/TK_BF16 bits) as a float.
+static inline float tk_kv_f32(int kt, const void *row, size_t i) {
+  if (kt == TK_F32) return ((const float *)row)[i];
+  const uint16_t h = ((const uint16_t *)row)[i];
+  return kt == TK_F16 ? tk_f16_to_f32(h) : tk_bf16_to_f32(h);
+}
+
 static inline uint16_t tk_load_u16(const uint8_t *p) {
   uint16_t v;
   memcpy(&v, p, 2);

@@ -298,14 +298,166 @@ static inline void pv_portable(float *a, float c, const float *s,
     for (int d = 0; d < hd; d++) a[d] += s[j] * V[(size_t)j * hd + d];
 }
 
+// ---- 16-bit cache helpers: the same loops with K/V widened on load ----
+
+// kv16_f32 widens one cache element (kt TK_F16 or TK_BF16) to float.
+static inline float kv16_f32(int kt, uint16_t h) {
+  return tk_kv_f32(kt, &h, 0);
+}
+
+// dot16_portable is dot_portable with b a 16-bit cache row.
+static inline float dot16_portable(int kt, const float *a, const uint16_t *b,
+                                   int n) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) s[j] += a[i + j] * kv16_f32(kt, b[i + j]);
+  float t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  for (; i < n; i++) t += a[i] * kv16_f32(kt, b[i]);
+  return t;
+}
+
+static inline float scores16_portable(int kt, const float *q,
+                                      const uint16_t *K, int hd, int n,
+                                      float scale, float *s) {
+  float bm = -FLT_MAX;
+  for (int j = 0; j < n; j++) {
+    s[j] = dot16_portable(kt, q, K + (size_t)j * hd, hd) * scale;
+    if (s[j] > bm) bm = s[j];
+  }
+  return bm;
+}
+
+static inline void pv16_portable(int kt, float *a, float c, const float *s,
+                                 const uint16_t *V, int n, int hd) {
+  for (int d = 0; d < hd; d++) a[d] *= c;
+  for (int j = 0; j < n; j++)
+    for (int d = 0; d < hd; d++)
+      a[d] += s[j] * kv16_f32(kt, V[(size_t)j * hd + d]);
+}
+
+#if TK_X86
+// kv16_ld8 loads eight cache elements as floats: F16C for f16, a 16-bit
+// left shift for bf16 (bf16 is the top half of a float).
+TK_INLINE TK_TARGET_AVX2 __m256 kv16_ld8(int kt, const uint16_t *p) {
+  const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+  if (kt == TK_F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// kv16_ld1 is kv16_ld8 for one element (tails).
+TK_INLINE TK_TARGET_AVX2 float kv16_ld1(int kt, uint16_t h) {
+  return kt == TK_F16 ? _cvtsh_ss(h) : tk_bf16_to_f32(h);
+}
+
+TK_INLINE TK_TARGET_AVX2 float dot16_avx2(int kt, const float *a,
+                                          const uint16_t *b, int n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), kv16_ld8(kt, b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), kv16_ld8(kt, b + i + 8), s1);
+  }
+  for (; i + 8 <= n; i += 8)
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), kv16_ld8(kt, b + i), s0);
+  float t = tk_hsum8(_mm256_add_ps(s0, s1));
+  for (; i < n; i++) t += a[i] * kv16_ld1(kt, b[i]);
+  return t;
+}
+
+// scores16_avx2 is scores_avx2 on a 16-bit cache.
+TK_INLINE TK_TARGET_AVX2 float scores16_avx2(int kt, const float *q,
+                                             const uint16_t *K, int hd, int n,
+                                             float scale, float *s) {
+  const int hd8 = hd & ~7;
+  const __m256 sc = _mm256_set1_ps(scale);
+  __m256 bmv = _mm256_set1_ps(-FLT_MAX);
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const uint16_t *Kj = K + (size_t)j * hd;
+    __m256 a[8];
+    for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
+    for (int d = 0; d < hd8; d += 8) {
+      __m256 qv = _mm256_loadu_ps(q + d);
+      for (int u = 0; u < 8; u++)
+        a[u] = _mm256_fmadd_ps(qv, kv16_ld8(kt, Kj + (size_t)u * hd + d), a[u]);
+    }
+    __m256 v = hsum8x8(a);
+    if (hd8 < hd) {
+      float tail[8];
+      for (int u = 0; u < 8; u++) {
+        float t = 0;
+        for (int d = hd8; d < hd; d++) t += q[d] * kv16_ld1(kt, Kj[(size_t)u * hd + d]);
+        tail[u] = t;
+      }
+      v = _mm256_add_ps(v, _mm256_loadu_ps(tail));
+    }
+    v = _mm256_mul_ps(v, sc);
+    _mm256_storeu_ps(s + j, v);
+    bmv = _mm256_max_ps(bmv, v);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(bmv), _mm256_extractf128_ps(bmv, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  float bm = _mm_cvtss_f32(m4);
+  for (; j < n; j++) {
+    s[j] = dot16_avx2(kt, q, K + (size_t)j * hd, hd) * scale;
+    if (s[j] > bm) bm = s[j];
+  }
+  return bm;
+}
+
+// pv16_avx2 is pv_avx2 on a 16-bit cache.
+TK_INLINE TK_TARGET_AVX2 void pv16_avx2(int kt, float *a, float c,
+                                        const float *s, const uint16_t *V,
+                                        int n, int hd) {
+  const __m256 cv = _mm256_set1_ps(c);
+  int d = 0;
+  for (; d + 32 <= hd; d += 32) {
+    __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d));
+    __m256 a1 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 8));
+    __m256 a2 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 16));
+    __m256 a3 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 24));
+    for (int j = 0; j < n; j++) {
+      const uint16_t *v = V + (size_t)j * hd + d;
+      __m256 p = _mm256_broadcast_ss(s + j);
+      a0 = _mm256_fmadd_ps(p, kv16_ld8(kt, v), a0);
+      a1 = _mm256_fmadd_ps(p, kv16_ld8(kt, v + 8), a1);
+      a2 = _mm256_fmadd_ps(p, kv16_ld8(kt, v + 16), a2);
+      a3 = _mm256_fmadd_ps(p, kv16_ld8(kt, v + 24), a3);
+    }
+    _mm256_storeu_ps(a + d, a0);
+    _mm256_storeu_ps(a + d + 8, a1);
+    _mm256_storeu_ps(a + d + 16, a2);
+    _mm256_storeu_ps(a + d + 24, a3);
+  }
+  for (; d + 8 <= hd; d += 8) {
+    __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d));
+    for (int j = 0; j < n; j++)
+      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(s + j),
+                           kv16_ld8(kt, V + (size_t)j * hd + d), a0);
+    _mm256_storeu_ps(a + d, a0);
+  }
+  for (; d < hd; d++) {
+    float t = a[d] * c;
+    for (int j = 0; j < n; j++) t += s[j] * kv16_ld1(kt, V[(size_t)j * hd + d]);
+    a[d] = t;
+  }
+}
+#endif
+
+// ---- instances: one body per (path, cache type) ----
+
 #define TK_ATTN_NAME attn_portable_body
 #define TK_ATTN_ATTR
+#define TK_KV_T float
 #define TK_SCORES scores_portable
 #define TK_PV pv_portable
 #define TK_EXPS exps_sub_portable
 #include "tk_attn_body.h"
 #undef TK_ATTN_NAME
 #undef TK_ATTN_ATTR
+#undef TK_KV_T
 #undef TK_SCORES
 #undef TK_PV
 #undef TK_EXPS
@@ -329,15 +481,60 @@ static void attn_tail_portable(
       ctx, kvh, i0, i1, scale, scratch, b0, state, 1);
 }
 
+// TK_ATTN_WRAP defines NAME (the plain task) and NAME##_tail (the cascade
+// tail) over body BODY for a 16-bit cache.
+#define TK_ATTN_WRAP(NAME, BODY, ATTR)                                          \
+  static ATTR void NAME(float *out, const float *q, const uint16_t *K,        \
+                        const uint16_t *V, int heads, int kv_heads, int block, \
+                        int hd, const int32_t *table, int qstart, int numq,   \
+                        int ctx, int kvh, int i0, int i1, float scale,        \
+                        float *scratch) {                                     \
+    BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx,  \
+         kvh, i0, i1, scale, scratch, 0, NULL, 0);                            \
+  }                                                                           \
+  static ATTR void NAME##_tail(                                               \
+      float *out, const float *q, const uint16_t *K, const uint16_t *V,      \
+      int heads, int kv_heads, int block, int hd, const int32_t *table,      \
+      int qstart, int numq, int ctx, int kvh, int i0, int i1, float scale,   \
+      float *scratch, int b0, float *state) {                                \
+    BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx,  \
+         kvh, i0, i1, scale, scratch, b0, state, 1);                          \
+  }
+
+#define TK_ATTN_ATTR
+#define TK_KV_T uint16_t
+#define TK_EXPS exps_sub_portable
+#define TK_ATTN_NAME attn_portable_f16_body
+#define TK_SCORES(q, K, hd, n, sc, s) scores16_portable(TK_F16, q, K, hd, n, sc, s)
+#define TK_PV(a, c, s, V, n, hd) pv16_portable(TK_F16, a, c, s, V, n, hd)
+#include "tk_attn_body.h"
+#undef TK_ATTN_NAME
+#undef TK_SCORES
+#undef TK_PV
+#define TK_ATTN_NAME attn_portable_bf16_body
+#define TK_SCORES(q, K, hd, n, sc, s) scores16_portable(TK_BF16, q, K, hd, n, sc, s)
+#define TK_PV(a, c, s, V, n, hd) pv16_portable(TK_BF16, a, c, s, V, n, hd)
+#include "tk_attn_body.h"
+#undef TK_ATTN_NAME
+#undef TK_SCORES
+#undef TK_PV
+#undef TK_ATTN_ATTR
+#undef TK_KV_T
+#undef TK_EXPS
+TK_ATTN_WRAP(attn_portable_f16, attn_portable_f16_body, )
+TK_ATTN_WRAP(attn_portable_bf16, attn_portable_bf16_body, )
+
 #if TK_X86
 #define TK_ATTN_NAME attn_avx2_body
 #define TK_ATTN_ATTR TK_TARGET_AVX2
+#define TK_KV_T float
 #define TK_SCORES scores_avx2
 #define TK_PV pv_avx2
 #define TK_EXPS exps_sub_avx2
 #include "tk_attn_body.h"
 #undef TK_ATTN_NAME
 #undef TK_ATTN_ATTR
+#undef TK_KV_T
 #undef TK_SCORES
 #undef TK_PV
 #undef TK_EXPS
@@ -360,38 +557,194 @@ static TK_TARGET_AVX2 void attn_tail_avx2(
   attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
       ctx, kvh, i0, i1, scale, scratch, b0, state, 1);
 }
+
+#define TK_ATTN_ATTR TK_TARGET_AVX2
+#define TK_KV_T uint16_t
+#define TK_EXPS exps_sub_avx2
+#define TK_ATTN_NAME attn_avx2_f16_body
+#define TK_SCORES(q, K, hd, n, sc, s) scores16_avx2(TK_F16, q, K, hd, n, sc, s)
+#define TK_PV(a, c, s, V, n, hd) pv16_avx2(TK_F16, a, c, s, V, n, hd)
+#include "tk_attn_body.h"
+#undef TK_ATTN_NAME
+#undef TK_SCORES
+#undef TK_PV
+#define TK_ATTN_NAME attn_avx2_bf16_body
+#define TK_SCORES(q, K, hd, n, sc, s) scores16_avx2(TK_BF16, q, K, hd, n, sc, s)
+#define TK_PV(a, c, s, V, n, hd) pv16_avx2(TK_BF16, a, c, s, V, n, hd)
+#include "tk_attn_body.h"
+#undef TK_ATTN_NAME
+#undef TK_SCORES
+#undef TK_PV
+#undef TK_ATTN_ATTR
+#undef TK_KV_T
+#undef TK_EXPS
+TK_ATTN_WRAP(attn_avx2_f16, attn_avx2_f16_body, TK_TARGET_AVX2)
+TK_ATTN_WRAP(attn_avx2_bf16, attn_avx2_bf16_body, TK_TARGET_AVX2)
 #endif
 
-void tk_attn_task(int isa, float *out, const float *q, const float *K,
-                  const float *V, int heads, int kv_heads, int block, int hd,
-                  const int32_t *table, int qstart, int numq, int ctx,
-                  int kvh, int i0, int i1, float scale, float *scratch) {
+// AVX-512 machines run the AVX2 bodies (attention is a small share of
+// time; the AVX2 target includes F16C, so the 16-bit widening is in
+// registers there too).
+void tk_attn_task(int isa, int kvtype, float *out, const float *q,
+                  const void *K, const void *V, int heads, int kv_heads,
+                  int block, int hd, const int32_t *table, int qstart,
+                  int numq, int ctx, int kvh, int i0, int i1, float scale,
+                  float *scratch) {
+#define TK_ATTN_ARGS                                                       \
+  out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx, kvh, \
+      i0, i1, scale, scratch
 #if TK_X86
-  // AVX-512 machines run the AVX2 body (attention is a small share of time).
   if (isa != TK_PORTABLE) {
-    attn_avx2(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx,
-              kvh, i0, i1, scale, scratch);
-    return;
+    switch (kvtype) {
+      case TK_F16: attn_avx2_f16(TK_ATTN_ARGS); return;
+      case TK_BF16: attn_avx2_bf16(TK_ATTN_ARGS); return;
+      default: attn_avx2(TK_ATTN_ARGS); return;
+    }
   }
 #endif
   (void)isa;
-  attn_portable(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-                ctx, kvh, i0, i1, scale, scratch);
+  switch (kvtype) {
+    case TK_F16: attn_portable_f16(TK_ATTN_ARGS); return;
+    case TK_BF16: attn_portable_bf16(TK_ATTN_ARGS); return;
+    default: attn_portable(TK_ATTN_ARGS); return;
+  }
 }
 
-void tk_attn_tail(int isa, float *out, const float *q, const float *K,
-                  const float *V, int heads, int kv_heads, int block, int hd,
-                  const int32_t *table, int qstart, int numq, int ctx,
-                  int kvh, int i0, int i1, float scale, float *scratch,
-                  int b0, float *state) {
+void tk_attn_tail(int isa, int kvtype, float *out, const float *q,
+                  const void *K, const void *V, int heads, int kv_heads,
+                  int block, int hd, const int32_t *table, int qstart,
+                  int numq, int ctx, int kvh, int i0, int i1, float scale,
+                  float *scratch, int b0, float *state) {
 #if TK_X86
   if (isa != TK_PORTABLE) {
-    attn_tail_avx2(out, q, K, V, heads, kv_heads, block, hd, table, qstart,
-                   numq, ctx, kvh, i0, i1, scale, scratch, b0, state);
-    return;
+    switch (kvtype) {
+      case TK_F16: attn_avx2_f16_tail(TK_ATTN_ARGS, b0, state); return;
+      case TK_BF16: attn_avx2_bf16_tail(TK_ATTN_ARGS, b0, state); return;
+      default: attn_tail_avx2(TK_ATTN_ARGS, b0, state); return;
+    }
   }
 #endif
   (void)isa;
-  attn_tail_portable(out, q, K, V, heads, kv_heads, block, hd, table, qstart,
-                     numq, ctx, kvh, i0, i1, scale, scratch, b0, state);
+  switch (kvtype) {
+    case TK_F16: attn_portable_f16_tail(TK_ATTN_ARGS, b0, state); return;
+    case TK_BF16: attn_portable_bf16_tail(TK_ATTN_ARGS, b0, state); return;
+    default: attn_tail_portable(TK_ATTN_ARGS, b0, state); return;
+  }
+#undef TK_ATTN_ARGS
+}
+
+// ---- KV write: float rows rounded into a 16-bit cache ----
+
+// f32_to_f16 rounds to the nearest half, ties to even; beyond the half
+// range is ±Inf, NaN stays a quiet NaN (internal/half.F32ToF16 exactly).
+static inline uint16_t f32_to_f16(float f) {
+  uint32_t b;
+  memcpy(&b, &f, 4);
+  const uint16_t sign = (uint16_t)((b >> 16) & 0x8000u);
+  const int32_t exp = (int32_t)((b >> 23) & 0xffu);
+  const uint32_t man = b & 0x7fffffu;
+  if (exp == 0xff) return sign | (man ? 0x7e00u : 0x7c00u);
+  const int32_t e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00u;
+  if (e <= 0) {  // subnormal half (or zero): shift the whole mantissa in
+    if (e < -10) return sign;
+    const uint32_t m = man | 0x800000u, shift = (uint32_t)(14 - e);
+    uint32_t h = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (h & 1))) h++;
+    return sign | (uint16_t)h;
+  }
+  uint32_t h = (uint32_t)e << 10 | man >> 13;
+  const uint32_t rem = man & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;  // may carry to Inf
+  return sign | (uint16_t)h;
+}
+
+// f32_to_bf16 rounds to the nearest bfloat16, ties to even; NaN stays a
+// quiet NaN (internal/half.F32ToBF16 exactly).
+static inline uint16_t f32_to_bf16(float f) {
+  uint32_t b;
+  memcpy(&b, &f, 4);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(b >> 16) | 0x40;
+  b += 0x7fffu + ((b >> 16) & 1);
+  return (uint16_t)(b >> 16);
+}
+
+static void cvt16_portable(int kt, uint16_t *dst, const float *src, int n) {
+  for (int i = 0; i < n; i++)
+    dst[i] = kt == TK_F16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
+}
+
+#if TK_X86
+// bf16x8_avx2 rounds eight floats to bfloat16 as f32_to_bf16 does, as
+// eight 32-bit lanes holding the 16-bit results.
+TK_INLINE TK_TARGET_AVX2 __m256i bf16x8_avx2(__m256 x) {
+  const __m256i b = _mm256_castps_si256(x);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(
+      _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+  const __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0x40));
+  const __m256i nan = _mm256_cmpgt_epi32(
+      _mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  return _mm256_blendv_epi8(r, qnan, nan);
+}
+
+static TK_TARGET_AVX2 void cvt16_avx2(int kt, uint16_t *dst, const float *src,
+                                      int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(src + i);
+    __m128i h;
+    if (kt == TK_F16) {
+      h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else {
+      const __m256i w = bf16x8_avx2(x);
+      // Pack the eight 32-bit lanes (each < 2^16) to 16 bits, in order.
+      h = _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+    }
+    _mm_storeu_si128((__m128i *)(void *)(dst + i), h);
+  }
+  cvt16_portable(kt, dst + i, src + i, n - i);
+}
+
+static TK_TARGET_AVX512 void cvt16_avx512(int kt, uint16_t *dst,
+                                          const float *src, int n) {
+  int i = 0;
+  if (kt == TK_F16) {
+    for (; i + 16 <= n; i += 16)
+      _mm256_storeu_si256((__m256i *)(void *)(dst + i),
+                          _mm512_cvtps_ph(_mm512_loadu_ps(src + i),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  cvt16_avx2(kt, dst + i, src + i, n - i);
+}
+#endif
+
+void tk_kv_write16(int isa, int kvtype, uint16_t *K, uint16_t *V,
+                   const float *k, const float *v, const int32_t *pos, int n,
+                   const int32_t *table, int kv_heads, int block, int hd) {
+  const size_t row = (size_t)kv_heads * hd;
+  for (int i = 0; i < n; i++) {
+    const int p = pos[i];
+    const size_t blk = (size_t)table[p / block], slot = (size_t)(p % block);
+    for (int h = 0; h < kv_heads; h++) {
+      const size_t dst = ((blk * kv_heads + h) * block + slot) * hd;
+      const size_t src = (size_t)i * row + (size_t)h * hd;
+#if TK_X86
+      if (isa == TK_AVX512) {
+        cvt16_avx512(kvtype, K + dst, k + src, hd);
+        cvt16_avx512(kvtype, V + dst, v + src, hd);
+        continue;
+      }
+      if (isa == TK_AVX2) {
+        cvt16_avx2(kvtype, K + dst, k + src, hd);
+        cvt16_avx2(kvtype, V + dst, v + src, hd);
+        continue;
+      }
+#endif
+      (void)isa;
+      cvt16_portable(kvtype, K + dst, k + src, hd);
+      cvt16_portable(kvtype, V + dst, v + src, hd);
+    }
+  }
 }

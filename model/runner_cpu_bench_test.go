@@ -42,10 +42,10 @@ type decodeResult struct {
 
 // benchDecode measures decode steps of seqs sequences together at context
 // ctx and reports tokens/s (sequences × steps per second), mean and best.
-func benchDecode(b *testing.B, m *Llama, seqs, ctx int) *decodeResult {
+func benchDecode(b *testing.B, m *Llama, seqs, ctx int, kv kernels.DType) *decodeResult {
 	bs := 16
 	per := (ctx + bs - 1) / bs
-	r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: seqs * per, BlockSize: bs, MaxBatchTokens: max(seqs, ctx)})
+	r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: seqs * per, BlockSize: bs, MaxBatchTokens: max(seqs, ctx), KVType: kv})
 	h := newHarness(b, r)
 	ss := make([]*tseq, seqs)
 	for i := range ss {
@@ -133,7 +133,7 @@ func BenchmarkStories260K(b *testing.B) {
 	m := loadStories(b)
 	for _, ctx := range []int{ctxShort, ctxMid} {
 		for _, seqs := range []int{1, 32} {
-			b.Run(fmt.Sprintf("decode/ctx=%d/seqs=%d", ctx, seqs), func(b *testing.B) { benchDecode(b, m, seqs, ctx) })
+			b.Run(fmt.Sprintf("decode/ctx=%d/seqs=%d", ctx, seqs), func(b *testing.B) { benchDecode(b, m, seqs, ctx, kernels.F32) })
 		}
 	}
 }
@@ -143,33 +143,41 @@ func BenchmarkLlama110M(b *testing.B) {
 	for _, typ := range []gguf.GGMLType{gguf.TypeF32, gguf.TypeQ8_0} {
 		m, err := LoadLlama(writeSynth(b, b.TempDir(), spec110M(typ)), LlamaOptions{})
 		require.NoError(b, err)
-		var one *decodeResult
-		b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=1", typ, ctxMid), func(b *testing.B) {
-			one = benchDecode(b, m, 1, ctxMid)
-			// Roofline: a decode step streams every weight once. Probe
-			// passes alternate with decode steps; both keep their best.
-			bw := readBandwidth(b, cores, 8, func() {
-				for range 4 {
-					one.step()
-				}
-			})
-			one.bestTPS = 1 / one.best.Seconds()
-			achieved := one.bestTPS * float64(m.WeightBytes())
-			b.ReportMetric(one.bestTPS, "best-tok/s")
-			b.ReportMetric(bw/1e9, "probe-GB/s")
-			b.ReportMetric(achieved/1e9, "weights-GB/s")
-			b.ReportMetric(achieved/bw, "roofline-frac")
-		})
-		b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=32", typ, ctxMid), func(b *testing.B) {
-			res := benchDecode(b, m, 32, ctxMid)
-			if one != nil {
-				b.ReportMetric(res.tps/one.tps, "x-one-seq")
-				b.ReportMetric(res.bestTPS/one.bestTPS, "best-x-one-seq")
-			}
-		})
+		for _, kv := range kernels.KVTypes {
+			benchDecode110M(b, m, typ, kv, cores)
+		}
 		b.Run(fmt.Sprintf("%v/prefill/tokens=512", typ), func(b *testing.B) { benchPrefill(b, m, 512, cores) })
 		require.NoError(b, m.Close())
 	}
+}
+
+// benchDecode110M is BenchmarkLlama110M's decode pair (one sequence, then
+// 32) for weights typ and a KV cache of type kv.
+func benchDecode110M(b *testing.B, m *Llama, typ gguf.GGMLType, kv kernels.DType, cores int) {
+	var one *decodeResult
+	b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=1/kv=%v", typ, ctxMid, kv), func(b *testing.B) {
+		one = benchDecode(b, m, 1, ctxMid, kv)
+		// Roofline: a decode step streams every weight once. Probe
+		// passes alternate with decode steps; both keep their best.
+		bw := readBandwidth(b, cores, 8, func() {
+			for range 4 {
+				one.step()
+			}
+		})
+		one.bestTPS = 1 / one.best.Seconds()
+		achieved := one.bestTPS * float64(m.WeightBytes())
+		b.ReportMetric(one.bestTPS, "best-tok/s")
+		b.ReportMetric(bw/1e9, "probe-GB/s")
+		b.ReportMetric(achieved/1e9, "weights-GB/s")
+		b.ReportMetric(achieved/bw, "roofline-frac")
+	})
+	b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=32/kv=%v", typ, ctxMid, kv), func(b *testing.B) {
+		res := benchDecode(b, m, 32, ctxMid, kv)
+		if one != nil {
+			b.ReportMetric(res.tps/one.tps, "x-one-seq")
+			b.ReportMetric(res.bestTPS/one.bestTPS, "best-x-one-seq")
+		}
+	})
 }
 
 // benchPrefill measures one sequence's prompt of n tokens in one step and
@@ -234,80 +242,98 @@ func BenchmarkCPUDecodeShared(b *testing.B) {
 	require.NoError(b, err)
 	defer m.Close()
 	per := ctx / bs
-	for _, share := range []float64{0, 0.5, 0.9} {
-		b.Run(fmt.Sprintf("share=%.0f%%", share*100), func(b *testing.B) {
-			shared := int(share * float64(per))
-			blocks := shared + seqs*(per-shared)
-			r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: blocks, BlockSize: bs, MaxBatchTokens: seqs})
-			rng := rand.New(rand.NewPCG(5, uint64(shared)))
-			for li := range r.kv {
-				for _, buf := range [][]float32{r.kv[li].K, r.kv[li].V} {
-					for i := range buf {
-						buf[i] = float32(rng.NormFloat64())
+	for _, kv := range kernels.KVTypes {
+		for _, share := range []float64{0, 0.5, 0.9} {
+			benchDecodeShared(b, m, kv, share, seqs, ctx, bs, per)
+		}
+	}
+}
+
+// benchDecodeShared is one row of BenchmarkCPUDecodeShared: a cache of
+// type kv, share of every context shared.
+func benchDecodeShared(b *testing.B, m *Llama, kv kernels.DType, share float64, seqs, ctx, bs, per int) {
+	b.Run(fmt.Sprintf("kv=%v/share=%.0f%%", kv, share*100), func(b *testing.B) {
+		shared := int(share * float64(per))
+		blocks := shared + seqs*(per-shared)
+		r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: blocks, BlockSize: bs, MaxBatchTokens: seqs, KVType: kv})
+		rng := rand.New(rand.NewPCG(5, uint64(shared)))
+		for li := range r.kv {
+			l := &r.kv[li]
+			for _, buf := range [][]float32{l.K, l.V} {
+				for i := range buf {
+					buf[i] = float32(rng.NormFloat64())
+				}
+			}
+			for _, buf := range [][]uint16{l.K16, l.V16} {
+				for i := range buf {
+					if kv == kernels.F16 {
+						buf[i] = kernels.F32ToF16(float32(rng.NormFloat64()))
+					} else {
+						buf[i] = kernels.F32ToBF16(float32(rng.NormFloat64()))
 					}
 				}
 			}
-			plain, cascade := decodeSharedBatch(seqs, ctx, bs, shared), decodeSharedBatch(seqs, ctx, bs, shared)
-			(&step.Grouper{MinBlocks: 2}).Group(cascade, bs)
-			if share > 0 {
-				require.Len(b, cascade.Groups, 1)
+		}
+		plain, cascade := decodeSharedBatch(seqs, ctx, bs, shared), decodeSharedBatch(seqs, ctx, bs, shared)
+		(&step.Grouper{MinBlocks: 2}).Group(cascade, bs)
+		if share > 0 {
+			require.Len(b, cascade.Groups, 1)
+		}
+		var out step.Output
+		run := func(batch *step.Batch) time.Duration {
+			t0 := time.Now()
+			if err := r.Execute(batch, &out); err != nil {
+				b.Fatal(err)
 			}
-			var out step.Output
-			run := func(batch *step.Batch) time.Duration {
-				t0 := time.Now()
-				if err := r.Execute(batch, &out); err != nil {
+			return time.Since(t0)
+		}
+		// Attention alone, every layer, on this step's queries.
+		c := &r.m.cfg
+		qd := c.Heads * c.HeadDim
+		q := make([]float32, seqs*qd)
+		for i := range q {
+			q[i] = float32(rng.NormFloat64())
+		}
+		att := make([]float32, len(q))
+		aseqs := make([]kernels.AttnSeq, seqs)
+		for i, sb := range plain.Seqs {
+			aseqs[i] = kernels.AttnSeq{QStart: int32(i), NumQ: 1, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable}
+		}
+		var groups []kernels.AttnGroup
+		for _, g := range cascade.Groups {
+			groups = append(groups, kernels.AttnGroup{SharedBlocks: g.SharedBlocks, Members: cascade.Members(g)})
+		}
+		scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
+		attend := func(gs []kernels.AttnGroup) time.Duration {
+			t0 := time.Now()
+			for li := range r.kv {
+				if err := r.pool.PagedAttentionGroups(att, q, &r.kv[li], aseqs, gs, c.Heads, scale); err != nil {
 					b.Fatal(err)
 				}
-				return time.Since(t0)
 			}
-			// Attention alone, every layer, on this step's queries.
-			c := &r.m.cfg
-			qd := c.Heads * c.HeadDim
-			q := make([]float32, seqs*qd)
-			for i := range q {
-				q[i] = float32(rng.NormFloat64())
-			}
-			att := make([]float32, len(q))
-			aseqs := make([]kernels.AttnSeq, seqs)
-			for i, sb := range plain.Seqs {
-				aseqs[i] = kernels.AttnSeq{QStart: int32(i), NumQ: 1, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable}
-			}
-			var groups []kernels.AttnGroup
-			for _, g := range cascade.Groups {
-				groups = append(groups, kernels.AttnGroup{SharedBlocks: g.SharedBlocks, Members: cascade.Members(g)})
-			}
-			scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
-			attend := func(gs []kernels.AttnGroup) time.Duration {
-				t0 := time.Now()
-				for li := range r.kv {
-					if err := r.pool.PagedAttentionGroups(att, q, &r.kv[li], aseqs, gs, c.Heads, scale); err != nil {
-						b.Fatal(err)
-					}
-				}
-				return time.Since(t0)
-			}
-			run(plain) // grow the kernels' scratch for both shapes
-			run(cascade)
-			var tp, tc, ap, ac []float64
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				tp = append(tp, run(plain).Seconds())
-				tc = append(tc, run(cascade).Seconds())
-				ap = append(ap, attend(nil).Seconds())
-				ac = append(ac, attend(groups).Seconds())
-			}
-			b.StopTimer()
-			med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-			mp, mc, map_, mac := med(tp), med(tc), med(ap), med(ac)
-			b.ReportMetric(mp*1e3, "plain-step-ms")
-			b.ReportMetric(mc*1e3, "cascade-step-ms")
-			b.ReportMetric(mp/mc, "step-x")
-			b.ReportMetric(map_*1e3, "plain-attn-ms")
-			b.ReportMetric(mac*1e3, "cascade-attn-ms")
-			b.ReportMetric(map_/mac, "attn-x")
-		})
-	}
+			return time.Since(t0)
+		}
+		run(plain) // grow the kernels' scratch for both shapes
+		run(cascade)
+		var tp, tc, ap, ac []float64
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			tp = append(tp, run(plain).Seconds())
+			tc = append(tc, run(cascade).Seconds())
+			ap = append(ap, attend(nil).Seconds())
+			ac = append(ac, attend(groups).Seconds())
+		}
+		b.StopTimer()
+		med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+		mp, mc, map_, mac := med(tp), med(tc), med(ap), med(ac)
+		b.ReportMetric(mp*1e3, "plain-step-ms")
+		b.ReportMetric(mc*1e3, "cascade-step-ms")
+		b.ReportMetric(mp/mc, "step-x")
+		b.ReportMetric(map_*1e3, "plain-attn-ms")
+		b.ReportMetric(mac*1e3, "cascade-attn-ms")
+		b.ReportMetric(map_/mac, "attn-x")
+	})
 }
 
 // decodeSharedBatch is one decode step of seqs sequences at context ctx

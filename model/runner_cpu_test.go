@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
 	"github.com/turnstile-llm/turnstile/step"
@@ -285,6 +286,7 @@ func TestNewCPURunnerErrors(t *testing.T) {
 		{func(c *CPURunnerConfig) { c.BlockSize = 0 }, "BlockSize = 0"},
 		{func(c *CPURunnerConfig) { c.MaxBatchTokens = 0 }, "MaxBatchTokens = 0"},
 		{func(c *CPURunnerConfig) { c.Workers = -1 }, "Workers = -1"},
+		{func(c *CPURunnerConfig) { c.KVType = kernels.Q8_0 }, "KVType: kernels: Q8_0 is not a KV cache type"},
 		{func(c *CPURunnerConfig) { c.KVBlocks, c.BlockSize = 1<<30, 1<<30 }, "too large"},
 	} {
 		cfg := good

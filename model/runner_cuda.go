@@ -41,15 +41,24 @@ type CUDARunnerConfig struct {
 	// its members (kernels.CascadeDecodeAttention); the group layout is data
 	// in the step's inputs, so one twin serves every grouping of its shape.
 	NoCascade bool
-	// KVF32 keeps the KV cache in float32 (the CPU runner's layout, for exact
-	// comparison); the default bf16 halves the cache's memory and traffic.
-	KVF32 bool
+	// KVType is the KV cache's element type: kernels.F32 (the zero value:
+	// the CPU runner's layout, for exact comparison) or kernels.BF16
+	// (DefaultCUDAKVType: half the cache's memory and traffic). F16 is
+	// refused: the tensor-core prefill kernel multiplies bf16 fragments
+	// (mma m16n8k16 bf16), so an f16 cache would need its own kernels.
+	KVType kernels.DType
 	// KeepLogits copies every sampled row's logits to the host, read back
 	// with Logits (costs a device-to-host copy of vocab floats per row).
 	KeepLogits bool
 	// CubinCacheDir is where compiled kernels are kept ("" : cuda.DefaultCacheDir).
 	CubinCacheDir string
 }
+
+// DefaultCUDAKVType is the CUDA runner's KV cache type under
+// --kv-cache-dtype auto: bf16, half of f32's memory and traffic. (On
+// stories260K an f16 cache keeps greedy outputs closer to f32 than bf16
+// does, see TestKVTypeGreedyStories, but no CUDA kernel reads f16.)
+const DefaultCUDAKVType = kernels.BF16
 
 // Defaults and limits of the CUDA runner.
 const (
@@ -81,6 +90,9 @@ func (cfg CUDARunnerConfig) resolve(m *Llama) (CUDARunnerConfig, error) {
 	}
 	if cfg.KVBlocks < 0 {
 		return cfg, fmt.Errorf("model: CUDARunnerConfig.KVBlocks = %d, want ≥ 0", cfg.KVBlocks)
+	}
+	if cfg.KVType != kernels.F32 && cfg.KVType != kernels.BF16 {
+		return cfg, fmt.Errorf("model: CUDARunnerConfig.KVType = %v: the CUDA runner's KV cache is F32 or BF16", cfg.KVType)
 	}
 	if cfg.KVBlocks > 0 && cfg.GPUMemoryFraction != 0 {
 		return cfg, fmt.Errorf("model: CUDARunnerConfig sets both KVBlocks (%d) and GPUMemoryFraction (%v): they are exclusive", cfg.KVBlocks, cfg.GPUMemoryFraction)
@@ -379,7 +391,7 @@ func (r *CUDARunner) setup(c cuda.Ctx, mods []kernels.CUDAModule, opsMod kernels
 	peak := used - min(used, r.wplan.total)
 	plan := kernels.KVMemoryPlan{Total: total, Free: free0, Fraction: cfg.GPUMemoryFraction, Weights: r.wplan.total,
 		PeakActivated: peak + cudaReserve, Layers: mc.Layers, KVHeads: mc.KVHeads, BlockSize: cfg.BlockSize,
-		HeadDim: mc.HeadDim, BF16: !cfg.KVF32}
+		HeadDim: mc.HeadDim, BF16: cfg.KVType == kernels.BF16}
 	blocks, err := cudaPlanKVBlocks(cfg.KVBlocks, plan)
 	if err != nil {
 		return err
@@ -423,7 +435,7 @@ func (r *CUDARunner) setup(c cuda.Ctx, mods []kernels.CUDAModule, opsMod kernels
 	}
 
 	kvType := "bf16"
-	if cfg.KVF32 {
+	if cfg.KVType == kernels.F32 {
 		kvType = "f32"
 	}
 	r.mem = CUDAMemory{Device: props.Name, Total: total, Free: free0, Fraction: cfg.GPUMemoryFraction,
@@ -502,7 +514,7 @@ func (r *CUDARunner) plan(sms int) (cudaPlan, error) {
 	p.stagingElems = max(cudaStagingElems(p.capacity, p.rows, p.graphMB), p.dry.total)
 	r.bufs = cudaPlanBuffers(mc, cfg.MaxBatchTokens, p.rows, cfg.Seats, r.wplan.gemm, oPart, mlPart, p.stagingElems)
 	kvElem := uint64(2)
-	if cfg.KVF32 {
+	if cfg.KVType == kernels.F32 {
 		kvElem = 4
 	}
 	r.kvBlock = uint64(mc.KVHeads) * uint64(cfg.BlockSize) * uint64(mc.HeadDim) * kvElem
@@ -528,7 +540,7 @@ func (r *CUDARunner) setKV(p cuda.DevicePtr, blocks int) {
 	r.kv = make([]kernels.CUDAKV, mc.Layers)
 	for i := range r.kv {
 		base := p.Add(2 * uint64(i) * layer)
-		r.kv[i] = kernels.CUDAKV{K: base, V: base.Add(layer), BF16: !r.cfg.KVF32,
+		r.kv[i] = kernels.CUDAKV{K: base, V: base.Add(layer), BF16: r.cfg.KVType == kernels.BF16,
 			NumBlocks: blocks, KVHeads: mc.KVHeads, BlockSize: r.cfg.BlockSize, HeadDim: mc.HeadDim}
 	}
 }

@@ -619,7 +619,11 @@ func TestCUDAEmuBF16Paths(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			m := tc.m(t)
-			gpu := newCUDAEmuRunner(t, m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, KVF32: tc.kv32, KeepLogits: true})
+			kv := DefaultCUDAKVType
+			if tc.kv32 {
+				kv = kernels.F32
+			}
+			gpu := newCUDAEmuRunner(t, m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, KVType: kv, KeepLogits: true})
 			agree, worst := cudaFollowCPU(t, m, gpu, 60, tc.tol)
 			t.Logf("%d/60 greedy tokens equal, worst logits error %.3g", agree, worst)
 		})

@@ -119,7 +119,7 @@ func cudaTop2Margin(x []float32) float64 {
 // cudaGreedyConfig is the CUDA runner of the greedy comparison: f32 KV and
 // (stories260K being f32) f32 GEMMs, so it can match the CPU token for token.
 func cudaGreedyConfig(noGraphs bool) CUDARunnerConfig {
-	return CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 64, KVBlocks: 64, KVF32: true, KeepLogits: true, NoGraphs: noGraphs}
+	return CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 64, KVBlocks: 64, KeepLogits: true, NoGraphs: noGraphs}
 }
 
 // cudaGreedyScenario prefills "Once upon a time" in chunks of 4 (eager
@@ -172,7 +172,7 @@ func TestCUDARunnerGreedyMatchesCPU(t *testing.T) {
 
 // cudaBatchConfig is the CUDA runner of the mixed-batch comparison.
 func cudaBatchConfig() CUDARunnerConfig {
-	return CUDARunnerConfig{Seats: 4, BlockSize: 16, MaxBatchTokens: 32, KVBlocks: 64, KVF32: true, KeepLogits: true}
+	return CUDARunnerConfig{Seats: 4, BlockSize: 16, MaxBatchTokens: 32, KVBlocks: 64, KeepLogits: true}
 }
 
 // cudaBatchScenario drives gpu and a CPU runner in lockstep through chunked
@@ -230,7 +230,7 @@ func cudaBatchScenario(t *testing.T, m *Llama, gpu cudaPairRunner) {
 
 // cudaCascadeConfig is the CUDA runner of the shared-prefix comparison.
 func cudaCascadeConfig(noCascade bool) CUDARunnerConfig {
-	return CUDARunnerConfig{Seats: 8, BlockSize: 16, MaxBatchTokens: 64, KVBlocks: 64, KVF32: true, KeepLogits: true, NoCascade: noCascade}
+	return CUDARunnerConfig{Seats: 8, BlockSize: 16, MaxBatchTokens: 64, KVBlocks: 64, KeepLogits: true, NoCascade: noCascade}
 }
 
 // cudaCascadeScenario drives gpu and a CPU runner in lockstep through
@@ -337,7 +337,7 @@ func TestCUDARunnerCascadeMatchesCPU(t *testing.T) {
 // CPU runner's.
 func TestCUDARunnerBF16Cache(t *testing.T) {
 	m := loadStories(t)
-	gpu := cudaRunnerOrSkip(t, m, CUDARunnerConfig{Seats: 1, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, KeepLogits: true})
+	gpu := cudaRunnerOrSkip(t, m, CUDARunnerConfig{Seats: 1, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, KeepLogits: true, KVType: DefaultCUDAKVType})
 	const tol = 0.05
 	agree, worst := cudaFollowCPU(t, m, gpu, 120, tol)
 	cudaResult(t, "bf16 KV stories260K vs f32 CPU runner",
@@ -348,7 +348,7 @@ func TestCUDARunnerBF16Cache(t *testing.T) {
 // fraction leaves, and an impossible fraction fails naming the numbers.
 func TestCUDARunnerMemoryPlan(t *testing.T) {
 	m := loadStories(t)
-	r := cudaRunnerOrSkip(t, m, CUDARunnerConfig{Seats: 8, BlockSize: 16, MaxBatchTokens: 256, GPUMemoryFraction: 0.05})
+	r := cudaRunnerOrSkip(t, m, CUDARunnerConfig{Seats: 8, BlockSize: 16, MaxBatchTokens: 256, GPUMemoryFraction: 0.05, KVType: DefaultCUDAKVType})
 	mem := r.Memory()
 	c := r.Capacity()
 	require.Equal(t, c.KVBlocks, mem.KVBlocks)
@@ -361,7 +361,7 @@ func TestCUDARunnerMemoryPlan(t *testing.T) {
 	t.Logf("memory plan: %s", mem)
 	cudaResult(t, "memory plan at 5% of device memory",
 		fmt.Sprintf("%d KV blocks, %.2f GiB %s", mem.KVBlocks, cudaGiB(mem.KVBytes), mem.KVType), "fills the budget", "met")
-	_, err := NewCUDARunner(m, CUDARunnerConfig{Seats: 8, BlockSize: 16, MaxBatchTokens: 256, GPUMemoryFraction: 1e-9})
+	_, err := NewCUDARunner(m, CUDARunnerConfig{Seats: 8, BlockSize: 16, MaxBatchTokens: 256, GPUMemoryFraction: 1e-9, KVType: DefaultCUDAKVType})
 	require.ErrorContains(t, err, "no room for the KV cache")
 }
 
@@ -506,7 +506,7 @@ func TestCUDARunnerWeightsReadBack(t *testing.T) {
 			m, err := LoadLlama(path, LlamaOptions{})
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, m.Close()) })
-			r := cudaRunnerOrSkip(t, m, CUDARunnerConfig{Seats: 1, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, NoGraphs: true})
+			r := cudaRunnerOrSkip(t, m, CUDARunnerConfig{Seats: 1, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, NoGraphs: true, KVType: DefaultCUDAKVType})
 			summary := cudaCheckWeightImage(t, path, &r.wplan, func(off uint64, n int) []byte {
 				got := make([]byte, n)
 				require.NoError(t, r.dev.Do(func(c cuda.Ctx) error {
@@ -533,7 +533,7 @@ func TestCUDAEmuWeightsReadBack(t *testing.T) {
 			m, err := LoadLlama(path, LlamaOptions{})
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, m.Close()) })
-			x := newCUDAEmuRunner(t, m, CUDARunnerConfig{Seats: 1, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, NoGraphs: true})
+			x := newCUDAEmuRunner(t, m, CUDARunnerConfig{Seats: 1, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, NoGraphs: true, KVType: DefaultCUDAKVType})
 			t.Log(cudaCheckWeightImage(t, path, &x.r.wplan, func(off uint64, n int) []byte {
 				return x.e.bytes(x.r.weights.Add(off), n)
 			}))
@@ -695,11 +695,11 @@ const (
 func newCUDADecode8B(tb testing.TB) *cudaDecode8B {
 	c := gguf.LlamaConfig{Dim: 4096, Layers: 32, Heads: 32, KVHeads: 8, FFN: 14336, Vocab: 128256, ContextLength: 8192, RopeTheta: 500000}
 	// Skip before building 16 GB of weights where no GPU is present.
-	cudaRunnerOrSkip(tb, loadStories(tb), CUDARunnerConfig{Seats: 1, BlockSize: cuda8BBlock, MaxBatchTokens: 1, KVBlocks: 1, NoGraphs: true})
+	cudaRunnerOrSkip(tb, loadStories(tb), CUDARunnerConfig{Seats: 1, BlockSize: cuda8BBlock, MaxBatchTokens: 1, KVBlocks: 1, NoGraphs: true, KVType: DefaultCUDAKVType})
 	t0 := time.Now()
 	m := cudaZeroLlama(tb, c, gguf.TypeBF16, 2048)
 	per := (cuda8BCtx0 + cuda8BWindow + cuda8BBlock - 1) / cuda8BBlock
-	r := cudaRunnerOrSkip(tb, m, CUDARunnerConfig{Seats: cuda8BSeats, BlockSize: cuda8BBlock, MaxBatchTokens: cuda8BSeats, KVBlocks: cuda8BSeats * per})
+	r := cudaRunnerOrSkip(tb, m, CUDARunnerConfig{Seats: cuda8BSeats, BlockSize: cuda8BBlock, MaxBatchTokens: cuda8BSeats, KVBlocks: cuda8BSeats * per, KVType: DefaultCUDAKVType})
 	tb.Logf("8B-shaped model built and loaded in %v: %s", time.Since(t0).Round(time.Millisecond), r.Memory())
 	// Decode attends to positions it never wrote: make them zeros, not
 	// whatever bits the allocation held.

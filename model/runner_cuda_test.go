@@ -21,7 +21,7 @@ import (
 
 func TestCUDARunnerConfigResolve(t *testing.T) {
 	m := loadStories(t)
-	base := CUDARunnerConfig{Seats: 8, BlockSize: 16, MaxBatchTokens: 64}
+	base := CUDARunnerConfig{Seats: 8, BlockSize: 16, MaxBatchTokens: 64, KVType: DefaultCUDAKVType}
 	cases := []struct {
 		name    string
 		mod     func(c *CUDARunnerConfig)
@@ -43,6 +43,11 @@ func TestCUDARunnerConfigResolve(t *testing.T) {
 		{"batch tokens", func(c *CUDARunnerConfig) { c.MaxBatchTokens = 0 }, "MaxBatchTokens = 0", nil},
 		{"device", func(c *CUDARunnerConfig) { c.Device = -2 }, "Device = -2", nil},
 		{"blocks negative", func(c *CUDARunnerConfig) { c.KVBlocks = -1 }, "KVBlocks = -1", nil},
+		{"kv f32", func(c *CUDARunnerConfig) { c.KVType = kernels.F32 }, "", func(t *testing.T, c CUDARunnerConfig) {
+			require.Equal(t, kernels.F32, c.KVType)
+		}},
+		{"kv f16", func(c *CUDARunnerConfig) { c.KVType = kernels.F16 }, "KVType = F16: the CUDA runner's KV cache is F32 or BF16", nil},
+		{"kv q8_0", func(c *CUDARunnerConfig) { c.KVType = kernels.Q8_0 }, "KVType = Q8_0", nil},
 		{"exclusive", func(c *CUDARunnerConfig) { c.KVBlocks, c.GPUMemoryFraction = 10, 0.5 }, "exclusive", nil},
 		{"fraction", func(c *CUDARunnerConfig) { c.GPUMemoryFraction = 1.5 }, "GPUMemoryFraction = 1.5", nil},
 		{"fraction nan", func(c *CUDARunnerConfig) { c.GPUMemoryFraction = math.NaN() }, "GPUMemoryFraction = NaN", nil},
@@ -74,12 +79,12 @@ func TestNewCUDARunnerWithoutDriver(t *testing.T) {
 		t.Skip("a CUDA driver is installed here: the no-driver error path cannot be exercised")
 	}
 	m := loadStories(t)
-	r, err := NewCUDARunner(m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16})
+	r, err := NewCUDARunner(m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVType: DefaultCUDAKVType})
 	require.Nil(t, r)
 	require.ErrorContains(t, err, "CUDA runner needs the CUDA driver")
 	require.True(t, errors.Is(err, cuda.ErrLibraryNotFound), "error %v should wrap ErrLibraryNotFound", err)
 	// A bad configuration is reported before any library is loaded.
-	_, err = NewCUDARunner(m, CUDARunnerConfig{Seats: 0, BlockSize: 16, MaxBatchTokens: 16})
+	_, err = NewCUDARunner(m, CUDARunnerConfig{Seats: 0, BlockSize: 16, MaxBatchTokens: 16, KVType: DefaultCUDAKVType})
 	require.ErrorContains(t, err, "Seats = 0")
 }
 
@@ -90,7 +95,7 @@ func TestCUDARefusesEmbeddingType(t *testing.T) {
 		m := loadSynth(t, kquantSpec(typ, gguf.TypeF32))
 		want := `model: CUDA runner: tensor "token_embd.weight" has type ` + typ.String() +
 			"; the device embedding reads F32, F16, BF16 and Q8_0 tables"
-		r, err := NewCUDARunner(m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16})
+		r, err := NewCUDARunner(m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVType: DefaultCUDAKVType})
 		require.Nil(t, r)
 		require.ErrorContains(t, err, want)
 		_, err = cudaPlanWeights(m)
@@ -290,7 +295,7 @@ func TestCUDADecodeSplits(t *testing.T) {
 		spec := smallSpec(gguf.TypeF32)
 		spec.Context = ctx
 		m := loadSynth(t, spec)
-		cfg, err := CUDARunnerConfig{Seats: 64, BlockSize: 16, MaxBatchTokens: 64, KVBlocks: 64}.resolve(m)
+		cfg, err := CUDARunnerConfig{Seats: 64, BlockSize: 16, MaxBatchTokens: 64, KVBlocks: 64, KVType: DefaultCUDAKVType}.resolve(m)
 		require.NoError(t, err)
 		r := &CUDARunner{m: m, cfg: cfg}
 		p, err := r.plan(132)

@@ -24,6 +24,7 @@ import (
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/internal/stats"
+	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/sim"
 	"github.com/turnstile-llm/turnstile/step"
@@ -59,11 +60,12 @@ type Factory func(s Sizes, virt *clock.Virtual) (Device, error)
 const simVocab = workload.DefaultTokenMax
 
 // CPU is the factory of the real CPU runner on m with workers cores (0:
-// GOMAXPROCS). The caller keeps m open for the run.
-func CPU(m *model.Llama, workers int) Factory {
+// GOMAXPROCS) and a KV cache of type kv (kernels.F32, F16 or BF16). The
+// caller keeps m open for the run.
+func CPU(m *model.Llama, workers int, kv kernels.DType) Factory {
 	return func(s Sizes, _ *clock.Virtual) (Device, error) {
 		r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: s.Seats, KVBlocks: s.KVBlocks, BlockSize: s.BlockSize,
-			MaxBatchTokens: s.MaxBatchTokens, Workers: workers})
+			MaxBatchTokens: s.MaxBatchTokens, Workers: workers, KVType: kv})
 		if err != nil {
 			return Device{}, err
 		}
@@ -71,14 +73,15 @@ func CPU(m *model.Llama, workers int) Factory {
 	}
 }
 
-// CUDA is the factory of the CUDA runner for m on device ordinal dev (wall
-// time; Execute returns once the step's tokens are on the host). Each pass
+// CUDA is the factory of the CUDA runner for m on device ordinal dev with
+// a KV cache of type kv (kernels.F32 or BF16) (wall time; Execute returns
+// once the step's tokens are on the host). Each pass
 // builds a runner whose KV cache holds exactly the pass's blocks; its first
 // steps compile kernels and capture graphs, which Config.Warmup skips.
-func CUDA(m *model.Llama, dev int) Factory {
+func CUDA(m *model.Llama, dev int, kv kernels.DType) Factory {
 	return func(s Sizes, _ *clock.Virtual) (Device, error) {
 		r, err := model.NewCUDARunner(m, model.CUDARunnerConfig{Device: dev, Seats: s.Seats, KVBlocks: s.KVBlocks,
-			BlockSize: s.BlockSize, MaxBatchTokens: s.MaxBatchTokens})
+			BlockSize: s.BlockSize, MaxBatchTokens: s.MaxBatchTokens, KVType: kv})
 		if err != nil {
 			return Device{}, err
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sim"
@@ -114,7 +115,7 @@ func TestRunCPU(t *testing.T) {
 	m, err := model.LoadLlama(path, model.LlamaOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, m.Close()) })
-	res, err := Run(context.Background(), Config{Device: CPU(m, 1), MaxBatchSize: 2, MaxBatchTokens: 64, MaxContext: 256,
+	res, err := Run(context.Background(), Config{Device: CPU(m, 1, kernels.F32), MaxBatchSize: 2, MaxBatchTokens: 64, MaxContext: 256,
 		Requests: 8, Seed: 1, Warmup: 2})
 	require.NoError(t, err)
 	require.Greater(t, len(res.Train), 50)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
+	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/sim"
@@ -127,6 +128,9 @@ type CPU struct {
 	Model *model.Llama
 	// Workers is the cores the kernels use (0: GOMAXPROCS).
 	Workers int
+	// KVType is the KV cache's element type (kernels.F32, the zero value,
+	// F16 or BF16; see model.CPURunnerConfig.KVType).
+	KVType kernels.DType
 }
 
 // CPUEngine is the executor engine of a CPU row. It embeds
@@ -170,7 +174,7 @@ func NewCPU(c Config, d CPU, virt *clock.Virtual) (*CPUEngine, *sim.Recorder, in
 		return nil, nil, 0, err
 	}
 	run, err := model.NewCPURunner(d.Model, model.CPURunnerConfig{Seats: seats, KVBlocks: c.KVBlocks, BlockSize: c.BlockSize,
-		MaxBatchTokens: c.MaxBatchTokens, Workers: d.Workers})
+		MaxBatchTokens: c.MaxBatchTokens, Workers: d.Workers, KVType: d.KVType})
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("rig: %w", err)
 	}

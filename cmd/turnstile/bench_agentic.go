@@ -19,6 +19,7 @@ import (
 	"github.com/turnstile-llm/turnstile/bench/report"
 	"github.com/turnstile-llm/turnstile/bench/rig"
 	"github.com/turnstile-llm/turnstile/bench/workload"
+	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/internal/stats"
 	"github.com/turnstile-llm/turnstile/model"
@@ -47,7 +48,7 @@ type benchAgenticOptions struct {
 }
 
 // benchAgenticEngineFlags are the engine flags bench agentic registers.
-const benchAgenticEngineFlags = flagModel | flagDevice | flagBlockSize | flagCascade | flagMaxBatched | flagWorkers | flagNoOverlap | flagOut |
+const benchAgenticEngineFlags = flagModel | flagDevice | flagBlockSize | flagCascade | flagMaxBatched | flagKVDtype | flagWorkers | flagNoOverlap | flagOut |
 	flagProfile
 
 func newBenchAgenticCmd() *cobra.Command {
@@ -333,7 +334,11 @@ func (o *benchAgenticOptions) setup(r string, arms agentic.Arms, cost sim.Linear
 			}
 			return agentic.EngineSetup(eng, capTokens), nil
 		}
-		eng, _, capTokens, err := rig.NewCPU(c, rig.CPU{Model: llama, Workers: o.workers}, clk)
+		kvType, err := o.kvType(cuda.BackendCPU)
+		if err != nil {
+			return agentic.Setup{}, fmt.Errorf("bench agentic: %w", err)
+		}
+		eng, _, capTokens, err := rig.NewCPU(c, rig.CPU{Model: llama, Workers: o.workers, KVType: kvType}, clk)
 		if err != nil {
 			return agentic.Setup{}, err
 		}

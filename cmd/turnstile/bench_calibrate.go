@@ -31,7 +31,7 @@ type benchCalibrateOptions struct {
 }
 
 // benchCalibrateEngineFlags are the engine flags bench calibrate registers.
-const benchCalibrateEngineFlags = flagModel | flagDevice | flagWorkers | flagMaxBatchSize | flagSeed | flagOut | flagCascade | flagProfile
+const benchCalibrateEngineFlags = flagModel | flagDevice | flagWorkers | flagMaxBatchSize | flagKVDtype | flagSeed | flagOut | flagCascade | flagProfile
 
 // calibrateProfileFile is the profile's name inside --out.
 const calibrateProfileFile = "profile.json"
@@ -174,10 +174,18 @@ func runBenchCalibrate(ctx context.Context, o benchCalibrateOptions, out io.Writ
 			workers = runtime.GOMAXPROCS(0)
 		}
 		name = filepath.Base(o.model)
-		cfg.Device, cfg.MaxContext = calibrate.CPU(m, workers), m.MaxContext()
+		backend := cuda.BackendCPU
+		if o.runner == "cuda" {
+			backend = cuda.BackendCUDA
+		}
+		kvType, err := o.kvType(backend)
+		if err != nil {
+			return calibrate.Profile{}, fmt.Errorf("bench calibrate: %w", err)
+		}
+		cfg.Device, cfg.MaxContext = calibrate.CPU(m, workers, kvType), m.MaxContext()
 		if o.runner == "cuda" {
 			workers = 0
-			cfg.Device, cfg.Warmup = calibrate.CUDA(m, o.gpu.Index), calibrateCUDAWarmup
+			cfg.Device, cfg.Warmup = calibrate.CUDA(m, o.gpu.Index, kvType), calibrateCUDAWarmup
 		}
 	}
 	what := name

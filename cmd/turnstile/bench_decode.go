@@ -26,7 +26,7 @@ type benchDecodeOptions struct {
 }
 
 // benchDecodeEngineFlags are the engine flags bench decode registers.
-const benchDecodeEngineFlags = flagModel | flagDevice | flagWorkers | flagBlockSize | flagOut
+const benchDecodeEngineFlags = flagModel | flagDevice | flagWorkers | flagBlockSize | flagKVDtype | flagOut
 
 // benchDecodeCSV is the result file's name inside --out.
 const benchDecodeCSV = "decode.csv"
@@ -99,8 +99,12 @@ func runBenchDecode(out io.Writer, o benchDecodeOptions) error {
 			return fmt.Errorf("%s: test %s needs %d positions; the model's context is %d", command, t.Name, n, m.MaxContext())
 		}
 	}
+	kvType, err := o.kvType(device.Backend)
+	if err != nil {
+		return fmt.Errorf("%s: %w", command, err)
+	}
 	r, _, err := newRunner(command, device, m, runnerSizes{seats: seats, kvBlocks: blocks, blockSize: o.blockSize,
-		maxBatchTokens: budget, workers: o.workers})
+		maxBatchTokens: budget, workers: o.workers, kvType: kvType})
 	if err != nil {
 		return err
 	}

@@ -66,7 +66,7 @@ type benchServeOptions struct {
 }
 
 // benchServeEngineFlags are the engine flags bench serve registers.
-const benchServeEngineFlags = flagModel | flagDevice | flagMaxBatchSize | flagCascade | flagKVTokens | flagWorkers | flagSeed | flagOut
+const benchServeEngineFlags = flagModel | flagDevice | flagMaxBatchSize | flagCascade | flagKVTokens | flagKVDtype | flagWorkers | flagSeed | flagOut
 
 func newBenchServeCmd() *cobra.Command {
 	o := benchServeOptions{engineFlags: newServeOptions().engineFlags, clients: []int{1, 16, 128}, duration: 30 * time.Second,

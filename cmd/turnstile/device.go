@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/turnstile-llm/turnstile/cuda"
+	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/step"
 )
@@ -94,6 +95,9 @@ type runnerSizes struct {
 	kvBlocks int
 	fraction float64 // CUDA: share of device memory when kvBlocks is 0
 	workers  int     // CPU: cores the kernels use (0: GOMAXPROCS)
+	// kvType is the KV cache's element type (engineFlags.kvType resolved
+	// for the device).
+	kvType kernels.DType
 	// mlp, when set, makes the CPU runner's MLP tensor-parallel across the
 	// attention-DP ranks of this group (one per process).
 	mlp model.MLPGroup
@@ -107,7 +111,7 @@ func newRunner(command string, sel cuda.Selection, m *model.Llama, s runnerSizes
 			return nil, nil, fmt.Errorf("%s: the CPU runner needs a KV size (got %d blocks)", command, s.kvBlocks)
 		}
 		cpu, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: s.seats, KVBlocks: s.kvBlocks, BlockSize: s.blockSize,
-			MaxBatchTokens: s.maxBatchTokens, Workers: s.workers, MLP: s.mlp})
+			MaxBatchTokens: s.maxBatchTokens, Workers: s.workers, MLP: s.mlp, KVType: s.kvType})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", command, err)
 		}
@@ -117,7 +121,7 @@ func newRunner(command string, sel cuda.Selection, m *model.Llama, s runnerSizes
 		return nil, nil, fmt.Errorf("%s: --device %s: the sharded MLP runs on the CPU runner only so far (use --shard-mlp=false on GPUs)", command, sel)
 	}
 	cfg := model.CUDARunnerConfig{Device: sel.Index, Seats: s.seats, BlockSize: s.blockSize, MaxBatchTokens: s.maxBatchTokens,
-		KVBlocks: s.kvBlocks}
+		KVBlocks: s.kvBlocks, KVType: s.kvType}
 	if s.kvBlocks == 0 {
 		cfg.GPUMemoryFraction = s.fraction
 	}

@@ -9,7 +9,7 @@
 // Every command that runs or sizes an engine takes the engine's flags from
 // one struct, engineFlags (engine_flags.go), as vLLM derives every entry
 // point from one EngineArgs: each flag (--model, --device, --max-batch-size,
-// --max-num-batched-tokens, --block-size, --kv-cache-tokens, --workers,
+// --max-num-batched-tokens, --block-size, --kv-cache-tokens, --kv-cache-dtype, --workers,
 // --seed, --no-overlap, --out) is registered there once, with one help
 // text, its default stated once (defaultEngineFlags) and its own range
 // checked once (engineFlags.validate). What the packages check (executor.New,

@@ -5,6 +5,10 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-llm/turnstile/cuda"
+	"github.com/turnstile-llm/turnstile/kernels"
+	"github.com/turnstile-llm/turnstile/model"
 )
 
 func TestEngineFlagsValidate(t *testing.T) {
@@ -21,6 +25,8 @@ func TestEngineFlagsValidate(t *testing.T) {
 		{"block size", func(e *engineFlags) { e.blockSize = 24 }, "x: --block-size 24: must be a power of two in 1..256"},
 		{"kv tokens", func(e *engineFlags) { e.kvTokens = -1 }, "x: --kv-cache-tokens -1: must be >= 0"},
 		{"workers", func(e *engineFlags) { e.workers = -2 }, "x: --workers -2: must be >= 0"},
+		{"kv dtype", func(e *engineFlags) { e.kvDtype = "q8_0" }, `x: --kv-cache-dtype "q8_0": want auto, f32, f16 or bf16`},
+		{"kv dtype f32", func(e *engineFlags) { e.kvDtype = "F32" }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := defaultEngineFlags()
@@ -33,6 +39,35 @@ func TestEngineFlagsValidate(t *testing.T) {
 			require.EqualError(t, err, tc.wantErr)
 		})
 	}
+}
+
+// TestEngineFlagsKVType: --kv-cache-dtype resolved per device, auto to
+// each runner's default.
+func TestEngineFlagsKVType(t *testing.T) {
+	for _, tc := range []struct {
+		flag    string
+		backend cuda.Backend
+		want    kernels.DType
+	}{
+		{"auto", cuda.BackendCPU, model.DefaultCPUKVType},
+		{"auto", cuda.BackendCUDA, model.DefaultCUDAKVType},
+		{"f32", cuda.BackendCUDA, kernels.F32},
+		{"bf16", cuda.BackendCPU, kernels.BF16},
+		{"f16", cuda.BackendCPU, kernels.F16},
+	} {
+		e := defaultEngineFlags()
+		require.Equal(t, "auto", e.kvDtype, "the default")
+		e.kvDtype = tc.flag
+		got, err := e.kvType(tc.backend)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, "%s on %v", tc.flag, tc.backend)
+	}
+	e := defaultEngineFlags()
+	f := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	e.register(f, flagKVDtype)
+	require.Equal(t, "auto", f.Lookup("kv-cache-dtype").DefValue)
+	require.NoError(t, f.Parse([]string{"--kv-cache-dtype", "bf16"}))
+	require.Equal(t, "bf16", e.kvDtype)
 }
 
 // TestEngineFlagsRegister: the flags a command selects, with the fields'

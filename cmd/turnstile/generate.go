@@ -29,7 +29,7 @@ type generateOptions struct {
 }
 
 // generateEngineFlags are the engine flags generate registers.
-const generateEngineFlags = flagModel | flagDevice | flagCascade | flagWorkers | flagSeed
+const generateEngineFlags = flagModel | flagDevice | flagCascade | flagKVDtype | flagWorkers | flagSeed
 
 func newGenerateCmd() *cobra.Command {
 	o := generateOptions{engineFlags: defaultEngineFlags(), n: 64, topP: 1}
@@ -139,8 +139,12 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 		return fmt.Errorf("generate: %w", err)
 	}
 	cfg.Seats = seats
+	kvType, err := o.kvType(device.Backend)
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
 	r, _, err := newRunner("generate", device, m, runnerSizes{seats: seats, kvBlocks: (total + cfg.BlockSize - 1) / cfg.BlockSize,
-		blockSize: cfg.BlockSize, maxBatchTokens: cfg.MaxNumBatchedTokens, workers: o.workers})
+		blockSize: cfg.BlockSize, maxBatchTokens: cfg.MaxNumBatchedTokens, workers: o.workers, kvType: kvType})
 	if err != nil {
 		return err
 	}

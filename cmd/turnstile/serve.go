@@ -80,7 +80,7 @@ func newServeOptions() serveOptions {
 
 // serveEngineFlags are the engine flags serve registers.
 const serveEngineFlags = flagModel | flagDevice | flagGPUFraction | flagMaxBatchSize | flagMaxBatched | flagBlockSize | flagCascade |
-	flagKVTokens | flagWorkers | flagNoOverlap
+	flagKVTokens | flagKVDtype | flagWorkers | flagNoOverlap
 
 // programFlags are the program policy's parameters. Those not given on the
 // command line (set) take the arm's defaults (policy.DefaultConfig); the
@@ -357,6 +357,8 @@ type sizes struct {
 	programs              *policy.Config
 	device                cuda.Selection
 	gpu                   *model.CUDAMemory // the CUDA runner's plan; nil on the CPU
+	kvDtype               string            // the KV cache's element type (f32, f16, bf16)
+	kvBytes               int64             // one engine's KV cache, bytes (K and V, every layer)
 }
 
 // engineSeats is the seat count of one engine of maxBatchSize under
@@ -452,6 +454,10 @@ func (s sizes) print(w io.Writer, name, path string) error {
 			c.Accounting, charge, s.kvTokens, c.MaxActive, c.PauseThreshold, c.PauseTarget, c.PauseThreshold-c.ResumeHysteresis,
 			c.AgingTau, c.ForcedResume, c.Lease)
 	}
+	kvLine := ""
+	if s.kvDtype != "" {
+		kvLine = fmt.Sprintf(", %s, %.1f MiB", s.kvDtype, float64(s.kvBytes)/(1<<20))
+	}
 	dev := s.device.String()
 	if s.gpu != nil {
 		dev += "\n  GPU memory   " + s.gpu.String()
@@ -459,13 +465,13 @@ func (s sizes) print(w io.Writer, name, path string) error {
 	_, err := fmt.Fprintf(w, "turnstile serve: model %s (%s): context %d tokens, vocab %d\n"+
 		"  device       %s\n"+
 		"  seats        %d = max-batch-size %d + overlap headroom %d (overlap %v)\n"+
-		"  KV cache     %d blocks × %d tokens = %d tokens\n"+
+		"  KV cache     %d blocks × %d tokens = %d tokens%s\n"+
 		"  step budget  %d sequences, %d tokens\n"+
 		"  queue bound  %d requests in flight (429 beyond); program turns: %d of their own\n"+
 		"  admission    %s\n"+
 		"  chat         %s\n",
 		name, path, s.context, s.vocab, dev, s.seats, s.batchSeqs, s.headroom, s.overlap,
-		s.blocks, s.kvTokens/max(s.blocks, 1), s.kvTokens, s.batchSeqs, s.batchToks, s.maxQueue, s.maxPrograms, adm, s.chatSource)
+		s.blocks, s.kvTokens/max(s.blocks, 1), s.kvTokens, kvLine, s.batchSeqs, s.batchToks, s.maxQueue, s.maxPrograms, adm, s.chatSource)
 	return err
 }
 
@@ -565,6 +571,10 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 		defer mlpComm.Close()
 	}
 	workers := o.rankWorkers()
+	kvType, err := o.kvType(device.Backend)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	// One engine per attention-DP rank, each with its own runner, KV cache
 	// and seats; executor.New validates each rank's seat pool against its
 	// runner's buffers and its own block-table rows in both directions.
@@ -573,7 +583,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	mlpLine := "whole MLP"
 	for range ranksHere {
 		rs := runnerSizes{seats: sz.seats, blockSize: o.blockSize,
-			maxBatchTokens: o.maxBatched, kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: workers}
+			maxBatchTokens: o.maxBatched, kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: workers, kvType: kvType}
 		if mlpComm != nil {
 			rs.mlp = mlpComm
 		}
@@ -582,6 +592,12 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			return err
 		}
 		defer runner.Close()
+		if cpu, ok := runner.(*model.CPURunner); ok {
+			sz.kvDtype, sz.kvBytes = strings.ToLower(cpu.KVType().String()), cpu.KVBytes()
+		}
+		if gpu != nil {
+			sz.kvDtype, sz.kvBytes = gpu.KVType, int64(gpu.KVBytes)
+		}
 		if cpu, ok := runner.(*model.CPURunner); ok && mlpComm != nil {
 			// A rank with nothing to launch still joins every layer's MLP
 			// collectives.

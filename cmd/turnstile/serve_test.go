@@ -144,7 +144,8 @@ func TestServeGreedyMatchesGenerate(t *testing.T) {
 	require.Contains(t, out.String(), "\n  device       cpu\n")
 	require.NotContains(t, out.String(), "GPU memory")
 	require.Contains(t, out.String(), "seats        8 = max-batch-size 4 + overlap headroom 4")
-	require.Contains(t, out.String(), "KV cache     512 blocks × 16 tokens = 8192 tokens")
+	// stories260K: 5 layers × K and V × 8192 positions × 4 kv heads × 8 dims × 2 bytes (auto: f16).
+	require.Contains(t, out.String(), "KV cache     512 blocks × 16 tokens = 8192 tokens, f16, 5.0 MiB")
 	require.Contains(t, out.String(), "queue bound  32 requests")
 	require.Contains(t, out.String(), "admission    A for requests with a program id: tokens × acting weight 1 + buffer 100 per program, of 8192 tokens; at most 4 ACTIVE programs")
 
