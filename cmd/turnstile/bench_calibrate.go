@@ -164,7 +164,7 @@ func runBenchCalibrate(ctx context.Context, o benchCalibrateOptions, out io.Writ
 		truth, name = &l, "sim-"+filepath.Base(o.profile)
 		cfg.Device, cfg.MaxContext = calibrate.Sim(l, calibrateSimContext), calibrateSimContext
 	default:
-		m, err := model.LoadLlama(o.model, model.LlamaOptions{})
+		m, err := model.LoadLlama(o.model, o.llamaOptions())
 		if err != nil {
 			return calibrate.Profile{}, fmt.Errorf("bench calibrate: --model: %w", err) // the error names the file
 		}

@@ -42,3 +42,16 @@ func TestBenchDecodeErrors(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, "%v", tc.args)
 	}
 }
+
+// TestMaxModelLen: --max-model-len lowers the context every command loads
+// the model with, and is refused negative or above the model's.
+func TestMaxModelLen(t *testing.T) {
+	_, err := runCLI(t, "generate", "--device", "cpu", "--max-model-len", "8", "--prompt", "Once upon a time", "-n", "4")
+	require.ErrorContains(t, err, "exceeds the model's context of 8 tokens")
+	_, err = runCLI(t, "bench", "decode", "--device", "cpu", "--max-model-len", "64", "--tests", "tg64")
+	require.ErrorContains(t, err, "test tg64 needs 65 positions; the model's context is 64")
+	_, err = runCLI(t, "generate", "--device", "cpu", "--max-model-len", "-1")
+	require.ErrorContains(t, err, "--max-model-len -1")
+	_, err = runCLI(t, "generate", "--device", "cpu", "--max-model-len", "4096")
+	require.ErrorContains(t, err, "outside [0, 2048]")
+}

@@ -29,7 +29,8 @@ import (
 // the program policy) is left to them, and their errors are wrapped with
 // the command's name.
 type engineFlags struct {
-	model        string // GGUF file
+	model        string // GGUF file or Hugging Face directory
+	maxModelLen  int    // context the engine accepts; 0: the model's own
 	dev          deviceOptions
 	maxBatchSize int
 	maxBatched   int    // tokens one step computes
@@ -123,6 +124,9 @@ func (e *engineFlags) register(f *pflag.FlagSet, which engineFlag) {
 	has := func(x engineFlag) bool { return which&x != 0 }
 	if has(flagModel) {
 		f.StringVar(&e.model, "model", e.model, "model: a GGUF file or a Hugging Face directory (config.json, safetensors, tokenizer.json); architectures llama/Mistral, qwen2, qwen3")
+		f.IntVar(&e.maxModelLen, "max-model-len", e.maxModelLen,
+			"longest sequence (prompt + output) the engine accepts, tokens; 0: the model's context length; may only lower it "+
+				"(a model with sliding-window attention loads when this is within its window)")
 	}
 	if has(flagDevice) {
 		f.StringVar(&e.dev.device, "device", e.dev.device,
@@ -195,6 +199,8 @@ func (e *engineFlags) validate(command string) error {
 	switch {
 	case e.model == "":
 		return fmt.Errorf("%s: --model is empty", command)
+	case e.maxModelLen < 0:
+		return fmt.Errorf("%s: --max-model-len %d: must be >= 0", command, e.maxModelLen)
 	case e.maxBatchLimit > 0 && (e.maxBatchSize < 1 || e.maxBatchSize > e.maxBatchLimit):
 		return fmt.Errorf("%s: --max-batch-size %d: must be in [1, %d]", command, e.maxBatchSize, e.maxBatchLimit)
 	case e.maxBatchSize < 1:
@@ -282,4 +288,9 @@ func (e *engineFlags) devices(allowed ...string) ([]string, error) {
 func (e *engineFlags) executorConfig() executor.Config {
 	return executor.Config{MaxBatchSize: e.maxBatchSize, MaxNumBatchedTokens: e.maxBatched, BlockSize: e.blockSize,
 		Overlap: !e.noOverlap, CascadeMinBlocks: e.cascadeMin}
+}
+
+// llamaOptions are the model-loading options from the flags.
+func (e *engineFlags) llamaOptions() model.LlamaOptions {
+	return model.LlamaOptions{MaxContext: e.maxModelLen}
 }

@@ -110,7 +110,7 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 			return err
 		}
 	}
-	m, err := model.LoadLlama(o.model, model.LlamaOptions{})
+	m, err := model.LoadLlama(o.model, o.llamaOptions())
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}

@@ -524,7 +524,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
-	m, err := model.LoadLlama(o.model, model.LlamaOptions{})
+	m, err := model.LoadLlama(o.model, o.llamaOptions())
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
