@@ -107,12 +107,25 @@ func hfFixture(t testing.TB, name string) (*Tokenizer, *reference) {
 // name) and loads it with FromGGUF.
 func ggufLike(t testing.TB, tk *Tokenizer, pre string, types []int32) *Tokenizer {
 	t.Helper()
+	f, err := gguf.Parse(ggufVocab(t, tk, pre, types))
+	require.NoError(t, err)
+	g, err := FromGGUF(f)
+	require.NoError(t, err)
+	return g
+}
+
+// ggufVocab is the vocabulary-only GGUF ggufLike loads. It names the
+// architecture llama so that llama.cpp loads it too (with vocab_only it
+// reads no hyperparameters and no tensors); see TestWriteLlamaCppGGUF.
+func ggufVocab(t testing.TB, tk *Tokenizer, pre string, types []int32) []byte {
+	t.Helper()
 	merges := make([]string, len(tk.ranks))
 	for p, r := range tk.ranks {
 		merges[r] = p.left + " " + p.right
 	}
 	require.NotContains(t, merges, "", "ranks are dense")
 	keys := map[string]any{
+		"general.architecture":         "llama",
 		"tokenizer.ggml.model":         "gpt2",
 		"tokenizer.ggml.pre":           pre,
 		"tokenizer.ggml.tokens":        tk.tokens,
@@ -133,11 +146,7 @@ func ggufLike(t testing.TB, tk *Tokenizer, pre string, types []int32) *Tokenizer
 	var buf bytes.Buffer
 	_, err := w.WriteTo(&buf)
 	require.NoError(t, err)
-	f, err := gguf.Parse(buf.Bytes())
-	require.NoError(t, err)
-	g, err := FromGGUF(f)
-	require.NoError(t, err)
-	return g
+	return buf.Bytes()
 }
 
 // hfTypes are the token types FromHFJSON gave tk, read back from the
