@@ -674,7 +674,7 @@ func (r *CUDARunner) upload(c cuda.Ctx) error {
 				return
 			}
 			if w.how == cudaUploadDequantQ8 {
-				err = r.k.DequantQ8ToBF16(c, r.stream, dst, stage, m.Rows, m.Cols)
+				err = r.k.DequantToBF16(c, r.stream, dst, stage, m.Type, m.Rows, m.Cols)
 			} else {
 				err = r.k.CastF32(c, r.stream, dst, stage, m.Rows*m.Cols, cudaGemmType(w.dt))
 			}
