@@ -143,6 +143,9 @@ __device__ __forceinline__ float ts_q6_k_at(const unsigned char *row, int c) {
 	return __fmul_rn(ds, (float)((lo | (hi << 4)) - 32));
 }
 
+// Everything above is plain C++ on purpose: cuda_quant_host_test.go builds
+// it for the host (up to the next line) and checks it against internal/quant.
+
 // The weight dequantisers convert a matrix [rows][cols] (cols a multiple of
 // the block size, rows of cols/elems·bytes bytes) to bf16, one element per
 // thread, grid-stride, rounded as ts_cast_f32_bf16 rounds.
