@@ -148,3 +148,17 @@ __device__ __forceinline__ int ts_row_argmax(const float *xr, int n) {
 	ts_block_argmax(best, bi);
 	return bi < 0 ? 0 : bi;
 }
+
+// The embedding gathers (ops.cu, quant.cu) start alike: out[t][cols] =
+// table[tokens[t]][:] as float, one block per token (grid: ntok blocks). A
+// token outside [0, vocab) writes zeros (the host validates tokens; this only
+// keeps a bad one from reading out of bounds).
+#define TS_EMBED_PROLOGUE                                                      \
+	const int t = blockIdx.x;                                              \
+	const int tok = tokens[t];                                             \
+	float *o = out + (size_t)t * cols;                                     \
+	if (tok < 0 || tok >= vocab) {                                         \
+		for (int c = threadIdx.x; c < cols; c += blockDim.x)           \
+			o[c] = 0.0f;                                           \
+		return;                                                        \
+	}

@@ -142,6 +142,12 @@ func TestCUDALaunchValidation(t *testing.T) {
 		{"bias shape", func() error { return k.AddBias(c, s, 1, 1, 2, 0) }, "AddBias"},
 		{"embedding type", func() error { return k.Embedding(c, s, 1, 1, DType(16), 1, 1, 10, 8) }, "DType(16)"},
 		{"embedding q8 cols", func() error { return k.Embedding(c, s, 1, 1, Q8_0, 1, 1, 10, 40) }, "cols 40"},
+		{"embedding q4_k cols", func() error { return k.Embedding(c, s, 1, 1, Q4_K, 1, 1, 10, 128) }, "Q4_K cols 128 is not a multiple of 256"},
+		{"dequant type", func() error { return k.DequantToBF16(c, s, 1, 1, F16, 2, 32) }, "DequantToBF16 of F16: not a block type"},
+		{"dequant cols", func() error { return k.DequantToBF16(c, s, 1, 1, Q5_1, 2, 48) }, "Q5_1 cols 48 is not a multiple of 32"},
+		{"dequant rows", func() error { return k.DequantToBF16(c, s, 1, 1, Q6_K, 0, 256) }, "DequantToBF16"},
+		{"dequant q6_k not loaded", func() error { return k.DequantToBF16(c, s, 1, 1, Q6_K, 1, 256) }, "ts_dequant_q6_k_bf16 not loaded"},
+		{"embedding q3_k not loaded", func() error { return k.Embedding(c, s, 1, 1, Q3_K, 1, 1, 10, 256) }, "ts_embedding_q3_k not loaded"},
 		{"cast f32", func() error { return k.CastF32(c, s, 1, 1, 10, cuda.F32) }, "want bf16 or f16"},
 		{"kv shape", func() error { return k.KVWrite(c, s, CUDAKV{}, 1, 1, 1, 1) }, "must be positive"},
 		{"kv headdim", func() error {

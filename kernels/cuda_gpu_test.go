@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/cuda"
+	"github.com/turnstile-llm/turnstile/internal/quant"
 )
 
 // These tests run the CUDA kernels on a real GPU and compare them with the Ref*
@@ -195,13 +196,15 @@ func TestGPURowKernels(t *testing.T) {
 	})
 }
 
+// The embedding gathers of every type (the block types' in quant.cu) equal
+// the CPU reference bit for bit.
 func TestGPUEmbedding(t *testing.T) {
 	e := openGPU(t)
 	r := rand.New(rand.NewPCG(3, 4))
-	vocab, cols := 50, 96
+	vocab, cols := 50, 512 // a multiple of every block size
 	vals := randF32(r, vocab*cols, 1)
 	tokens := []int32{0, 49, 7, 7, 23}
-	for _, dt := range []DType{F32, F16, BF16, Q8_0} {
+	for _, dt := range Types {
 		t.Run(dt.String(), func(t *testing.T) {
 			table, err := Quantize(dt, vocab, cols, vals)
 			require.NoError(t, err)
@@ -213,6 +216,44 @@ func TestGPUEmbedding(t *testing.T) {
 				require.Equal(t, want, b.readF32(t, out, len(want)))
 			})
 		})
+	}
+}
+
+// Every block type's device dequantiser (ts_dequant_<type>_bf16) gives the
+// host's bits: internal/quant's float32 rounded to bf16, on random blocks
+// (every code, mask and packed-scale bit random, finite f16 scales) of a
+// small matrix and of one past the grid-stride bound.
+func TestGPUDequantBlockTypes(t *testing.T) {
+	e := openGPU(t)
+	for _, dt := range Types {
+		if dt.BlockElems() <= 1 {
+			continue
+		}
+		for _, shape := range [][2]int{{37, 4 * dt.BlockElems()}, {cudaMaxElemBlocks * cudaElemThreads / 1024 * 3, 1024}} {
+			rows, cols := shape[0], shape[1]
+			t.Run(fmt.Sprintf("%v/%dx%d", dt, rows, cols), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(uint64(dt), uint64(rows)))
+				data := randQuantRows(r, dt, rows, cols)
+				f := make([]float32, rows*cols)
+				require.NoError(t, quant.Dequantize(quant.Type(dt), data, f))
+				want := make([]uint16, len(f))
+				for i, v := range f {
+					want[i] = F32ToBF16(v)
+				}
+				got := make([]uint16, len(f))
+				e.with(t, func(c cuda.Ctx, b *devBuf) {
+					out := b.alloc(t, 2*len(got))
+					require.NoError(t, e.k.DequantToBF16(c, cuda.Stream{}, out, b.bytes(t, data), dt, rows, cols))
+					require.NoError(t, c.Synchronize())
+					require.NoError(t, c.CopyDtoH(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(got))), 2*len(got)), out))
+				})
+				for i := range want {
+					if want[i] != got[i] {
+						t.Fatalf("%v element (%d, %d): device bf16 %#04x, host %#04x (float32 %g)", dt, i/cols, i%cols, got[i], want[i], f[i])
+					}
+				}
+			})
+		}
 	}
 }
 

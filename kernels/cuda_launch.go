@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/turnstile-llm/turnstile/cuda"
 )
@@ -235,13 +236,15 @@ func (k *CUDAKernels) Embedding(c cuda.Ctx, s cuda.Stream, out, table cuda.Devic
 		name = "ts_embedding_f16"
 	case BF16:
 		name = "ts_embedding_bf16"
-	case Q8_0:
-		name = "ts_embedding_q8_0"
 	default:
-		return fmt.Errorf("kernels: CUDA Embedding of %v tables is not supported", t)
-	}
-	if t == Q8_0 && cols%Q8BlockElems != 0 {
-		return fmt.Errorf("kernels: CUDA Embedding Q8_0 cols %d is not a multiple of %d", cols, Q8BlockElems)
+		q, ok := cudaQuantName(t)
+		if !ok {
+			return fmt.Errorf("kernels: CUDA Embedding of %v tables is not supported", t)
+		}
+		if e := t.BlockElems(); cols%e != 0 {
+			return fmt.Errorf("kernels: CUDA Embedding %v cols %d is not a multiple of %d", t, cols, e)
+		}
+		name = "ts_embedding_" + q
 	}
 	k.args.Reset().Ptr(out).Ptr(table).Ptr(tokens).I32(int32(vocab)).I32(int32(cols))
 	return k.launch(c, name, dim1(ntok), dim1(cudaRowThreads), 0, s)
@@ -265,16 +268,31 @@ func (k *CUDAKernels) CastF32(c cuda.Ctx, s cuda.Stream, out, in cuda.DevicePtr,
 	return k.launch(c, name, elemGrid(n), dim1(cudaElemThreads), 0, s)
 }
 
-// DequantQ8ToBF16 converts a Q8_0 matrix [rows][cols] to bf16 (weight upload).
-func (k *CUDAKernels) DequantQ8ToBF16(c cuda.Ctx, s cuda.Stream, out, in cuda.DevicePtr, rows, cols int) error {
-	if err := positive("DequantQ8ToBF16 rows, cols", rows, cols); err != nil {
+// cudaQuantName is the kernel-name suffix of a block type ("q4_k"); ok is
+// false for the other types.
+func cudaQuantName(t DType) (string, bool) {
+	if t.BlockElems() <= 1 {
+		return "", false
+	}
+	return strings.ToLower(t.String()), true
+}
+
+// DequantToBF16 converts a matrix [rows][cols] of block type t (Q4_0 ...
+// Q8_0, Q2_K ... Q6_K) to bf16: block-quantised weights are uploaded as
+// stored and widened for the GEMMs on the device.
+func (k *CUDAKernels) DequantToBF16(c cuda.Ctx, s cuda.Stream, out, in cuda.DevicePtr, t DType, rows, cols int) error {
+	if err := positive("DequantToBF16 rows, cols", rows, cols); err != nil {
 		return err
 	}
-	if cols%Q8BlockElems != 0 {
-		return fmt.Errorf("kernels: CUDA Q8_0 cols %d is not a multiple of %d", cols, Q8BlockElems)
+	q, ok := cudaQuantName(t)
+	if !ok {
+		return fmt.Errorf("kernels: CUDA DequantToBF16 of %v: not a block type", t)
+	}
+	if e := t.BlockElems(); cols%e != 0 {
+		return fmt.Errorf("kernels: CUDA %v cols %d is not a multiple of %d", t, cols, e)
 	}
 	k.args.Reset().Ptr(out).Ptr(in).U64(uint64(rows)).I32(int32(cols))
-	return k.launch(c, "ts_dequant_q8_0_bf16", elemGrid(rows*cols), dim1(cudaElemThreads), 0, s)
+	return k.launch(c, "ts_dequant_"+q+"_bf16", elemGrid(rows*cols), dim1(cudaElemThreads), 0, s)
 }
 
 // Argmax writes the index of the first largest element of each row of x

@@ -10,6 +10,9 @@ package kernels
 //     causal varlen prefill
 //     (a tiled FlashAttention-2 kernel on the tensor cores through mma.sync
 //     for head dims a multiple of 16 up to 128, a warp per query otherwise);
+//   - quant.cu: the other block types (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K):
+//     bf16 weight dequantisation and embedding gathers, bit-exact with
+//     internal/quant;
 //   - sampling.cu: temperature, min_p, top_k, top_p by radix select, inverse-CDF
 //     draw with a host-supplied uniform;
 //   - weight GEMMs go through cuBLASLt (package cuda, Ctx.MatmulWT).
@@ -60,6 +63,14 @@ func cudaEntries() map[string][]string {
 			"ts_paged_prefill_tc_f32", "ts_paged_prefill_tc_bf16",
 		},
 		"sampling.cu": {"ts_sample"},
+		"quant.cu": {
+			"ts_dequant_q4_0_bf16", "ts_dequant_q4_1_bf16", "ts_dequant_q5_0_bf16", "ts_dequant_q5_1_bf16",
+			"ts_dequant_q2_k_bf16", "ts_dequant_q3_k_bf16", "ts_dequant_q4_k_bf16", "ts_dequant_q5_k_bf16",
+			"ts_dequant_q6_k_bf16",
+			"ts_embedding_q4_0", "ts_embedding_q4_1", "ts_embedding_q5_0", "ts_embedding_q5_1",
+			"ts_embedding_q2_k", "ts_embedding_q3_k", "ts_embedding_q4_k", "ts_embedding_q5_k",
+			"ts_embedding_q6_k",
+		},
 	}
 }
 

@@ -87,19 +87,8 @@ extern "C" __global__ void ts_silu_mul(float *y, const float *gate, const float 
 	}
 }
 
-// Embedding gather: out[t][cols] = table[tokens[t]][:] as float. Grid: ntok
-// blocks. A token outside [0, vocab) writes zeros (the host validates tokens;
-// this only keeps a bad one from reading out of bounds).
-#define TS_EMBED_PROLOGUE                                                      \
-	const int t = blockIdx.x;                                              \
-	const int tok = tokens[t];                                             \
-	float *o = out + (size_t)t * cols;                                     \
-	if (tok < 0 || tok >= vocab) {                                         \
-		for (int c = threadIdx.x; c < cols; c += blockDim.x)           \
-			o[c] = 0.0f;                                           \
-		return;                                                        \
-	}
-
+// Embedding gather: out[t][cols] = table[tokens[t]][:] as float (the
+// prologue TS_EMBED_PROLOGUE is in cuda_common.cuh, shared with quant.cu).
 extern "C" __global__ void ts_embedding_f32(float *out, const float *table, const int *tokens, int vocab,
 					    int cols) {
 	TS_EMBED_PROLOGUE

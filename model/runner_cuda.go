@@ -669,12 +669,12 @@ func (r *CUDARunner) upload(c cuda.Ctx) error {
 		switch w.how {
 		case cudaUploadCopy:
 			err = uploadFromHost(c, dst, m.Data)
-		case cudaUploadDequantQ8, cudaUploadCastF32:
+		case cudaUploadDequant, cudaUploadCastF32:
 			if err = uploadFromHost(c, stage, m.Data); err != nil {
 				return
 			}
-			if w.how == cudaUploadDequantQ8 {
-				err = r.k.DequantQ8ToBF16(c, r.stream, dst, stage, m.Rows, m.Cols)
+			if w.how == cudaUploadDequant {
+				err = r.k.DequantToBF16(c, r.stream, dst, stage, m.Type, m.Rows, m.Cols)
 			} else {
 				err = r.k.CastF32(c, r.stream, dst, stage, m.Rows*m.Cols, cudaGemmType(w.dt))
 			}

@@ -99,7 +99,28 @@ func (e *cudaEmu) Embedding(out, table cuda.DevicePtr, t kernels.DType, tokens c
 		return err
 	}
 	m := kernels.Matrix{Type: t, Rows: vocab, Cols: cols, Data: e.bytes(table, rb*vocab)}
-	return kernels.Embedding(e.f32(out, ntok*cols), m, e.i32(tokens, ntok))
+	if t.BlockElems() <= 1 {
+		return kernels.Embedding(e.f32(out, ntok*cols), m, e.i32(tokens, ntok))
+	}
+	// Block tables: each element as its device thread decodes it
+	// (ts_embedding_<type> over kernels.CUDAQuantAt).
+	o := e.f32(out, ntok*cols)
+	for i, tok := range e.i32(tokens, ntok) {
+		dst := o[i*cols : (i+1)*cols]
+		if tok < 0 || int(tok) >= vocab {
+			clear(dst)
+			continue
+		}
+		row := m.Data[int(tok)*rb : (int(tok)+1)*rb]
+		for c := range dst {
+			v, err := kernels.CUDAQuantAt(t, row, c)
+			if err != nil {
+				return err
+			}
+			dst[c] = v
+		}
+	}
+	return nil
 }
 
 func (e *cudaEmu) AddRMSNorm(y, x, d, w cuda.DevicePtr, rows, dim int, eps float32, out cuda.DType) error {
@@ -479,16 +500,20 @@ func newCUDAEmuRunner(tb testing.TB, m *Llama, cfg CUDARunnerConfig) *cudaEmuRun
 	r.weights, r.act = e.base, e.base.Add(wBytes)
 	r.kvMem = r.act.Add(aBytes)
 	r.setKV(r.kvMem, cfg.KVBlocks)
-	// Upload: the stored bytes, or the host conversion (the device
-	// conversions round the same way, as package kernels checks on a GPU).
+	// Upload: the stored bytes, the device dequantiser's per-thread math
+	// (kernels.CUDADequantBF16), or the host conversion (the f32 cast rounds
+	// the same way, as package kernels checks on a GPU).
 	r.wplan.each(func(w *cudaWeight) {
 		dst := r.weights.Add(w.off)
-		if w.how == cudaUploadCopy {
-			copy(e.bytes(dst, len(w.src.Data)), w.src.Data)
-			return
-		}
 		n := w.src.Rows * w.src.Cols
-		require.NoError(tb, cudaConvertRows(e.u16(dst, n), w.src, 0, w.src.Rows, w.dt, make([]float32, n)))
+		switch w.how {
+		case cudaUploadCopy:
+			copy(e.bytes(dst, len(w.src.Data)), w.src.Data)
+		case cudaUploadDequant:
+			require.NoError(tb, kernels.CUDADequantBF16(e.u16(dst, n), w.src.Data, w.src.Type, w.src.Rows, w.src.Cols))
+		default:
+			require.NoError(tb, cudaConvertRows(e.u16(dst, n), w.src, 0, w.src.Rows, w.dt, make([]float32, n)))
+		}
 	})
 	for _, v := range r.wplan.vectors() {
 		copy(e.bytes(r.weights.Add(v.off), len(v.data)), v.data)
@@ -610,11 +635,14 @@ func TestCUDAEmuBF16Paths(t *testing.T) {
 		{"mixed weights", func(t *testing.T) *Llama {
 			return loadSynth(t, smallSpec(gguf.TypeF32, gguf.TypeQ8_0, gguf.TypeF16, gguf.TypeBF16))
 		}, false, 0.05},
-		// K-quant and legacy block matrices reach the device as bf16
-		// through the host conversion; the table stays Q8_0.
+		// K-quant and legacy block matrices are uploaded as stored and
+		// dequantised to bf16 on the device; the table stays Q8_0.
 		{"block-type weights", func(t *testing.T) *Llama {
 			return loadSynth(t, kquantSpec(gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K, gguf.TypeQ5_0, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K, gguf.TypeQ4_1))
 		}, false, 0.05},
+		// llama.cpp's Q4_K_M file (Q4_K and Q6_K matrices, a block-type
+		// token table) through the device dequantisers and gather.
+		{"Q4_K_M fixture", func(t *testing.T) *Llama { return quantFixtureModel(t, "llama-Q4_K_M.gguf") }, false, 0.05},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -626,6 +654,24 @@ func TestCUDAEmuBF16Paths(t *testing.T) {
 			gpu := newCUDAEmuRunner(t, m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, KVType: kv, KeepLogits: true})
 			agree, worst := cudaFollowCPU(t, m, gpu, 60, tc.tol)
 			t.Logf("%d/60 greedy tokens equal, worst logits error %.3g", agree, worst)
+		})
+	}
+}
+
+// Every block type as the token table (the matrices cycling through the
+// other types, dequantised on the device), gathered as the device embedding
+// kernels gather it, stays close to the CPU runner's logits.
+func TestCUDAEmuBlockTypeTables(t *testing.T) {
+	all := []gguf.GGMLType{gguf.TypeQ4_0, gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeQ8_0,
+		gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K}
+	for i, typ := range all {
+		t.Run(typ.String(), func(t *testing.T) {
+			types := append([]gguf.GGMLType{typ}, all[i+1:]...)
+			m := loadSynth(t, kquantSpec(append(types, all[:i]...)...))
+			require.Equal(t, kernels.DType(typ), m.embd.Type)
+			gpu := newCUDAEmuRunner(t, m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, KVType: DefaultCUDAKVType, KeepLogits: true})
+			agree, worst := cudaFollowCPU(t, m, gpu, 20, 0.05)
+			t.Logf("%d/20 greedy tokens equal, worst logits error %.3g", agree, worst)
 		})
 	}
 }

@@ -415,8 +415,10 @@ func cudaFirstDiff(a, b []byte) int {
 
 // cudaWeightModels are the models of the weight read-back checks:
 // stories260K (f32, every matrix a copy), a synthetic model cycling f32,
-// Q8_0, f16 and bf16 (every upload path), and an f16 model with a tied
-// output. Each returns the model file's path.
+// Q8_0, f16 and bf16 (every upload path), one cycling every other block
+// type from its table on (each dequantised by its quant.cu kernel; made in
+// the test, so the GPU machine needs no testdata/quant), and an f16 model
+// with a tied output. Each returns the model file's path.
 var cudaWeightModels = []struct {
 	name string
 	path func(t *testing.T) string
@@ -429,6 +431,10 @@ var cudaWeightModels = []struct {
 	{"mixed f32 q8_0 f16 bf16", func(t *testing.T) string {
 		return writeSynth(t, t.TempDir(), smallSpec(gguf.TypeF32, gguf.TypeQ8_0, gguf.TypeF16, gguf.TypeBF16))
 	}},
+	{"block types", func(t *testing.T) string {
+		return writeSynth(t, t.TempDir(), kquantSpec(gguf.TypeQ4_0, gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1,
+			gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K))
+	}},
 	{"f16 tied", func(t *testing.T) string {
 		s := smallSpec(gguf.TypeF16)
 		s.Tied = true
@@ -439,10 +445,11 @@ var cudaWeightModels = []struct {
 // cudaCheckWeightImage compares every weight of plan p, as read (n bytes at
 // byte offset off of the weight allocation), with the model file at path
 // read afresh from disk, byte for byte: matrices uploaded as stored equal
-// the file's bytes; matrices converted (Q8_0 dequantised or f32 rounded on
-// the device, others on the host) equal the host conversion of the file's
-// bytes (exact: a Q8_0 element is an f16 scale times an int8, exact in
-// float32, and both sides round to nearest even); norms equal the file's
+// the file's bytes; matrices converted (block types dequantised or f32
+// rounded on the device, others on the host) equal the host conversion of
+// the file's bytes (exact: the device decoders do internal/quant's float32
+// operations in its order, without FMA contraction, and both sides round to
+// nearest even); norms equal the file's
 // float32 bytes. It returns a summary of what it compared.
 func cudaCheckWeightImage(t *testing.T, path string, p *cudaWeightPlan, read func(off uint64, n int) []byte) string {
 	raw, err := os.ReadFile(path)
@@ -493,8 +500,8 @@ func cudaCheckWeightImage(t *testing.T, path string, p *cudaWeightPlan, read fun
 		}
 		total += uint64(len(want))
 	}
-	return fmt.Sprintf("%d matrices (%d copied, %d Q8_0 to bf16 and %d f32 cast on the device, %d converted on the host) and %d norms, %.2f MB, byte-identical",
-		len(ws), hows[cudaUploadCopy], hows[cudaUploadDequantQ8], hows[cudaUploadCastF32], hows[cudaUploadHost], len(ns), float64(total)/1e6)
+	return fmt.Sprintf("%d matrices (%d copied, %d block types to bf16 and %d f32 cast on the device, %d converted on the host) and %d norms, %.2f MB, byte-identical",
+		len(ws), hows[cudaUploadCopy], hows[cudaUploadDequant], hows[cudaUploadCastF32], hows[cudaUploadHost], len(ns), float64(total)/1e6)
 }
 
 // After NewCUDARunner, every weight on the device is what the file says,

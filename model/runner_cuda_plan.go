@@ -26,10 +26,10 @@ func cudaAlignUp(n, a uint64) uint64 { return (n + a - 1) / a * a }
 type cudaUpload uint8
 
 const (
-	cudaUploadCopy      cudaUpload = iota // bytes as stored in the file
-	cudaUploadDequantQ8                   // Q8_0 staged, dequantised to bf16 on the device
-	cudaUploadCastF32                     // f32 staged, rounded to bf16/f16 on the device
-	cudaUploadHost                        // converted on the host through float32, row chunks
+	cudaUploadCopy    cudaUpload = iota // bytes as stored in the file
+	cudaUploadDequant                   // a block type (Q4_0 ... Q6_K) staged, dequantised to bf16 on the device
+	cudaUploadCastF32                   // f32 staged, rounded to bf16/f16 on the device
+	cudaUploadHost                      // converted on the host through float32, row chunks (f16 ↔ bf16)
 )
 
 // cudaWeight is one matrix of the weight allocation.
@@ -114,8 +114,8 @@ func cudaGemmType(t kernels.DType) cuda.DType {
 }
 
 // cudaGemmTypeOf picks the GEMM element type of a model: its matrices' type when
-// they all share one cuBLASLt can multiply (f32, f16, bf16), else bf16 (Q8_0
-// is dequantised, mixed files are unified).
+// they all share one cuBLASLt can multiply (f32, f16, bf16), else bf16 (block
+// types are dequantised, mixed files are unified).
 func cudaGemmTypeOf(m *Llama) kernels.DType {
 	t := m.output.Type
 	for i := range m.layers {
@@ -138,8 +138,8 @@ func cudaUploadFor(src, dst kernels.DType) cudaUpload {
 	switch {
 	case src == dst:
 		return cudaUploadCopy
-	case src == kernels.Q8_0 && dst == kernels.BF16:
-		return cudaUploadDequantQ8
+	case src.BlockElems() > 1 && dst == kernels.BF16:
+		return cudaUploadDequant
 	case src == kernels.F32 && (dst == kernels.BF16 || dst == kernels.F16):
 		return cudaUploadCastF32
 	}
@@ -154,16 +154,11 @@ func cudaElemBytes(t kernels.DType) uint64 {
 	return 2
 }
 
-// cudaEmbeddingReads reports whether the device embedding kernel reads
-// tables of type t (the table stays as stored on the device). Matrices of
-// any type the CPU runner reads are fine: the other block types (Q4_0 ...
-// Q6_K) go through cudaUploadHost, dequantised on the host to the GEMM type.
+// cudaEmbeddingReads reports whether the device embedding kernels read
+// tables of type t (the table stays as stored on the device): every type
+// the CPU runner reads (ops.cu and quant.cu have a gather for each).
 func cudaEmbeddingReads(t kernels.DType) bool {
-	switch t {
-	case kernels.F32, kernels.F16, kernels.BF16, kernels.Q8_0:
-		return true
-	}
-	return false
+	return t.BlockElems() > 0
 }
 
 // cudaCheckTypes refuses a model with a tensor the CUDA runner cannot
@@ -171,7 +166,7 @@ func cudaEmbeddingReads(t kernels.DType) bool {
 // looks for a driver, so the answer does not depend on the machine.
 func cudaCheckTypes(m *Llama) error {
 	if !cudaEmbeddingReads(m.embd.Type) {
-		return fmt.Errorf("model: CUDA runner: tensor %q has type %v; the device embedding reads F32, F16, BF16 and Q8_0 tables (the CPU runner reads every type)",
+		return fmt.Errorf("model: CUDA runner: tensor %q has type %v; the device embedding reads F32, F16, BF16 and the block types Q4_0 ... Q6_K",
 			"token_embd.weight", m.embd.Type)
 	}
 	return nil
@@ -243,7 +238,7 @@ func cudaPlanWeights(m *Llama) (cudaWeightPlan, error) {
 func (p *cudaWeightPlan) stagingBytes() uint64 {
 	var n uint64
 	p.each(func(w *cudaWeight) {
-		if w.how == cudaUploadDequantQ8 || w.how == cudaUploadCastF32 {
+		if w.how == cudaUploadDequant || w.how == cudaUploadCastF32 {
 			n = max(n, uint64(len(w.src.Data)))
 		}
 	})

@@ -88,19 +88,33 @@ func TestNewCUDARunnerWithoutDriver(t *testing.T) {
 	require.ErrorContains(t, err, "Seats = 0")
 }
 
-// The CUDA runner refuses a token embedding its device kernel cannot read,
-// naming the tensor and the type, before it looks for a driver.
-func TestCUDARefusesEmbeddingType(t *testing.T) {
-	for _, typ := range []gguf.GGMLType{gguf.TypeQ4_K, gguf.TypeQ4_0, gguf.TypeQ6_K} {
-		m := loadSynth(t, kquantSpec(typ, gguf.TypeF32))
-		want := `model: CUDA runner: tensor "token_embd.weight" has type ` + typ.String() +
-			"; the device embedding reads F32, F16, BF16 and Q8_0 tables"
-		r, err := NewCUDARunner(m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVType: DefaultCUDAKVType})
-		require.Nil(t, r)
-		require.ErrorContains(t, err, want)
-		_, err = cudaPlanWeights(m)
-		require.ErrorContains(t, err, want)
+// The CUDA runner takes a token embedding of every type the CPU runner
+// reads: the table stays as stored (the device gathers it), and a tied
+// output of a block type is dequantised on the device. A type it cannot
+// read is refused by name before any driver is looked for.
+func TestCUDAEmbeddingTypes(t *testing.T) {
+	for _, typ := range []gguf.GGMLType{gguf.TypeQ4_K, gguf.TypeQ4_0, gguf.TypeQ6_K, gguf.TypeQ5_1, gguf.TypeQ2_K} {
+		s := kquantSpec(typ, gguf.TypeF32)
+		s.Tied = true
+		m := loadSynth(t, s)
+		p, err := cudaPlanWeights(m)
+		require.NoError(t, err, "%v table", typ)
+		require.Equal(t, cudaUploadCopy, p.embd.how, "%v table", typ)
+		require.Equal(t, kernels.DType(typ), p.embd.dt)
+		require.Equal(t, cudaUploadDequant, p.output.how, "tied %v output", typ)
+		require.NotEqual(t, p.embd.off, p.output.off, "the bf16 output is its own copy")
 	}
+	for _, typ := range kernels.Types {
+		require.True(t, cudaEmbeddingReads(typ), "%v", typ)
+	}
+	m := loadSynth(t, kquantSpec(gguf.TypeQ4_K, gguf.TypeF32))
+	m.embd.Type = kernels.DType(16) // IQ2_XXS: no decoder here or on the device
+	want := `model: CUDA runner: tensor "token_embd.weight" has type DType(16); the device embedding reads F32, F16, BF16 and the block types Q4_0 ... Q6_K`
+	r, err := NewCUDARunner(m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVType: DefaultCUDAKVType})
+	require.Nil(t, r)
+	require.ErrorContains(t, err, want)
+	_, err = cudaPlanWeights(m)
+	require.ErrorContains(t, err, want)
 }
 
 // requireDisjoint checks that ranges [off, off+size) are aligned and do not overlap.
@@ -143,14 +157,19 @@ func TestCUDAWeightPlan(t *testing.T) {
 		},
 			// 23 matrices cycle over the four types from the embedding on;
 			// the embedding is copied as stored whatever its type.
-			want{kernels.BF16, map[cudaUpload]int{cudaUploadCopy: 1 + 5, cudaUploadCastF32: 5, cudaUploadDequantQ8: 6, cudaUploadHost: 6}, false}},
+			want{kernels.BF16, map[cudaUpload]int{cudaUploadCopy: 1 + 5, cudaUploadCastF32: 5, cudaUploadDequant: 6, cudaUploadHost: 6}, false}},
 		{"k-quant matrices", func(t *testing.T) *Llama {
 			return loadSynth(t, kquantSpec(gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K, gguf.TypeQ5_0))
 		},
 			// 2 layers: embedding (Q8_0, as stored) + 15 matrices cycling
-			// Q4_K, Q6_K, Q5_0, Q8_0 from the output on: the block types
-			// through the host, Q8_0 dequantised on the device.
-			want{kernels.BF16, map[cudaUpload]int{cudaUploadCopy: 1, cudaUploadDequantQ8: 3, cudaUploadHost: 12}, false}},
+			// Q4_K, Q6_K, Q5_0, Q8_0 from the output on: every block type
+			// staged as stored and dequantised on the device, none on the
+			// host.
+			want{kernels.BF16, map[cudaUpload]int{cudaUploadCopy: 1, cudaUploadDequant: 15}, false}},
+		// llama.cpp's Q4_K_M file: a Q6_K table as stored, its Q4_K and
+		// Q6_K matrices (the output among them) dequantised on the device.
+		{"Q4_K_M fixture", func(t *testing.T) *Llama { return quantFixtureModel(t, "llama-Q4_K_M.gguf") },
+			want{kernels.BF16, map[cudaUpload]int{cudaUploadCopy: 1, cudaUploadDequant: 8}, false}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,8 +180,12 @@ func TestCUDAWeightPlan(t *testing.T) {
 			require.Equal(t, tc.want.gemm, cudaGemmTypeOf(m))
 			hows := map[cudaUpload]int{}
 			var offs, sizes []uint64
+			var staged uint64 // the largest matrix converted on the device, as stored
 			p.each(func(w *cudaWeight) {
 				hows[w.how]++
+				if w.how == cudaUploadDequant || w.how == cudaUploadCastF32 {
+					staged = max(staged, uint64(len(w.src.Data)))
+				}
 				offs, sizes = append(offs, w.off), append(sizes, w.size)
 				require.Equal(t, cudaUploadFor(w.src.Type, w.dt), w.how)
 				if w.dt == w.src.Type {
@@ -172,6 +195,7 @@ func TestCUDAWeightPlan(t *testing.T) {
 				}
 			})
 			require.Equal(t, tc.want.hows, hows)
+			require.Equal(t, staged, p.stagingBytes(), "staging holds the largest staged matrix")
 			require.Equal(t, tc.want.tied, p.output.off == p.embd.off)
 			require.Equal(t, m.embd.Type, p.embd.dt, "the embedding keeps its stored type")
 			for _, n := range append([]cudaNorm{p.outNorm}, func() []cudaNorm {
@@ -196,7 +220,12 @@ func TestCUDAUploadFor(t *testing.T) {
 	}{
 		{kernels.F32, kernels.F32, cudaUploadCopy},
 		{kernels.BF16, kernels.BF16, cudaUploadCopy},
-		{kernels.Q8_0, kernels.BF16, cudaUploadDequantQ8},
+		{kernels.Q8_0, kernels.BF16, cudaUploadDequant},
+		{kernels.Q4_0, kernels.BF16, cudaUploadDequant},
+		{kernels.Q5_1, kernels.BF16, cudaUploadDequant},
+		{kernels.Q2_K, kernels.BF16, cudaUploadDequant},
+		{kernels.Q6_K, kernels.BF16, cudaUploadDequant},
+		{kernels.Q4_K, kernels.F16, cudaUploadHost},
 		{kernels.F32, kernels.BF16, cudaUploadCastF32},
 		{kernels.F32, kernels.F16, cudaUploadCastF32},
 		{kernels.F16, kernels.BF16, cudaUploadHost},

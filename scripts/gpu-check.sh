@@ -13,7 +13,9 @@
 #
 #   cuda package                                          ~10 s   [60 s]
 #   kernels vs the CPU references, start-up, figures      ~90 s  [240 s]
-#     RMSNorm, RoPE, SiLU·mul, embedding, KV write, GEMM, graph replay;
+#     RMSNorm, RoPE, SiLU·mul, embedding (every type), block-type
+#     dequantisation bit-exact with the host (TestGPUDequantBlockTypes),
+#     KV write, GEMM, graph replay;
 #     paged attention: prefill at 1, 512 and 8,192 tokens and 512 after
 #     1,000 cached (f32 and bf16 KV; the 8K reference takes ~15 s on 16
 #     cores), decode at contexts 16..32K over 128K-context block tables
@@ -28,7 +30,8 @@
 #     stories260K greedy text = the CPU runner's (graphs and eager), mixed
 #     batches, eight rows sharing prompt blocks through the cascade decode
 #     graphs and with NoCascade (TestCUDARunnerCascadeMatchesCPU), the bf16
-#     cache, the memory plan, every weight read back
+#     cache, the memory plan, every weight (block types dequantised on
+#     the device included) read back
 #     after upload and compared byte for byte with the file (or its host
 #     conversion)
 #   decode of a Llama-3-8B-shaped model (16 GB of weights)  ~60 s  [150 s]
