@@ -305,7 +305,9 @@ static void qmm_portable(int wtype, const uint8_t *w, size_t wrow, act_t a,
 #define LP_DOTW(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
 #define LP_XOR8 1
 #define LP_NMAX 3
+#define LP_ZMM 1
 #include "tk_lowp_body.h"
+#undef LP_ZMM
 #undef LPF
 #undef LP_TARGET
 #undef LP_DOTB

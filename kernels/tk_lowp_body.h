@@ -78,6 +78,74 @@ TK_INLINE LP_TARGET void LPF(mm32)(const int WT, const int M, const int N,
     for (int j = 0; j < N; j++) y[(size_t)r * ldy + n + j] = tk_hsum8(acc[r][j]);
 }
 
+#ifdef LP_ZMM
+// mm32z is mm32 on 512-bit registers (LP_XOR8 levels only): two blocks
+// per vpdpbusd, their scale pairs [d0 x8, d1 x8] built once per weight row
+// and per x row and block pair, so one dot, conversion, scale product and
+// FMA cover 64 products instead of 32. An odd last block goes through the
+// 256-bit step.
+TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
+                                    const uint8_t *w, size_t wrow,
+                                    const int8_t *xq, const float *xd,
+                                    const int32_t *xc, int k, float *y,
+                                    long ldy, int n) {
+  const int nb = k / TK_QK;
+  const size_t bb = tk_blk_bytes(WT);
+  const uint8_t *row[4];
+  for (int j = 0; j < N; j++) row[j] = w + (size_t)(n + j) * wrow;
+  const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512 acc[4][4];
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++) acc[r][j] = _mm512_setzero_ps();
+  int b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    __m512i wu[4];
+    __m512 wd[4];
+    for (int j = 0; j < N; j++) {
+      const uint8_t *b0 = row[j] + (size_t)b * bb, *b1 = b0 + bb;
+      wu[j] = _mm512_inserti64x4(_mm512_castsi256_si512(LPF(wq32)(WT, b0)), LPF(wq32)(WT, b1), 1);
+      __m128 d01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0) | (uint32_t)tk_load_u16(b1) << 16)));
+      wd[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(d01));
+    }
+    for (int r = 0; r < M; r++) {
+      __m512i xv = _mm512_loadu_si512((const void *)(xq + (size_t)r * k + TK_QK * b));
+      __m512 dx = _mm512_permutexvar_ps(pair, _mm512_castpd_ps(_mm512_castpd128_pd512(
+                                                  _mm_load_sd((const double *)(const void *)(xd + (size_t)r * nb + b)))));
+      // The two corrections into lanes 0 and 8 (a permute: vpexpandd from
+      // memory is microcoded on Zen 4).
+      __m512i c0 = _mm512_maskz_permutexvar_epi32(0x0101, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
+                                                                (const __m128i *)(const void *)(xc + (size_t)r * nb + b))));
+      for (int j = 0; j < N; j++) {
+        __m512i s = _mm512_dpbusd_epi32(c0, wu[j], xv);
+        acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[j], dx), acc[r][j]);
+      }
+    }
+  }
+  __m256 t[4][4];
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++)
+      t[r][j] = _mm256_add_ps(_mm512_castps512_ps256(acc[r][j]), _mm512_extractf32x8_ps(acc[r][j], 1));
+  if (b < nb) {
+    for (int j = 0; j < N; j++) {
+      const uint8_t *blk = row[j] + (size_t)b * bb;
+      __m256i wu = LPF(wq32)(WT, blk);
+      __m256 wd = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk)));
+      for (int r = 0; r < M; r++) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + (size_t)r * k + TK_QK * b));
+        __m256i c0 = _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
+        __m256i s = LP_DOTB(c0, wu, xv);
+        t[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd, _mm256_set1_ps(xd[(size_t)r * nb + b])), t[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++) y[(size_t)r * ldy + n + j] = tk_hsum8(t[r][j]);
+}
+#define LP_MM32 LPF(mm32z)
+#else
+#define LP_MM32 LPF(mm32)
+#endif
+
 // mm32_rows runs the N-row weight tile at n over all m rows of x, four at
 // a time: the N weight rows stay in L1 while the rows of x pass.
 TK_INLINE LP_TARGET void LPF(mm32_rows)(const int WT, const int N,
@@ -92,10 +160,10 @@ TK_INLINE LP_TARGET void LPF(mm32_rows)(const int WT, const int N,
     const int32_t *c = xc + (size_t)r * nb;
     float *yr = y + (size_t)r * ldy;
     switch (m - r < 4 ? m - r : 4) {
-      case 1: LPF(mm32)(WT, 1, N, w, wrow, q, d, c, k, yr, ldy, n); break;
-      case 2: LPF(mm32)(WT, 2, N, w, wrow, q, d, c, k, yr, ldy, n); break;
-      case 3: LPF(mm32)(WT, 3, N, w, wrow, q, d, c, k, yr, ldy, n); break;
-      default: LPF(mm32)(WT, 4, N, w, wrow, q, d, c, k, yr, ldy, n); break;
+      case 1: LP_MM32(WT, 1, N, w, wrow, q, d, c, k, yr, ldy, n); break;
+      case 2: LP_MM32(WT, 2, N, w, wrow, q, d, c, k, yr, ldy, n); break;
+      case 3: LP_MM32(WT, 3, N, w, wrow, q, d, c, k, yr, ldy, n); break;
+      default: LP_MM32(WT, 4, N, w, wrow, q, d, c, k, yr, ldy, n); break;
     }
   }
 }
@@ -248,7 +316,7 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
     int n = n0;                                                                           \
     for (; n + nt <= n1; n += nt) {                                                       \
       if (m == 1)                                                                         \
-        LPF(mm32)(T, 1, 4, w, wrow, xq, xd, xc, k, y, ldy, n);                            \
+        LP_MM32(T, 1, 4, w, wrow, xq, xd, xc, k, y, ldy, n);                              \
       else                                                                                \
         LPF(mm32_rows)(T, LP_NMAX, w, wrow, xq, xd, xc, m, k, y, ldy, n);                 \
     }                                                                                     \
@@ -262,3 +330,4 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
   }
 }
 #undef LP_N_FOR
+#undef LP_MM32
