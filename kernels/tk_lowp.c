@@ -403,11 +403,19 @@ static TK_TARGET_BF16 void mm_bf16_tile(const uint8_t *w, size_t wrow,
     int len = k - c0 < TK_BF16_KC ? k - c0 : TK_BF16_KC, acc = c0 > 0;
     for (int n = n0; n < n1;) {
       // Four weight rows at a time (one for the tail); each stays in L1
-      // while the rows of x pass four at a time.
-      int nn = n1 - n >= 4 ? 4 : 1;
+      // while the rows of x pass four at a time, prefetching the next
+      // four's chunk. GEMV rows (m ≤ 4) take one weight row at a time: a
+      // sequential read the hardware prefetcher follows.
+      int nn = m > 4 && n1 - n >= 4 ? 4 : 1;
       const uint16_t *wr[4];
       for (int j = 0; j < nn; j++) wr[j] = (const uint16_t *)(const void *)(w + (size_t)(n + j) * wrow);
+      int nx = nn == 4 ? (n1 - n - 4 < 4 ? n1 - n - 4 : 4) : 0;
+      size_t lines = nx > 0 ? (2 * (size_t)len + 63) / 64 : 0, groups = (size_t)(m + 3) / 4;
       for (int r = 0; r < m; r += 4) {
+        size_t g = (size_t)r / 4;
+        for (size_t i = lines * g / groups; i < lines * (g + 1) / groups; i++)
+          for (int j = 0; j < nx; j++)
+            _mm_prefetch((const char *)(w + (size_t)(n + 4 + j) * wrow + 2 * (size_t)c0 + 64 * i), _MM_HINT_T0);
         const uint16_t *xr = xb + (size_t)r * kp;
         float *yr = y + (size_t)r * ldy;
         int mm = m - r < 4 ? m - r : 4;
