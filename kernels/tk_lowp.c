@@ -366,8 +366,18 @@ TK_INLINE TK_TARGET_BF16 void mm_bf16(const int M, const int N,
                                       int acc) {
   __m512 a[4][4];
   for (int r = 0; r < M; r++)
-    for (int j = 0; j < N; j++) a[r][j] = _mm512_setzero_ps();
+    for (int j = 0; j < 4; j++) a[r][j] = _mm512_setzero_ps();
   int c = 0;
+  if (N == 1)  // one weight row: four chains per x row hide vdpbf16ps latency
+    for (; c + 128 <= len; c += 128)
+      for (int u = 0; u < 4; u++) {
+        __m512i wv = _mm512_loadu_si512((const void *)(wr[0] + c0 + c + 32 * u));
+        for (int r = 0; r < M; r++)
+          a[r][u] = _mm512_dpbf16_ps(a[r][u], (__m512bh)wv,
+                                     (__m512bh)_mm512_loadu_si512((const void *)(x + (size_t)r * kp + c0 + c + 32 * u)));
+      }
+  if (N == 1)
+    for (int r = 0; r < M; r++) a[r][0] = _mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3]));
   for (; c + 32 <= len; c += 32) {
     __m512i xv[4];
     for (int r = 0; r < M; r++) xv[r] = _mm512_loadu_si512((const void *)(x + (size_t)r * kp + c0 + c));
