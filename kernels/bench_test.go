@@ -130,17 +130,25 @@ func BenchmarkMatMul(b *testing.B) {
 			}
 			x, y := randFloats(rng, s.m*s.k, 1), make([]float32, s.m*s.n)
 			for _, cores := range benchCores() {
-				b.Run(fmt.Sprintf("%v/m=%d,k=%d,n=%d/cores=%d", typ, s.m, s.k, s.n, cores), func(b *testing.B) {
+				for _, exact := range []bool{true, false} {
 					w := NewWorkers(cores)
-					defer w.Close()
-					peak, corePeak := measurePeak(b, w, cores), cpuPeak(b, w)
-					best, cpu := loop(b, func() error { return w.MatMul(y, x, s.m, W) })
-					flop := 2 * float64(s.m*s.k*s.n)
-					b.ReportMetric(float64(b.N)*flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-					b.ReportMetric(flop/best.Seconds()/1e9, "best_GFLOP/s")
-					b.ReportMetric(flop/best.Seconds()/1e9/peak, "frac_peak")
-					b.ReportMetric(flop/cpu.Seconds()/1e9/corePeak, "cpu_frac_peak")
-				})
+					w.SetExact(exact)
+					mode := w.LowPrecision(W, s.m)
+					if !exact && mode == "f32" {
+						w.Close()
+						continue
+					}
+					b.Run(fmt.Sprintf("%v/m=%d,k=%d,n=%d/cores=%d/%s", typ, s.m, s.k, s.n, cores, mode), func(b *testing.B) {
+						peak, corePeak := measurePeak(b, w, cores), cpuPeak(b, w)
+						best, cpu := loop(b, func() error { return w.MatMul(y, x, s.m, W) })
+						flop := 2 * float64(s.m*s.k*s.n)
+						b.ReportMetric(float64(b.N)*flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+						b.ReportMetric(flop/best.Seconds()/1e9, "best_GFLOP/s")
+						b.ReportMetric(flop/best.Seconds()/1e9/peak, "frac_peak")
+						b.ReportMetric(flop/cpu.Seconds()/1e9/corePeak, "cpu_frac_peak")
+					})
+					w.Close()
+				}
 			}
 		}
 	}

@@ -9,7 +9,9 @@ import (
 )
 
 // FuzzMatMul checks MatMul against the float64 reference for arbitrary
-// small shapes, weight types, worker counts and every supported path.
+// small shapes, weight types, worker counts and every supported path, with
+// float32 activations (SetExact) and with the default low-precision ones
+// (within lowpCase's bound).
 func FuzzMatMul(f *testing.F) {
 	f.Add(uint64(1), uint8(1), uint8(7), uint8(5), uint8(0), uint8(1))
 	f.Add(uint64(2), uint8(6), uint8(40), uint8(33), uint8(1), uint8(2))
@@ -21,12 +23,17 @@ func FuzzMatMul(f *testing.F) {
 		}
 		dt := allTypes[int(typ)%len(allTypes)]
 		kk := roundUp(int(k), dt.BlockElems())
-		c := newMMCase(t, rand.New(rand.NewPCG(seed, 7)), dt, int(m)%40+1, kk, int(n))
+		rng := rand.New(rand.NewPCG(seed, 7))
+		c := newMMCase(t, rng, dt, int(m)%40+1, kk, int(n))
+		lc := lowpCase(t, rng, c.W, c.m)
 		w := NewWorkers(int(workers)%4 + 1)
 		defer w.Close()
 		for _, p := range SupportedPaths() {
 			require.NoError(t, w.SetPath(p))
+			w.SetExact(true)
 			c.check(t, w)
+			w.SetExact(false)
+			lc.check(t, w)
 		}
 	})
 }

@@ -24,13 +24,16 @@ func randFloats(rng *rand.Rand, n int, scale float32) []float32 {
 }
 
 // forEachPath runs f on a fresh pool for every path this CPU supports and
-// for one and three workers (three exceeds the cores, exercising hand-off).
+// for one and three workers (three exceeds the cores, exercising hand-off),
+// with float32 activations (SetExact): the low-precision kernels have their
+// own tests (lowp_test.go).
 func forEachPath(t *testing.T, f func(t *testing.T, w *Workers)) {
 	for _, p := range SupportedPaths() {
 		for _, n := range []int{1, 3} {
 			t.Run(fmt.Sprintf("%v/workers=%d", p, n), func(t *testing.T) {
 				w := NewWorkers(n)
 				defer w.Close()
+				w.SetExact(true)
 				require.NoError(t, w.SetPath(p))
 				require.Equal(t, p, w.Path())
 				f(t, w)
@@ -475,16 +478,21 @@ func TestNoAllocs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	W, err := Quantize(BF16, 64, 96, randFloats(rng, 64*96, 1))
 	require.NoError(t, err)
-	x, y := randFloats(rng, 8*96, 1), make([]float32, 8*64)
+	x, y := randFloats(rng, 8*256, 1), make([]float32, 8*64)
+	Wq, err := Quantize(Q4_K, 64, 256, randFloats(rng, 64*256, 1))
+	require.NoError(t, err)
+	xl, yl := randFloats(rng, 40*96, 1), make([]float32, 40*64)
 	l := &KVLayer{NumBlocks: 4, KVHeads: 2, BlockSize: 16, HeadDim: 16}
 	l.K, l.V = randFloats(rng, 4*2*16*16, 1), randFloats(rng, 4*2*16*16, 1)
 	q, out := randFloats(rng, 3*4*16, 1), make([]float32, 3*4*16)
 	seqs := []AttnSeq{{QStart: 0, NumQ: 2, ContextLen: 40, BlockTable: []int32{3, 1, 0}}, {QStart: 2, NumQ: 1, ContextLen: 5, BlockTable: []int32{2}}}
 	ops := map[string]func(){
-		"gemm": func() { _ = w.MatMul(y, x, 8, W) },
-		"gemv": func() { _ = w.MatMul(y[:64], x[:96], 1, W) },
-		"attn": func() { _ = w.PagedAttention(out, q, l, seqs, 4, 0.25) },
-		"norm": func() { _ = w.RMSNorm(x, x, x[:96], 8, 96, 1e-5) },
+		"gemm":      func() { _ = w.MatMul(y, x[:8*96], 8, W) },
+		"gemv":      func() { _ = w.MatMul(y[:64], x[:96], 1, W) },
+		"int8":      func() { _ = w.MatMul(y, x[:8*256], 8, Wq) },
+		"gemm-bf16": func() { _ = w.MatMul(yl, xl, 40, W) },
+		"attn":      func() { _ = w.PagedAttention(out, q, l, seqs, 4, 0.25) },
+		"norm":      func() { _ = w.RMSNorm(x[:8*96], x[:8*96], x[:96], 8, 96, 1e-5) },
 	}
 	l16 := kvAs(l, F16)
 	ops["attn f16"] = func() { _ = w.PagedAttention(out, q, l16, seqs, 4, 0.25) }

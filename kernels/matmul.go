@@ -22,8 +22,12 @@ const tinyMatMulMACs = 32 * 1024
 // to float32 as they are packed or streamed. 1..4 rows take the GEMV path,
 // 5..32 (batched decode) the streaming path, which reads each weight from
 // memory once with no packed copy; more rows the packed GEMM. y must not
-// overlap x. Errors
-// name the mismatched sizes; nothing is written then.
+// overlap x. Unless SetExact(true), activations are rounded where that is
+// faster (Workers.LowPrecision): to bf16 for BF16 weights on AVX512-BF16
+// (vdpbf16ps; every row count), to int8 blocks for Q8_0, Q4_0, Q5_0, Q4_K,
+// Q5_K and Q6_K at up to 32 rows (integer dot products); the result then
+// differs from RefMatMul by that rounding too. Errors name the mismatched
+// sizes; nothing is written then.
 func (w *Workers) MatMul(y, x []float32, m int, W Matrix) error {
 	if err := W.Validate(); err != nil {
 		return err
@@ -41,6 +45,10 @@ func (w *Workers) MatMul(y, x []float32, m int, W Matrix) error {
 	defer w.mu.Unlock()
 	if w.closed {
 		return ErrClosed
+	}
+	if kind := w.lowpKind(W, m); kind != lowpNone {
+		w.matmulLowp(kind, y, x, m, W)
+		return nil
 	}
 	n := W.Rows
 	if m <= streamMaxRows {

@@ -121,9 +121,10 @@ func TestBlockTypeErrors(t *testing.T) {
 }
 
 // BenchmarkGEMVQuant is decode (m=1) over about 256 MiB of weights of each
-// block type (8× the LLC): bytes/s of weights streamed, and that as a
-// fraction of the read bandwidth measured in the same run on a 256 MiB
-// buffer (frac_bw).
+// type (8× the LLC): bytes/s of weights streamed, and that as a fraction
+// of the read bandwidth measured in the same run on a 256 MiB buffer
+// (frac_bw), with float32 activations (exact) and, where the type has
+// them, the low-precision ones (lowp: bf16 or int8), side by side.
 func BenchmarkGEMVQuant(b *testing.B) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	const k, target = 8192, 256 << 20
@@ -131,23 +132,36 @@ func BenchmarkGEMVQuant(b *testing.B) {
 	for i := range bw {
 		bw[i] = 1
 	}
-	for _, typ := range blockTypes {
+	for _, typ := range append([]DType{F32, BF16}, blockTypes...) {
 		rb, _ := typ.RowBytes(k)
 		n := target / rb
-		W := randomBitsMatrix(rng, typ, n, k)
+		var W Matrix
+		if typ == F32 || typ == BF16 {
+			W = streamMatrix(typ, n, k)
+		} else {
+			W = randomBitsMatrix(rng, typ, n, k)
+		}
 		x, y := randFloats(rng, k, 1), make([]float32, n)
 		for _, cores := range benchCores() {
-			b.Run(fmt.Sprintf("%v/k=%d,n=%d/cores=%d", typ, k, n, cores), func(b *testing.B) {
+			for _, exact := range []bool{true, false} {
 				w := NewWorkers(cores)
-				defer w.Close()
-				roof := measureBandwidth(b, w, bw, cores)
-				b.SetBytes(int64(len(W.Data)))
-				best, _ := loop(b, func() error { return w.MatMul(y, x, 1, W) })
-				b.ReportMetric(float64(len(W.Data))/best.Seconds()/1e9, "best_GB/s")
-				b.ReportMetric(float64(n*k)/best.Seconds()/1e9, "best_Gweights/s")
-				b.ReportMetric(roof, "roof_GB/s")
-				b.ReportMetric(float64(len(W.Data))/best.Seconds()/1e9/roof, "frac_bw")
-			})
+				w.SetExact(exact)
+				mode := w.LowPrecision(W, 1)
+				if !exact && mode == "f32" {
+					w.Close()
+					continue
+				}
+				b.Run(fmt.Sprintf("%v/k=%d,n=%d/cores=%d/%s", typ, k, n, cores, mode), func(b *testing.B) {
+					roof := measureBandwidth(b, w, bw, cores)
+					b.SetBytes(int64(len(W.Data)))
+					best, _ := loop(b, func() error { return w.MatMul(y, x, 1, W) })
+					b.ReportMetric(float64(len(W.Data))/best.Seconds()/1e9, "best_GB/s")
+					b.ReportMetric(float64(n*k)/best.Seconds()/1e9, "best_Gweights/s")
+					b.ReportMetric(roof, "roof_GB/s")
+					b.ReportMetric(float64(len(W.Data))/best.Seconds()/1e9/roof, "frac_bw")
+				})
+				w.Close()
+			}
 		}
 	}
 }

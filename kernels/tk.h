@@ -52,6 +52,50 @@ void tk_stream_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
                     const float *x, int m, float *y, long ldy, int k, int n0,
                     int n1, float *tmp);
 
+// ---- low-precision activations (tk_lowp.c) ----
+
+// Optional extensions (tk_cpu_features bits) the low-precision kernels use.
+enum { TK_FEAT_BF16 = 1, TK_FEAT_VNNI512 = 2, TK_FEAT_AVXVNNI = 4 };
+int tk_cpu_features(void);
+
+// Integer-dot levels of the int8-activation kernels: portable C, AVX2
+// (maddubs), AVX-VNNI and AVX512-VNNI (both vpdpbusd on 256 bits).
+enum { TK_LP_PORTABLE = 0, TK_LP_AVX2 = 1, TK_LP_AVXVNNI = 2, TK_LP_VNNI512 = 3 };
+
+// tk_act_block is the activation block (32 or 256) for wtype, 0 where
+// wtype has no int8-activation kernel.
+int tk_act_block(int wtype);
+// tk_act_bytes is the size of tk_quant_act's buffer for m rows of k.
+size_t tk_act_bytes(int wtype, int m, int k);
+// tk_quant_act quantises rows [r0, r1) of x (float32 [m][k]) per
+// tk_act_block: scale d = max|x|/127 (float32) and int8 q =
+// round-half-even(x·127/max|x|), plus the per-block sums the weight type
+// needs, into buf (tk_act_bytes, 64-byte aligned).
+void tk_quant_act(int lp, int wtype, const float *x, int m, int k, int r0,
+                  int r1, void *buf);
+// tk_qmm_tile computes y[r][n] for r < m, n in [n0, n1) from activations
+// quantised by tk_quant_act (same lp, wtype, m, k).
+void tk_qmm_tile(int lp, int wtype, const uint8_t *w, size_t wrow,
+                 const void *act, int m, float *y, long ldy, int k, int n0,
+                 int n1);
+
+// tk_x_bf16 rounds x (float32 [m][k]) to bf16 (nearest even, denormals to
+// zero) into xb [m][kp], kp a multiple of 32 ≥ k, zero padded. The bf16
+// entry points run only where tk_cpu_features has TK_FEAT_BF16.
+void tk_x_bf16(const float *x, int m, int k, int kp, uint16_t *xb);
+// tk_mm_bf16_tile is tk_stream_tile for BF16 weights and bf16 x (any m).
+void tk_mm_bf16_tile(const uint8_t *w, size_t wrow, const uint16_t *xb,
+                     int kp, int m, float *y, long ldy, int k, int n0,
+                     int n1);
+// tk_pack_a_bf16 is tk_pack_a into bf16 pairs: panel i is [k/2][MR] 32-bit
+// pairs (depth 2p low, 2p+1 high) at pa + i*MR*(k/2); k is even.
+void tk_pack_a_bf16(const float *x, int k, int r0, int r1, uint32_t *pa);
+// tk_gemm_tile_bf16 is tk_gemm_tile for BF16 weights and x packed by
+// tk_pack_a_bf16 (k even). pb needs (n1-n0+32)*KC/2 floats.
+void tk_gemm_tile_bf16(const uint8_t *w, size_t wrow, const uint32_t *pa,
+                       float *y, long ldy, int k, int m, int n0, int n1,
+                       float *pb);
+
 // tk_dequant_rows writes rows[i] of W (cols elements each) to out[i][cols].
 void tk_dequant_rows(int isa, int wtype, const uint8_t *w, size_t wrow,
                      int cols, const int32_t *rows, int nrows, float *out);

@@ -298,6 +298,71 @@ void tk_gemm_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
   }
 }
 
+#if TK_X86
+#define TK_TARGET_BF16_GEMM                                              \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16," \
+                        "avx2,fma,f16c")))
+
+// ukr_bf16 is ukr_avx512 with bf16 pairs: a is [kh][MR] pairs of x, b is
+// [kh][32] pairs of W (depth 2p, 2p+1 of one column per 32-bit lane); one
+// vdpbf16ps does 16 columns x 2 depths for one row.
+static TK_TARGET_BF16_GEMM void ukr_bf16(int kh, const uint32_t *a, int mr,
+                                         const uint32_t *b, float *c,
+                                         long ldc, int nr, int acc) {
+  __m512 t0[TK_MR], t1[TK_MR];
+  for (int r = 0; r < TK_MR; r++) {
+    t0[r] = _mm512_setzero_ps();
+    t1[r] = _mm512_setzero_ps();
+  }
+  for (int p = 0; p < kh; p++) {
+    __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void *)b);
+    __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void *)(b + 16));
+    for (int r = 0; r < TK_MR; r++) {
+      __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r]);
+      t0[r] = _mm512_dpbf16_ps(t0[r], av, b0);
+      t1[r] = _mm512_dpbf16_ps(t1[r], av, b1);
+    }
+    a += TK_MR;
+    b += 32;
+  }
+  float t[TK_MR * 32];
+  for (int r = 0; r < TK_MR; r++) {
+    _mm512_storeu_ps(t + r * 32, t0[r]);
+    _mm512_storeu_ps(t + r * 32 + 16, t1[r]);
+  }
+  store_tile(t, 32, c, ldc, mr, nr, acc);
+}
+#endif
+
+void tk_gemm_tile_bf16(const uint8_t *w, size_t wrow, const uint32_t *pa,
+                       float *y, long ldy, int k, int m, int n0, int n1,
+                       float *pb) {
+#if TK_X86
+  const int nr = 32, nc = n1 - n0, kh = k / 2;
+  for (int k0 = 0; k0 < k; k0 += TK_KC) {
+    int kc = k - k0 < TK_KC ? k - k0 : TK_KC;
+    // A bf16 row holds kc/2 32-bit pairs, so the F32 packer transposes
+    // pairs into [kc/2][32] panels.
+    pack_b_avx2(nr, TK_F32, w, wrow, n0, nc, k0 / 2, kc / 2, pb);
+    const uint32_t *pbu = (const uint32_t *)(const void *)pb;
+    for (int i0 = 0; i0 < m; i0 += TK_MC) {
+      int i1 = m - i0 < TK_MC ? m : i0 + TK_MC;
+      for (int jp = 0; jp < nc; jp += nr) {
+        const uint32_t *bp = pbu + (size_t)jp * (kc / 2);
+        int cols = nc - jp < nr ? nc - jp : nr;
+        for (int ip = i0; ip < i1; ip += TK_MR) {
+          const uint32_t *ap = pa + (size_t)ip * kh + (size_t)(k0 / 2) * TK_MR;
+          int rows = i1 - ip < TK_MR ? i1 - ip : TK_MR;
+          ukr_bf16(kc / 2, ap, rows, bp, y + (size_t)ip * ldy + n0 + jp, ldy, cols, k0 > 0);
+        }
+      }
+    }
+  }
+#else
+  (void)w, (void)wrow, (void)pa, (void)y, (void)ldy, (void)k, (void)m, (void)n0, (void)n1, (void)pb;
+#endif
+}
+
 // ---- GEMV: 1..4 activation rows, every weight row read once ----
 
 static void gemv_portable(int wtype, const uint8_t *w, size_t wrow,

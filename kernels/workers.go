@@ -27,7 +27,10 @@ type Workers struct {
 	scratch [][]float32
 	packA   []float32 // x packed into MR-row panels for the GEMM
 	tasks   []attnTask
-	casc    cascade // PagedAttentionGroups' plan and partial states
+	casc    cascade   // PagedAttentionGroups' plan and partial states
+	act     []float32 // x rounded to bf16 or quantised to int8 (tk_lowp.c)
+	feat    Features  // extensions the low-precision kernels may use
+	exact   bool      // float32 activations for every weight type (SetExact)
 	closed  bool
 }
 
@@ -43,6 +46,10 @@ const (
 	jobFMA
 	jobRead
 	jobCascade
+	jobQmm
+	jobMMBF16
+	jobPackABF16
+	jobGemmBF16
 )
 
 // job holds the arguments of the operation in flight. It is written only by
@@ -55,6 +62,8 @@ type job struct {
 	x, y []float32
 	m    int
 	nc   int // items per tile: weight rows, x panels or norm rows
+	lp   int // integer-dot level (jobQmm)
+	kp   int // bf16 x row stride (jobMMBF16)
 	// rmsnorm
 	weight    []float32
 	rows, dim int
@@ -77,7 +86,7 @@ var ErrClosed = errors.New("kernels: workers closed")
 // NewWorkers starts a pool of n workers (n < 1 means 1) using BestPath.
 func NewWorkers(n int) *Workers {
 	n = max(n, 1)
-	w := &Workers{n: n, path: BestPath(), wake: make([]chan struct{}, n-1), scratch: make([][]float32, n)}
+	w := &Workers{n: n, path: BestPath(), feat: SupportedFeatures(), wake: make([]chan struct{}, n-1), scratch: make([][]float32, n)}
 	w.quit.Add(n - 1)
 	for i := range w.wake {
 		w.wake[i] = make(chan struct{})
@@ -192,6 +201,8 @@ func (w *Workers) runTile(id, t int) {
 		cAttnTask(j.path, j.out, j.q, j.l, j.heads, sq.BlockTable, sq, task.kvh, task.i0, task.i1, j.scale, s)
 	case jobCascade:
 		w.cascadeTile(t, s)
+	case jobQmm, jobMMBF16, jobPackABF16, jobGemmBF16:
+		w.lowpTile(j, t, s)
 	case jobFMA:
 		j.flops[t] = cPeakFMA(j.path, j.iters)
 	case jobRead:

@@ -119,3 +119,14 @@ func newTestRunner(tb testing.TB, m *Llama, cfg CPURunnerConfig) *CPURunner {
 	tb.Cleanup(func() { require.NoError(tb, r.Close()) })
 	return r
 }
+
+// newExactRunner is newTestRunner with float32 activations in every
+// MatMul (kernels.Workers.SetExact), so the runner differs from the Go
+// reference by float32 summation only.
+func newExactRunner(tb testing.TB, m *Llama, cfg CPURunnerConfig) *CPURunner {
+	tb.Helper()
+	r := newTestRunner(tb, m, cfg)
+	r.pool.SetExact(true)
+	r.serial.SetExact(true)
+	return r
+}

@@ -12,9 +12,16 @@ import (
 // (prefill, then teacher-forced decode) and compares every step's logits
 // with the plain-Go reference forward pass (float64 accumulation, dense
 // attention). The runner accumulates in float32, so the tolerance is
-// relative to the row's largest logit.
+// relative to the row's largest logit. With float32 activations (exact)
+// only summation order differs; with the kernels' default low-precision
+// activations (bf16 for BF16, int8 blocks for Q8_0, Q4_0, Q5_0 and the
+// K-quants at ≤ 32 rows) the rounding of x adds its own error, bounded by
+// lowpTol.
 func TestRunnerMatchesReference(t *testing.T) {
 	const tol = 1e-5 // observed ≤ 1e-6 on every type (the block types decode to the reference's exact weights)
+	// Observed with low-precision activations: 0.0063 (BF16), 0.02 (Q8_0),
+	// 0.016 (legacy blocks), 0.012 (K-quants) of the row's largest logit.
+	const lowpTol = 0.05
 	all := []gguf.GGMLType{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0}
 	tied := smallSpec(all...)
 	tied.Tied = true
@@ -40,26 +47,36 @@ func TestRunnerMatchesReference(t *testing.T) {
 		{"k-quants", kq},
 		{"k-quants-tied", kqTied},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m := loadSynth(t, tc.spec)
-			rng := rand.New(rand.NewPCG(1, 2))
-			toks := make([]int32, 40)
-			for i := range toks {
-				toks[i] = int32(rng.IntN(m.cfg.Vocab))
+		m := loadSynth(t, tc.spec)
+		rng := rand.New(rand.NewPCG(1, 2))
+		toks := make([]int32, 40)
+		for i := range toks {
+			toks[i] = int32(rng.IntN(m.cfg.Vocab))
+		}
+		want := refForward(t, m, toks)
+		for _, exact := range []bool{true, false} {
+			name, bound := tc.name+"/exact", tol
+			if !exact {
+				name, bound = tc.name+"/lowp", lowpTol
 			}
-			want := refForward(t, m, toks)
-			r := newTestRunner(t, m, CPURunnerConfig{Seats: 2, KVBlocks: 8, BlockSize: 8, MaxBatchTokens: 64, KeepLogits: true})
-			h := newHarness(t, r)
-			s := newSeq(1, 3, 0, 7, 5, 1)
-			const prefill = 25
-			_, got := h.step(part{s, toks[:prefill], true})
-			worst := relErr(got[0], want[prefill-1])
-			for p := prefill; p < len(toks); p++ {
-				_, got = h.step(part{s, toks[p : p+1], true})
-				worst = max(worst, relErr(got[0], want[p]))
-			}
-			t.Logf("worst relative error %.3g", worst)
-			require.Less(t, worst, tol)
-		})
+			t.Run(name, func(t *testing.T) {
+				cfg := CPURunnerConfig{Seats: 2, KVBlocks: 8, BlockSize: 8, MaxBatchTokens: 64, KeepLogits: true}
+				r := newTestRunner(t, m, cfg)
+				if exact {
+					r = newExactRunner(t, m, cfg)
+				}
+				h := newHarness(t, r)
+				s := newSeq(1, 3, 0, 7, 5, 1)
+				const prefill = 25
+				_, got := h.step(part{s, toks[:prefill], true})
+				worst := relErr(got[0], want[prefill-1])
+				for p := prefill; p < len(toks); p++ {
+					_, got = h.step(part{s, toks[p : p+1], true})
+					worst = max(worst, relErr(got[0], want[p]))
+				}
+				t.Logf("worst relative error %.3g", worst)
+				require.Less(t, worst, bound)
+			})
+		}
 	}
 }

@@ -42,10 +42,13 @@ type decodeResult struct {
 
 // benchDecode measures decode steps of seqs sequences together at context
 // ctx and reports tokens/s (sequences × steps per second), mean and best.
-func benchDecode(b *testing.B, m *Llama, seqs, ctx int, kv kernels.DType) *decodeResult {
+// kv is the KV cache's type; exact (optional) selects float32 activations
+// in every MatMul.
+func benchDecode(b *testing.B, m *Llama, seqs, ctx int, kv kernels.DType, exact ...bool) *decodeResult {
 	bs := 16
 	per := (ctx + bs - 1) / bs
 	r := newTestRunner(b, m, CPURunnerConfig{Seats: seqs, KVBlocks: seqs * per, BlockSize: bs, MaxBatchTokens: max(seqs, ctx), KVType: kv})
+	setExact(r, exact)
 	h := newHarness(b, r)
 	ss := make([]*tseq, seqs)
 	for i := range ss {
@@ -138,53 +141,81 @@ func BenchmarkStories260K(b *testing.B) {
 	}
 }
 
+// setExact applies benchDecode's and benchPrefill's optional exact flag
+// to the runner's pools.
+func setExact(r *CPURunner, exact []bool) {
+	if len(exact) > 0 {
+		r.pool.SetExact(exact[0])
+		r.serial.SetExact(exact[0])
+	}
+}
+
+// BenchmarkLlama110M: decode of 1 and 32 sequences and a 512-token
+// prefill of the 110M shape per weight type, with the kernels' default
+// low-precision activations (lowp: bf16 for BF16, int8 for Q8_0/Q4_K) and
+// with float32 activations (exact), side by side.
 func BenchmarkLlama110M(b *testing.B) {
 	cores := runtime.GOMAXPROCS(0)
-	for _, typ := range []gguf.GGMLType{gguf.TypeF32, gguf.TypeQ8_0} {
+	for _, typ := range []gguf.GGMLType{gguf.TypeF32, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_K} {
 		m, err := LoadLlama(writeSynth(b, b.TempDir(), spec110M(typ)), LlamaOptions{})
 		require.NoError(b, err)
-		for _, kv := range kernels.KVTypes {
-			benchDecode110M(b, m, typ, kv, cores)
+		modes := []bool{false, true}
+		if typ == gguf.TypeF32 {
+			modes = modes[:1]
 		}
-		b.Run(fmt.Sprintf("%v/prefill/tokens=512", typ), func(b *testing.B) { benchPrefill(b, m, 512, cores) })
+		for _, exact := range modes {
+			bench110M(b, m, typ, exact, cores)
+		}
 		require.NoError(b, m.Close())
 	}
 }
 
-// benchDecode110M is BenchmarkLlama110M's decode pair (one sequence, then
-// 32) for weights typ and a KV cache of type kv.
-func benchDecode110M(b *testing.B, m *Llama, typ gguf.GGMLType, kv kernels.DType, cores int) {
-	var one *decodeResult
-	b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=1/kv=%v", typ, ctxMid, kv), func(b *testing.B) {
-		one = benchDecode(b, m, 1, ctxMid, kv)
-		// Roofline: a decode step streams every weight once. Probe
-		// passes alternate with decode steps; both keep their best.
-		bw := readBandwidth(b, cores, 8, func() {
-			for range 4 {
-				one.step()
+func bench110M(b *testing.B, m *Llama, typ gguf.GGMLType, exact bool, cores int) {
+	mode := "lowp"
+	if exact {
+		mode = "exact"
+	}
+	// The KV cache types only with the default activations: the cache's
+	// cost does not depend on how the weights' products are rounded.
+	kvs := kernels.KVTypes[:]
+	if exact {
+		kvs = []kernels.DType{DefaultCPUKVType}
+	}
+	for _, kv := range kvs {
+		var one *decodeResult
+		b.Run(fmt.Sprintf("%v/%s/decode/ctx=%d/seqs=1/kv=%v", typ, mode, ctxMid, kv), func(b *testing.B) {
+			one = benchDecode(b, m, 1, ctxMid, kv, exact)
+			// Roofline: a decode step streams every weight once. Probe
+			// passes alternate with decode steps; both keep their best.
+			bw := readBandwidth(b, cores, 8, func() {
+				for range 4 {
+					one.step()
+				}
+			})
+			one.bestTPS = 1 / one.best.Seconds()
+			achieved := one.bestTPS * float64(m.WeightBytes())
+			b.ReportMetric(one.bestTPS, "best-tok/s")
+			b.ReportMetric(bw/1e9, "probe-GB/s")
+			b.ReportMetric(achieved/1e9, "weights-GB/s")
+			b.ReportMetric(achieved/bw, "roofline-frac")
+		})
+		b.Run(fmt.Sprintf("%v/%s/decode/ctx=%d/seqs=32/kv=%v", typ, mode, ctxMid, kv), func(b *testing.B) {
+			res := benchDecode(b, m, 32, ctxMid, kv, exact)
+			if one != nil {
+				b.ReportMetric(res.tps/one.tps, "x-one-seq")
+				b.ReportMetric(res.bestTPS/one.bestTPS, "best-x-one-seq")
 			}
 		})
-		one.bestTPS = 1 / one.best.Seconds()
-		achieved := one.bestTPS * float64(m.WeightBytes())
-		b.ReportMetric(one.bestTPS, "best-tok/s")
-		b.ReportMetric(bw/1e9, "probe-GB/s")
-		b.ReportMetric(achieved/1e9, "weights-GB/s")
-		b.ReportMetric(achieved/bw, "roofline-frac")
-	})
-	b.Run(fmt.Sprintf("%v/decode/ctx=%d/seqs=32/kv=%v", typ, ctxMid, kv), func(b *testing.B) {
-		res := benchDecode(b, m, 32, ctxMid, kv)
-		if one != nil {
-			b.ReportMetric(res.tps/one.tps, "x-one-seq")
-			b.ReportMetric(res.bestTPS/one.bestTPS, "best-x-one-seq")
-		}
-	})
+	}
+	b.Run(fmt.Sprintf("%v/%s/prefill/tokens=512", typ, mode), func(b *testing.B) { benchPrefill(b, m, 512, cores, exact) })
 }
 
 // benchPrefill measures one sequence's prompt of n tokens in one step and
 // reports tokens/s and the fraction of the FMA peak it reaches.
-func benchPrefill(b *testing.B, m *Llama, n, cores int) {
+func benchPrefill(b *testing.B, m *Llama, n, cores int, exact ...bool) {
 	bs := 16
 	r := newTestRunner(b, m, CPURunnerConfig{Seats: 1, KVBlocks: n / bs, BlockSize: bs, MaxBatchTokens: n})
+	setExact(r, exact)
 	h := newHarness(b, r)
 	prompt := make([]int32, n)
 	for j := range prompt {

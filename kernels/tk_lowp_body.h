@@ -1,0 +1,346 @@
+// tk_lowp_body.h: the int8-activation matmul for one integer-dot level,
+// included by tk_lowp.c once per level with
+//   LPF(name)    the level's name for a function,
+//   LP_TARGET    its target attribute,
+//   LP_DOTB      (acc, u8 vector, s8 vector) -> acc + Σ4 u·s per int32 lane,
+//   LP_DOTW      (acc, s16 vector, s16 vector) -> acc + Σ2 a·b per int32 lane,
+//   LP_XOR8      1: Q8_0 weights are made unsigned by w^0x80 (the −128·Σx
+//                correction rides in the activation block's corr); 0: the
+//                sign trick |w|·sign(x, w), which keeps maddubs from
+//                saturating,
+//   LP_NMAX      weight rows per register tile (register budget).
+// Every level computes the same integers; only float summation order
+// differs between levels.
+
+// wq32 returns the 32 quants of legacy block b (Q8_0, Q4_0, Q5_0) as bytes:
+// unsigned for the dot (Q8_0 signed when !LP_XOR8).
+TK_INLINE LP_TARGET __m256i LPF(wq32)(const int WT, const uint8_t *b) {
+  if (WT == TK_Q8_0) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
+    return LP_XOR8 ? _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) : v;
+  }
+  const int q5 = WT == TK_Q5_0;
+  __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + (q5 ? 6 : 2)));
+  // Elements 0..15 are the low nibbles, 16..31 the high ones.
+  __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+  v = _mm256_and_si256(v, _mm256_set1_epi8(15));
+  if (q5) {
+    uint32_t qh;
+    memcpy(&qh, b + 2, 4);
+    // Byte e = 0xff where bit e of qh is set (ggml's bytes_from_bits_32).
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    bytes = _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+    v = _mm256_or_si256(v, _mm256_and_si256(bytes, _mm256_set1_epi8(16)));
+  }
+  return v;
+}
+
+// mm32 computes the M x N tile y[r][n+j] (r < M ≤ 4, j < N ≤ 4) of a legacy
+// type over all of k: per block and pair, one integer dot of 32 products,
+// then one FMA of its float value scaled by d_w·d_x.
+TK_INLINE LP_TARGET void LPF(mm32)(const int WT, const int M, const int N,
+                                   const uint8_t *w, size_t wrow,
+                                   const int8_t *xq, const float *xd,
+                                   const int32_t *xc, int k, float *y,
+                                   long ldy, int n) {
+  const int nb = k / TK_QK;
+  const size_t bb = tk_blk_bytes(WT);
+  const int sign = WT == TK_Q8_0 && !LP_XOR8;
+  const uint8_t *row[4];
+  for (int j = 0; j < N; j++) row[j] = w + (size_t)(n + j) * wrow;
+  __m256 acc[4][4];
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++) acc[r][j] = _mm256_setzero_ps();
+  for (int b = 0; b < nb; b++) {
+    __m256i wu[4];
+    __m256 wd[4];
+    for (int j = 0; j < N; j++) {
+      const uint8_t *blk = row[j] + (size_t)b * bb;
+      wu[j] = LPF(wq32)(WT, blk);
+      wd[j] = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk)));
+    }
+    for (int r = 0; r < M; r++) {
+      __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + (size_t)r * k + TK_QK * b));
+      __m256 dx = _mm256_set1_ps(xd[(size_t)r * nb + b]);
+      __m256i c0 = sign ? _mm256_setzero_si256()
+                        : _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
+      for (int j = 0; j < N; j++) {
+        __m256i s = sign ? LP_DOTB(c0, _mm256_sign_epi8(wu[j], wu[j]), _mm256_sign_epi8(xv, wu[j]))
+                         : LP_DOTB(c0, wu[j], xv);
+        acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd[j], dx), acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++) y[(size_t)r * ldy + n + j] = tk_hsum8(acc[r][j]);
+}
+
+#ifdef LP_ZMM
+// mm32z is mm32 on 512-bit registers (LP_XOR8 levels only): two blocks
+// per vpdpbusd, their scale pairs [d0 x8, d1 x8] built once per weight row
+// and per x row and block pair, so one dot, conversion, scale product and
+// FMA cover 64 products instead of 32. An odd last block goes through the
+// 256-bit step.
+TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
+                                    const uint8_t *w, size_t wrow,
+                                    const int8_t *xq, const float *xd,
+                                    const int32_t *xc, int k, float *y,
+                                    long ldy, int n) {
+  const int nb = k / TK_QK;
+  const size_t bb = tk_blk_bytes(WT);
+  const uint8_t *row[4];
+  for (int j = 0; j < N; j++) row[j] = w + (size_t)(n + j) * wrow;
+  const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512 acc[4][4];
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++) acc[r][j] = _mm512_setzero_ps();
+  int b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    __m512i wu[4];
+    __m512 wd[4];
+    for (int j = 0; j < N; j++) {
+      const uint8_t *b0 = row[j] + (size_t)b * bb, *b1 = b0 + bb;
+      wu[j] = _mm512_inserti64x4(_mm512_castsi256_si512(LPF(wq32)(WT, b0)), LPF(wq32)(WT, b1), 1);
+      __m128 d01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0) | (uint32_t)tk_load_u16(b1) << 16)));
+      wd[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(d01));
+    }
+    for (int r = 0; r < M; r++) {
+      __m512i xv = _mm512_loadu_si512((const void *)(xq + (size_t)r * k + TK_QK * b));
+      __m512 dx = _mm512_permutexvar_ps(pair, _mm512_castpd_ps(_mm512_castpd128_pd512(
+                                                  _mm_load_sd((const double *)(const void *)(xd + (size_t)r * nb + b)))));
+      // The two corrections into lanes 0 and 8 (a permute: vpexpandd from
+      // memory is microcoded on Zen 4).
+      __m512i c0 = _mm512_maskz_permutexvar_epi32(0x0101, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
+                                                                (const __m128i *)(const void *)(xc + (size_t)r * nb + b))));
+      for (int j = 0; j < N; j++) {
+        __m512i s = _mm512_dpbusd_epi32(c0, wu[j], xv);
+        acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[j], dx), acc[r][j]);
+      }
+    }
+  }
+  __m256 t[4][4];
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++)
+      t[r][j] = _mm256_add_ps(_mm512_castps512_ps256(acc[r][j]), _mm512_extractf32x8_ps(acc[r][j], 1));
+  if (b < nb) {
+    for (int j = 0; j < N; j++) {
+      const uint8_t *blk = row[j] + (size_t)b * bb;
+      __m256i wu = LPF(wq32)(WT, blk);
+      __m256 wd = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk)));
+      for (int r = 0; r < M; r++) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + (size_t)r * k + TK_QK * b));
+        __m256i c0 = _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
+        __m256i s = LP_DOTB(c0, wu, xv);
+        t[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd, _mm256_set1_ps(xd[(size_t)r * nb + b])), t[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++) y[(size_t)r * ldy + n + j] = tk_hsum8(t[r][j]);
+}
+#define LP_MM32 LPF(mm32z)
+#else
+#define LP_MM32 LPF(mm32)
+#endif
+
+// mm32_rows runs the N-row weight tile at n over all m rows of x, four at
+// a time: the N weight rows stay in L1 while the rows of x pass.
+// Each row group also prefetches its share of the pfb bytes at pf (the
+// next tile): the hardware prefetcher alone leaves the memory idle while a
+// tile's rows are computed.
+TK_INLINE LP_TARGET void LPF(mm32_rows)(const int WT, const int N,
+                                        const uint8_t *w, size_t wrow,
+                                        const int8_t *xq, const float *xd,
+                                        const int32_t *xc, int m, int k,
+                                        float *y, long ldy, int n,
+                                        const uint8_t *pf, size_t pfb) {
+  const int nb = k / TK_QK;
+  const size_t lines = (pfb + 63) / 64, groups = (size_t)(m + 3) / 4;
+  for (int r = 0; r < m; r += 4) {
+    size_t g = (size_t)r / 4;
+    for (size_t i = lines * g / groups; i < lines * (g + 1) / groups; i++)
+      _mm_prefetch((const char *)(pf + 64 * i), _MM_HINT_T0);
+    const int8_t *q = xq + (size_t)r * k;
+    const float *d = xd + (size_t)r * nb;
+    const int32_t *c = xc + (size_t)r * nb;
+    float *yr = y + (size_t)r * ldy;
+    switch (m - r < 4 ? m - r : 4) {
+      case 1: LP_MM32(WT, 1, N, w, wrow, q, d, c, k, yr, ldy, n); break;
+      case 2: LP_MM32(WT, 2, N, w, wrow, q, d, c, k, yr, ldy, n); break;
+      case 3: LP_MM32(WT, 3, N, w, wrow, q, d, c, k, yr, ldy, n); break;
+      default: LP_MM32(WT, 4, N, w, wrow, q, d, c, k, yr, ldy, n); break;
+    }
+  }
+}
+
+// kq_decode unpacks K-quant super-block b for the dot: q[g] holds the
+// unsigned quants of elements 32g..32g+31, sc[g] the int16 scale(s) their
+// maddubs pairs take (one per 16 elements for Q6_K, one per 32 otherwise).
+// Q4_K/Q5_K: *mins holds [m0,m0,m1,m1,..,m7,m7] (for the bsums of 16) and
+// *dmin the min scale; Q6_K: *mins holds the 16 scales (for the −32 offset).
+TK_INLINE LP_TARGET void LPF(kq_decode)(const int WT, const uint8_t *b,
+                                        __m256i q[8], __m256i sc[8],
+                                        __m256i *mins, float *d,
+                                        float *dmin) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  if (WT == TK_Q6_K) {
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *s = (const int8_t *)(const void *)(b + 192);
+    *d = _cvtsh_ss(tk_load_u16(b + 208));
+    *dmin = 0;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int n = 0; n < 2; n++) {
+      __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * n));
+      __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * n + 32));
+      __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(qh + 32 * n));
+      __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                       _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                       _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+      for (int kk = 0; kk < 4; kk++) {
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * kk), m3);
+        q[4 * n + kk] = _mm256_or_si256(lo[kk], _mm256_slli_epi16(hi, 4));
+      }
+    }
+    *mins = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)s));
+    // Group g takes scales 2g (low half) and 2g+1 (high half): shuffles of
+    // the eight int16 scales of its 128-bit half, duplicated.
+    __m256i half[2] = {_mm256_permute2x128_si256(*mins, *mins, 0x00),
+                       _mm256_permute2x128_si256(*mins, *mins, 0x11)};
+    for (int g = 0; g < 8; g++) {
+      int i = 2 * (g % 4);
+      __m256i idx = _mm256_set_m128i(_mm_set1_epi16((short)((2 * i + 3) << 8 | (2 * i + 2))),
+                                     _mm_set1_epi16((short)((2 * i + 1) << 8 | 2 * i)));
+      sc[g] = _mm256_shuffle_epi8(half[g / 4], idx);
+    }
+    return;
+  }
+  const int q5 = WT == TK_Q5_K;
+  *d = _cvtsh_ss(tk_load_u16(b));
+  *dmin = _cvtsh_ss(tk_load_u16(b + 2));
+  // The twelve scale bytes to eight 6-bit scales then eight mins (ggml's
+  // utmp shuffle; the same values as tk_scale_min_k4).
+  uint32_t u[4];
+  memcpy(u, b + 4, 12);
+  const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+  const uint32_t aux = u[1] & k1;
+  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+  u[2] = aux;
+  u[0] &= k1;
+  // Built in registers: reading u back from the stack as wider loads
+  // than its stores stalls store forwarding (~30 cycles a block).
+  __m256i ms = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
+  __m256i sc2 = _mm256_permute2x128_si256(ms, ms, 0x00);  // the 8 scales, both halves
+  for (int g = 0; g < 8; g++) sc[g] = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)((2 * g + 1) << 8 | 2 * g)));
+  __m128i mn = _mm256_extracti128_si256(ms, 1);
+  *mins = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
+  const uint8_t *qs = b + (q5 ? 48 : 16);
+  __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(const void *)(b + 16)) : _mm256_setzero_si256();
+  const __m256i one = _mm256_set1_epi8(1);
+  for (int j = 0; j < 4; j++) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * j));
+    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (q5) {  // bit g of qh[l] is the fifth bit of element l of sub-block g
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j), one), 4));
+      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j + 1), one), 4));
+    }
+    q[2 * j] = lo;
+    q[2 * j + 1] = hi;
+  }
+}
+
+// mmk computes y[r][n] for r < m (≤ 32), n in [n0, n1) of a K-quant type:
+// each super-block is decoded once and dotted with all m rows, whose float
+// accumulators wait in acc (L1) between super-blocks.
+TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
+                                  const int8_t *xq, const float *xd,
+                                  const int16_t *xs, int m, int k, float *y,
+                                  long ldy, int n0, int n1) {
+  const int nsb = k / TK_QKK;
+  const size_t bb = tk_blk_bytes(WT);
+  __m256 acc[32];
+  for (int n = n0; n < n1; n++) {
+    const uint8_t *row = w + (size_t)n * wrow;
+    for (int r = 0; r < m; r++) acc[r] = _mm256_setzero_ps();
+    for (int sb = 0; sb < nsb; sb++) {
+      __m256i q[8], sc[8], mins;
+      float d, dmin;
+      if (m > 4 && n + 1 < n1)  // the next row's block, a row's time ahead
+        for (size_t o = 0; o < bb; o += 64)
+          _mm_prefetch((const char *)(row + wrow + (size_t)sb * bb + o), _MM_HINT_T0);
+      LPF(kq_decode)(WT, row + (size_t)sb * bb, q, sc, &mins, &d, &dmin);
+      __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(dmin);
+      for (int r = 0; r < m; r++) {
+        const int8_t *xr = xq + (size_t)r * k + TK_QKK * sb;
+        // Four independent integer chains: one chain of eight dependent
+        // dots would make a one-row GEMV latency-bound.
+        __m256i is4[4];
+        for (int g = 0; g < 4; g++) {
+          __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xr + 32 * g));
+          is4[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], xv), sc[g]);
+        }
+        for (int g = 4; g < 8; g++) {
+          __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xr + 32 * g));
+          is4[g - 4] = LP_DOTW(is4[g - 4], _mm256_maddubs_epi16(q[g], xv), sc[g]);
+        }
+        __m256i is = _mm256_add_epi32(_mm256_add_epi32(is4[0], is4[1]), _mm256_add_epi32(is4[2], is4[3]));
+        __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)(xs + (size_t)r * (k / 16) + 16 * sb));
+        __m256 dx = _mm256_set1_ps(xd[(size_t)r * nsb + sb]);
+        if (WT == TK_Q6_K)  // Σ sc·(q − 32)·x = Σ sc·q·x − 32·Σ sc·bsum
+          is = _mm256_sub_epi32(is, _mm256_slli_epi32(_mm256_madd_epi16(bs, mins), 5));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(vd, dx), acc[r]);
+        if (WT != TK_Q6_K)
+          acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins)), _mm256_mul_ps(vm, dx), acc[r]);
+      }
+    }
+    for (int r = 0; r < m; r++) y[(size_t)r * ldy + n] = tk_hsum8(acc[r]);
+  }
+}
+
+#define LP_N_FOR(M) ((M) == 1 ? 4 : LP_NMAX)
+
+LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
+                               const int8_t *xq, const float *xd,
+                               const void *aux, int m, int k, float *y,
+                               long ldy, int n0, int n1) {
+  switch (wtype) {
+#define LP_KCASE(T)                                                                    \
+  case T:                                                                              \
+    for (int r0 = 0; r0 < m; r0 += 32) {                                               \
+      int mm = m - r0 < 32 ? m - r0 : 32;                                              \
+      LPF(mmk)(T, w, wrow, xq + (size_t)r0 * k, xd + (size_t)r0 * (k / TK_QKK),        \
+               (const int16_t *)aux + (size_t)r0 * (k / 16), mm, k, y + (size_t)r0 * ldy, \
+               ldy, n0, n1);                                                           \
+    }                                                                                  \
+    return;
+    LP_KCASE(TK_Q4_K)
+    LP_KCASE(TK_Q5_K)
+    LP_KCASE(TK_Q6_K)
+#undef LP_KCASE
+#define LP_LCASE(T)                                                                       \
+  case T: {                                                                               \
+    const int32_t *xc = (const int32_t *)aux;                                             \
+    int n = n0;                                                                           \
+    /* GEMV rows (m ≤ 4) go one weight row at a time: a strictly         */               \
+    /* sequential read, which the hardware prefetcher follows (a tile of */               \
+    /* interleaved short rows measured slower on the 110M model).        */               \
+    if (m > 4)                                                                            \
+      for (; n + LP_NMAX <= n1; n += LP_NMAX) {                                           \
+        int nx = n1 - (n + LP_NMAX) < LP_NMAX ? n1 - (n + LP_NMAX) : LP_NMAX;             \
+        LPF(mm32_rows)(T, LP_NMAX, w, wrow, xq, xd, xc, m, k, y, ldy, n,                  \
+                       w + (size_t)(n + LP_NMAX) * wrow, (size_t)nx * wrow);              \
+      }                                                                                   \
+    for (; n < n1; n++) LPF(mm32_rows)(T, 1, w, wrow, xq, xd, xc, m, k, y, ldy, n, w, 0); \
+    return;                                                                               \
+  }
+    LP_LCASE(TK_Q8_0)
+    LP_LCASE(TK_Q4_0)
+    LP_LCASE(TK_Q5_0)
+#undef LP_LCASE
+  }
+}
+#undef LP_N_FOR
+#undef LP_MM32
