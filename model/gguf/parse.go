@@ -2,10 +2,11 @@ package gguf
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
-	"os"
-	"syscall"
+
+	"github.com/turnstile-llm/turnstile/internal/mmapfile"
 )
 
 // File is a parsed GGUF file. Metadata and Tensors keep file order. It is
@@ -30,29 +31,17 @@ type File struct {
 // Open memory-maps the file read-only and parses it. Tensor data is not
 // copied: TensorInfo.Data points into the mapping, which Close releases.
 func Open(path string) (*File, error) {
-	fd, err := os.Open(path)
+	data, err := mmapfile.Map(path, 4)
+	var small *mmapfile.TooSmallError
+	if errors.As(err, &small) {
+		return nil, fmt.Errorf("%w: %s is %d bytes", ErrTruncated, path, small.Size)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
-	}
-	defer fd.Close()
-	st, err := fd.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("gguf: %w", err)
-	}
-	size := st.Size()
-	if size < 4 {
-		return nil, fmt.Errorf("%w: %s is %d bytes", ErrTruncated, path, size)
-	}
-	if size != int64(int(size)) {
-		return nil, fmt.Errorf("gguf: %s: size %d does not fit in memory", path, size)
-	}
-	data, err := syscall.Mmap(int(fd.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("gguf: mmap %s: %w", path, err)
 	}
 	f, err := Parse(data)
 	if err != nil {
-		_ = syscall.Munmap(data)
+		_ = mmapfile.Unmap(data)
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f.mapped = data
@@ -70,7 +59,7 @@ func (f *File) Close() error {
 	for i := range f.Tensors {
 		f.Tensors[i].Data = nil
 	}
-	if err := syscall.Munmap(m); err != nil {
+	if err := mmapfile.Unmap(m); err != nil {
 		return fmt.Errorf("gguf: munmap: %w", err)
 	}
 	return nil

@@ -14,11 +14,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
+
+	"github.com/turnstile-llm/turnstile/internal/mmapfile"
 )
 
 // MaxHeader is the largest JSON header accepted, in bytes (the format's
@@ -174,26 +174,17 @@ func Parse(data []byte) (*File, error) {
 // Open memory-maps the file at path read-only and parses it. Close
 // releases the mapping.
 func Open(path string) (*File, error) {
-	fd, err := os.Open(path)
+	data, err := mmapfile.Map(path, 8)
+	var small *mmapfile.TooSmallError
+	if errors.As(err, &small) {
+		return nil, fmt.Errorf("%w: %s is %d bytes", ErrMalformed, path, small.Size)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
-	}
-	defer fd.Close()
-	st, err := fd.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
-	size := st.Size()
-	if size < 8 || size != int64(int(size)) {
-		return nil, fmt.Errorf("%w: %s is %d bytes", ErrMalformed, path, size)
-	}
-	data, err := syscall.Mmap(int(fd.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: mmap %s: %w", path, err)
 	}
 	f, err := Parse(data)
 	if err != nil {
-		_ = syscall.Munmap(data)
+		_ = mmapfile.Unmap(data)
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f.mapped = data
@@ -211,7 +202,7 @@ func (f *File) Close() error {
 	for i := range f.Tensors {
 		f.Tensors[i].Data = nil
 	}
-	if err := syscall.Munmap(m); err != nil {
+	if err := mmapfile.Unmap(m); err != nil {
 		return fmt.Errorf("safetensors: munmap: %w", err)
 	}
 	return nil

@@ -1,0 +1,59 @@
+// Package mmapfile maps a whole file read-only into memory, the way both
+// model file formats (GGUF, safetensors) hand out tensor bytes without a
+// copy.
+package mmapfile
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// TooSmallError reports a file shorter than the format's smallest header.
+type TooSmallError struct {
+	Path      string
+	Size, Min int64
+}
+
+func (e *TooSmallError) Error() string {
+	return fmt.Sprintf("%s is %d bytes (at least %d expected)", e.Path, e.Size, e.Min)
+}
+
+// Map maps the file at path read-only (MAP_SHARED: pages come from the page
+// cache and are shared by every process mapping the file). A file shorter
+// than minSize bytes is a *TooSmallError. The caller owns the mapping and
+// releases it with Unmap; the file descriptor is closed before Map returns.
+func Map(path string, minSize int64) ([]byte, error) {
+	fd, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fd.Close()
+	st, err := fd.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := st.Size()
+	if size < minSize {
+		return nil, &TooSmallError{Path: path, Size: size, Min: minSize}
+	}
+	if size != int64(int(size)) {
+		return nil, fmt.Errorf("%s: size %d does not fit in memory", path, size)
+	}
+	if size == 0 { // mmap refuses empty mappings
+		return []byte{}, nil
+	}
+	data, err := syscall.Mmap(int(fd.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %s: %w", path, err)
+	}
+	return data, nil
+}
+
+// Unmap releases a mapping from Map.
+func Unmap(data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	return syscall.Munmap(data)
+}
