@@ -101,21 +101,7 @@ CASC_PORTABLE(casc_portable_bf16, TK_BF16)
 #undef CASC_NAME
 #undef VSETK
 #undef CASC_KV_T
-#undef CASC_ATTR
-#undef VT
-#undef VL
-#undef VLOAD
-#undef VSTORE
-#undef VZERO
-#undef VSET1
-#undef VADD
-#undef VSUB
-#undef VMUL
-#undef VMAX
-#undef VEXP
-#undef VFMA
-#undef KB
-#undef DB
+#include "tk_cascade_isa_end.h"
 
 #define CASC_ATTR TK_TARGET_AVX512
 #define VT __m512
@@ -152,21 +138,7 @@ CASC_PORTABLE(casc_portable_bf16, TK_BF16)
 #undef CASC_NAME
 #undef VSETK
 #undef CASC_KV_T
-#undef CASC_ATTR
-#undef VT
-#undef VL
-#undef VLOAD
-#undef VSTORE
-#undef VZERO
-#undef VSET1
-#undef VADD
-#undef VSUB
-#undef VMUL
-#undef VMAX
-#undef VEXP
-#undef VFMA
-#undef KB
-#undef DB
+#include "tk_cascade_isa_end.h"
 #endif
 
 void tk_cascade_task(int isa, int kvtype, const float *q, const void *K,
