@@ -248,16 +248,24 @@ func TestMatrixMatchesLlamaCpp(t *testing.T) {
 			t.Run(name+"/"+a.Name, func(t *testing.T) {
 				want := readMatrixFixture(t, a.Name+"-"+name+".bin", name != "F32")
 				m := matrixModel(t, a, typ)
+				// Both runs first, so that a failing cell still prints its row.
+				var cells [2]matrixCell
 				var row [2]string
 				for i, exact := range []bool{false, true} {
 					c := runMatrixCell(t, m, want, exact)
-					tol, ok := matrixTol[name][c.act]
-					require.True(t, ok, "%s: no bound for %s activations", name, c.act)
-					agree, n := c.top1(tol.max)
+					agree, n := c.top1(matrixTol[name][c.act].max)
 					row[i] = fmt.Sprintf("%-4s %9.2g %9.2g %3d/%-3d", c.act, c.worst, c.mean, agree, n)
 					if !exact {
 						row[i] += fmt.Sprintf(" %3d/%-2d", c.greedy, len(want.greedy))
 					}
+					cells[i] = c
+				}
+				fmt.Fprintf(&table, "%-5s %-7s %s | %s\n", name, a.Name, row[0], row[1])
+				for i, c := range cells {
+					exact := i == 1
+					tol, ok := matrixTol[name][c.act]
+					require.True(t, ok, "%s: no bound for %s activations", name, c.act)
+					agree, n := c.top1(tol.max)
 					require.Less(t, c.worst, tol.max, "exact=%v %s: largest |Δlogit| / spread", exact, c.act)
 					require.Less(t, c.mean, tol.mean, "exact=%v %s: mean |Δlogit| / spread", exact, c.act)
 					require.Equal(t, n, agree, "exact=%v: top-1 where llama.cpp's margin > %.3g", exact, tol.max)
@@ -266,7 +274,6 @@ func TestMatrixMatchesLlamaCpp(t *testing.T) {
 						require.Equal(t, len(want.greedy), c.greedy, "greedy tokens")
 					}
 				}
-				fmt.Fprintf(&table, "%-5s %-7s %s | %s\n", name, a.Name, row[0], row[1])
 			})
 		}
 	}
