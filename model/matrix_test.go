@@ -59,12 +59,14 @@ func matrixArchs() []gguf.ArchFixture {
 //     (Q8_1/Q8_K blocks), turnstile keeps float32: the difference is that
 //     rounding, ~1e-3 of the spread on average, larger for the coarser
 //     K-quants.
-//   - Q8_0, Q4_0, Q5_0, Q6_K: both round to int8 in the same block sizes
-//     (32, and 256 for Q6_K) but not to the same values, so int8 is no
-//     closer to llama.cpp than f32 (a finding, see the report); Q4_K and
-//     Q5_K int8 agree with llama.cpp to ~2e-5 of the spread on two of the
-//     four architectures.
-//
+//   - Q8_0, Q4_0, Q5_0: both round activations to int8 per 32, but
+//     llama.cpp keeps each block's scale as fp16 (turnstile: float32):
+//     ~1e-4 of the spread per matrix, ~1.3e-3 over the whole model.
+//   - Q4_K, Q5_K, Q6_K: the same Q8_K rounding on both sides. On
+//     llama.cpp's own mixes (Q4_K_M, Q5_K_M) they agree to 2.4e-5; on
+//     turnstile's files too while token_embd or attn_v stays F32, but with
+//     both quantised they part from position 1 on (Q6_K: ~1.5e-3, as far
+//     as float32 activations; not explained, see the report).
 // A decoding mistake moves logits by the weights' own quantisation error
 // (a Q4_K sub-block scale read wrong: see the report), far beyond these.
 type matrixBound struct{ max, mean float64 }
@@ -83,9 +85,18 @@ var matrixTol = map[string]map[string]matrixBound{
 	"Q4_K": {"f32": {1.3e-2, 2.4e-3}, "int8": {9e-3, 7e-4}},     // 9.5e-3, 1.8e-3; 6.9e-3, 5.1e-4
 	"Q5_K": {"f32": {1.6e-2, 2.5e-3}, "int8": {1.1e-2, 1.3e-3}}, // 1.2e-2, 1.9e-3; 8.4e-3, 9.6e-4
 	"Q6_K": {"f32": {1.4e-2, 2.4e-3}, "int8": {1.4e-2, 2.5e-3}}, // 1.1e-2, 1.8e-3; 1.1e-2, 1.9e-3
+	// llama.cpp's own blocks (llama-quantize): int8 is llama.cpp's Q8_K
+	// rounding to ~2e-5 of the spread.
+	"Q4_K_M": {"f32": {1.3e-2, 2.5e-3}, "int8": {3.2e-4, 3.2e-5}}, // 9.9e-3, 1.9e-3; 2.4e-4, 2.4e-5
+	"Q5_K_M": {"f32": {1.4e-2, 2.5e-3}, "int8": {3.2e-4, 3.2e-5}}, // 1.1e-2, 1.9e-3; 2.4e-4, 2.4e-5
 }
 
-// matrixTypes is matrixTol's keys in the order the matrix prints them.
+// matrixMixes are llama.cpp's quantisation mixes of the llama model; their
+// GGUFs are llama-quantize's (testdata/matrix/llama-<MIX>.gguf).
+var matrixMixes = []string{"Q4_K_M", "Q5_K_M"}
+
+// matrixTypes is matrixTol's keys but the mixes, in the order the matrix
+// prints them.
 var matrixTypes = []string{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 
 // readMatrixFixture reads one llama-logits output: u32 n, u32 vocab,
@@ -237,47 +248,71 @@ func runMatrixCell(t *testing.T, m *Llama, want archFixture, exact bool) matrixC
 // once a near-tie goes the other way the continuations part).
 func TestMatrixMatchesLlamaCpp(t *testing.T) {
 	if testing.Short() {
-		t.Skip("104 runs of 52 models; skipped with -short")
+		t.Skip("108 runs of 54 models; skipped with -short")
 	}
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-5s %-7s %-4s %9s %9s %7s %6s | %-4s %9s %9s %7s\n",
+	fmt.Fprintf(&table, "%-6s %-7s %-4s %9s %9s %7s %6s | %-4s %9s %9s %7s\n",
 		"type", "arch", "act", "max", "mean", "top-1", "greedy", "act", "max", "mean", "top-1")
 	for _, name := range matrixTypes {
 		typ := matrixType(t, name)
 		for _, a := range matrixArchs() {
 			t.Run(name+"/"+a.Name, func(t *testing.T) {
 				want := readMatrixFixture(t, a.Name+"-"+name+".bin", name != "F32")
-				m := matrixModel(t, a, typ)
-				// Both runs first, so that a failing cell still prints its row.
-				var cells [2]matrixCell
-				var row [2]string
-				for i, exact := range []bool{false, true} {
-					c := runMatrixCell(t, m, want, exact)
-					agree, n := c.top1(matrixTol[name][c.act].max)
-					row[i] = fmt.Sprintf("%-4s %9.2g %9.2g %3d/%-3d", c.act, c.worst, c.mean, agree, n)
-					if !exact {
-						row[i] += fmt.Sprintf(" %3d/%-2d", c.greedy, len(want.greedy))
-					}
-					cells[i] = c
-				}
-				fmt.Fprintf(&table, "%-5s %-7s %s | %s\n", name, a.Name, row[0], row[1])
-				for i, c := range cells {
-					exact := i == 1
-					tol, ok := matrixTol[name][c.act]
-					require.True(t, ok, "%s: no bound for %s activations", name, c.act)
-					agree, n := c.top1(tol.max)
-					require.Less(t, c.worst, tol.max, "exact=%v %s: largest |Δlogit| / spread", exact, c.act)
-					require.Less(t, c.mean, tol.mean, "exact=%v %s: mean |Δlogit| / spread", exact, c.act)
-					require.Equal(t, n, agree, "exact=%v: top-1 where llama.cpp's margin > %.3g", exact, tol.max)
-					require.GreaterOrEqual(t, n, 5, "top-1 compared somewhere")
-					if name == "F32" {
-						require.Equal(t, len(want.greedy), c.greedy, "greedy tokens")
-					}
-				}
+				checkMatrixCell(t, &table, name, a.Name, matrixModel(t, a, typ), want)
 			})
 		}
 	}
+	for _, mix := range matrixMixes {
+		t.Run(mix+"/llama", func(t *testing.T) {
+			want := readMatrixFixture(t, "llama-"+mix+".bin", true)
+			m, err := LoadLlama(filepath.Join("..", matrixDir, "llama-"+mix+".gguf"), LlamaOptions{})
+			require.NoError(t, err, "run scripts/make-matrix-fixtures.sh")
+			t.Cleanup(func() { require.NoError(t, m.Close()) })
+			// The mix: the base type, with Q6_K for output, attn_v and
+			// ffn_down of the last layer.
+			base := map[string]kernels.DType{"Q4_K_M": kernels.Q4_K, "Q5_K_M": kernels.Q5_K}[mix]
+			require.Equal(t, base, m.layers[0].v.Type)
+			require.Equal(t, base, m.layers[0].down.Type)
+			for _, w := range []kernels.Matrix{m.output, m.layers[1].v, m.layers[1].down} {
+				require.Equal(t, kernels.Q6_K, w.Type)
+			}
+			checkMatrixCell(t, &table, mix, "llama", m, want)
+		})
+	}
 	t.Logf("logits vs llama.cpp, |Δ| of the row's spread; default activations, then float32 (top-1: agreeing/compared positions, greedy: leading tokens equal):\n%s", table.String())
+}
+
+// checkMatrixCell runs model m of type name (a key of matrixTol) with its
+// default and with float32 activations, adds the row to table and asserts
+// both against the bounds.
+func checkMatrixCell(t *testing.T, table *strings.Builder, name, arch string, m *Llama, want archFixture) {
+	t.Helper()
+	// Both runs first, so that a failing cell still prints its row.
+	var cells [2]matrixCell
+	var row [2]string
+	for i, exact := range []bool{false, true} {
+		c := runMatrixCell(t, m, want, exact)
+		agree, n := c.top1(matrixTol[name][c.act].max)
+		row[i] = fmt.Sprintf("%-4s %9.2g %9.2g %3d/%-3d", c.act, c.worst, c.mean, agree, n)
+		if !exact {
+			row[i] += fmt.Sprintf(" %3d/%-2d", c.greedy, len(want.greedy))
+		}
+		cells[i] = c
+	}
+	fmt.Fprintf(table, "%-6s %-7s %s | %s\n", name, arch, row[0], row[1])
+	for i, c := range cells {
+		exact := i == 1
+		tol, ok := matrixTol[name][c.act]
+		require.True(t, ok, "%s: no bound for %s activations", name, c.act)
+		agree, n := c.top1(tol.max)
+		require.Less(t, c.worst, tol.max, "exact=%v %s: largest |Δlogit| / spread", exact, c.act)
+		require.Less(t, c.mean, tol.mean, "exact=%v %s: mean |Δlogit| / spread", exact, c.act)
+		require.Equal(t, n, agree, "exact=%v: top-1 where llama.cpp's margin > %.3g", exact, tol.max)
+		require.GreaterOrEqual(t, n, 5, "top-1 compared somewhere")
+		if name == "F32" {
+			require.Equal(t, len(want.greedy), c.greedy, "greedy tokens")
+		}
+	}
 }
 
 // matrixType is the GGML type of a fixture's name.

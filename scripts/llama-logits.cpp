@@ -11,7 +11,9 @@
 // little-endian: u32 n, u32 vocab, i32 tokens[n], f32 logits[n][vocab];
 // with -g N it continues greedily (first largest logit) for N tokens after
 // the sequence, one llama_decode each, and appends u32 N, i32 greedy[N]
-// (make-arch-fixtures.sh). With -h the logits are IEEE binary16 (u16,
+// (make-arch-fixtures.sh). With -s each token is its own llama_decode
+// (the decode path, as turnstile's teacher-forced steps) instead of one
+// batch of all. With -h the logits are IEEE binary16 (u16,
 // round to nearest even) instead of f32: make-matrix-fixtures.sh keeps the
 // quantised types' references at half the size, their tolerances being far
 // above binary16's 2^-11 relative rounding.
@@ -42,7 +44,7 @@ static uint16_t half(float x) {
 
 int main(int argc, char **argv) {
   int greedy = 0;
-  bool f16 = false;
+  bool f16 = false, seq = false;
   for (;;) {
     if (argc > 2 && strcmp(argv[1], "-g") == 0) {
       greedy = atoi(argv[2]);
@@ -52,12 +54,16 @@ int main(int argc, char **argv) {
       f16 = true;
       argv++;
       argc--;
+    } else if (argc > 1 && strcmp(argv[1], "-s") == 0) {
+      seq = true;
+      argv++;
+      argc--;
     } else {
       break;
     }
   }
   if (argc < 4) {
-    fprintf(stderr, "usage: llama-logits [-g N] [-h] MODEL.gguf OUT.bin TOKEN...\n");
+    fprintf(stderr, "usage: llama-logits [-g N] [-h] [-s] MODEL.gguf OUT.bin TOKEN...\n");
     return 2;
   }
   std::vector<llama_token> toks;
@@ -82,18 +88,28 @@ int main(int argc, char **argv) {
     return 1;
   }
   const int vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+  // all[i] is the logits row after token i: one batch of every token, or
+  // with -s one llama_decode per token (llama.cpp's decode path, a
+  // single-row matmul each, as turnstile's teacher-forced steps).
+  std::vector<float> all((size_t)n * vocab);
   llama_batch b = llama_batch_init(n, 0, 1);
-  for (int i = 0; i < n; i++) {
-    b.token[i] = toks[i];
-    b.pos[i] = i;
-    b.n_seq_id[i] = 1;
-    b.seq_id[i][0] = 0;
-    b.logits[i] = 1;
-  }
-  b.n_tokens = n;
-  if (llama_decode(ctx, b) != 0) {
-    fprintf(stderr, "llama-logits: decode failed\n");
-    return 1;
+  for (int i0 = 0; i0 < n;) {
+    const int m = seq ? 1 : n;
+    for (int i = 0; i < m; i++) {
+      b.token[i] = toks[i0 + i];
+      b.pos[i] = i0 + i;
+      b.n_seq_id[i] = 1;
+      b.seq_id[i][0] = 0;
+      b.logits[i] = 1;
+    }
+    b.n_tokens = m;
+    if (llama_decode(ctx, b) != 0) {
+      fprintf(stderr, "llama-logits: decode failed\n");
+      return 1;
+    }
+    for (int i = 0; i < m; i++)
+      memcpy(&all[(size_t)(i0 + i) * vocab], llama_get_logits_ith(ctx, i), 4 * (size_t)vocab);
+    i0 += m;
   }
   FILE *f = fopen(argv[2], "wb");
   if (!f) {
@@ -105,7 +121,7 @@ int main(int argc, char **argv) {
   fwrite(toks.data(), 4, (size_t)n, f);
   std::vector<uint16_t> h((size_t)vocab);
   for (int i = 0; i < n; i++) {
-    const float *row = llama_get_logits_ith(ctx, i);
+    const float *row = &all[(size_t)i * vocab];
     if (!f16) {
       fwrite(row, 4, (size_t)vocab, f);
       continue;
@@ -115,7 +131,7 @@ int main(int argc, char **argv) {
   }
   if (greedy > 0) {
     std::vector<llama_token> gen;
-    const float *row = llama_get_logits_ith(ctx, n - 1);
+    const float *row = &all[(size_t)(n - 1) * vocab];
     for (int g = 0; g < greedy; g++) {
       llama_token best = 0;
       for (int v = 1; v < vocab; v++)

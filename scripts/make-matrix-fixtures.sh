@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates testdata/matrix: llama.cpp's teacher-forced logits and greedy
-# continuation for every weight type × architecture (model/matrix_test.go).
+# continuation for every weight type × architecture (model/matrix_test.go),
+# and two of llama.cpp's own quantisation mixes (below).
 # The GGUF files are turnstile's own (`turnstile model synth --type T`), so
 # the test rebuilds the same bytes in Go and only llama.cpp's output is
 # committed; llama.cpp reading turnstile's blocks also checks the writer.
@@ -55,6 +56,19 @@ for arch in llama llama3 qwen2 qwen3; do
     "$tmp/llama-logits" -g 32 $half "$tmp/m.gguf" "$OUT/$arch-$t.bin" $toks 2>"$tmp/log" ||
       { cat "$tmp/log" >&2; exit 1; }
   done
+done
+# llama.cpp's own per-tensor mixes of the llama model (its quantiser, so
+# the GGUFs are committed, 1.4 MB): Q4_K_M is Q4_K with Q6_K for output,
+# blk.1.attn_v and blk.1.ffn_down; Q5_K_M the same with Q5_K. No tensor
+# falls back (every row is a whole number of super-blocks).
+"$tmp/turnstile" model synth --dim 256 --layers 2 --kv-heads 2 --ffn 256 --seed 1 \
+  --vocab-from testdata/models/stories260K.gguf --type f32 -o "$tmp/m.gguf" $(arch_flags llama)
+rm -f "$OUT"/*.gguf
+for mix in Q4_K_M Q5_K_M; do
+  "$LLAMA_DIR/build/bin/llama-quantize" "$tmp/m.gguf" "$OUT/llama-$mix.gguf" "$mix" >"$tmp/log" 2>&1 ||
+    { cat "$tmp/log" >&2; exit 1; }
+  "$tmp/llama-logits" -g 32 -h "$OUT/llama-$mix.gguf" "$OUT/llama-$mix.bin" $toks 2>"$tmp/log" ||
+    { cat "$tmp/log" >&2; exit 1; }
 done
 {
   echo "llama.cpp: $(git -C "$LLAMA_DIR" describe --tags --always 2>/dev/null || cat "$LLAMA_DIR/VERSION" 2>/dev/null || echo unknown)"
