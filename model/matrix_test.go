@@ -67,6 +67,7 @@ func matrixArchs() []gguf.ArchFixture {
 //     turnstile's files too while token_embd or attn_v stays F32, but with
 //     both quantised they part from position 1 on (Q6_K: ~1.5e-3, as far
 //     as float32 activations; not explained, see the report).
+//
 // A decoding mistake moves logits by the weights' own quantisation error
 // (a Q4_K sub-block scale read wrong: see the report), far beyond these.
 type matrixBound struct{ max, mean float64 }
