@@ -64,9 +64,11 @@ func matrixArchs() []gguf.ArchFixture {
 //     ~1e-4 of the spread per matrix, ~1.3e-3 over the whole model.
 //   - Q4_K, Q5_K, Q6_K: the same Q8_K rounding on both sides. On
 //     llama.cpp's own mixes (Q4_K_M, Q5_K_M) they agree to 2.4e-5; on
-//     turnstile's files too while token_embd or attn_v stays F32, but with
-//     both quantised they part from position 1 on (Q6_K: ~1.5e-3, as far
-//     as float32 activations; not explained, see the report).
+//     turnstile's files too while token_embd or attn_v stays F32. With
+//     both quantised they part (Q6_K: ~1.5e-3): a dequantised embedding
+//     row is a lattice of d·sc·q values, so x·(127/max|x|) often lands
+//     exactly on a rounding tie, which an ulp of summation-order
+//     difference (RMSNorm) sends either way.
 //
 // A decoding mistake moves logits by the weights' own quantisation error
 // (a Q4_K sub-block scale read wrong: see the report), far beyond these.
