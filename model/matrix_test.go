@@ -65,9 +65,9 @@ func matrixArchs() []gguf.ArchFixture {
 //   - Q4_K, Q5_K, Q6_K: the same Q8_K rounding on both sides. On
 //     llama.cpp's own mixes (Q4_K_M, Q5_K_M) they agree to 2.4e-5; on
 //     turnstile's files too while token_embd or attn_v stays F32. With
-//     both quantised they part (Q6_K: ~1.5e-3): a dequantised embedding
-//     row is a lattice of d·sc·q values, so x·(127/max|x|) often lands
-//     exactly on a rounding tie, which an ulp of summation-order
+//     both quantised they part (Q6_K: ~1.5e-3), likely as a dequantised
+//     embedding row is a lattice of d·sc·q values, so x·(127/max|x|) lands
+//     on exact rounding ties, which an ulp of summation-order
 //     difference (RMSNorm) sends either way.
 //
 // A decoding mistake moves logits by the weights' own quantisation error
