@@ -39,9 +39,10 @@ run: deps build
 	./$(BIN) serve
 
 # Tests that skip under -race (the detector allocates, or would make them too
-# slow): the zero-allocation tests and the overlap arms of the program-policy
-# workload. The non-race pass of `make test` runs exactly these.
-NORACE_MODEL    := ^(TestZeroAllocs|TestCUDAHostZeroAllocs)$$
+# slow): the zero-allocation tests, the weight type × architecture matrix
+# and the overlap arms of the program-policy workload. The non-race pass of
+# `make test` runs exactly these.
+NORACE_MODEL    := ^(TestZeroAllocs|TestCUDAHostZeroAllocs|TestMatrixMatchesLlamaCpp)$$
 NORACE_EXECUTOR := ^TestProgramPolicyWorkload$$/^overlaptrue/
 
 ## test: formatting check, vet, the import boundary of the core packages

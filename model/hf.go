@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/turnstile-llm/turnstile/kernels"
@@ -424,7 +425,8 @@ func loadHF(dir string, opts LlamaOptions) (*Llama, error) {
 
 // hfTokenizer reads tokenizer.json, tokenizer_config.json (BOS/EOS and
 // chat_template) and generation_config.json (eos_token_id, one or a list:
-// every one stops generation).
+// every one stops generation). Embedding and output rows past the
+// tokenizer's last token (a padded vocab_size) are dropped.
 func (m *Llama) hfTokenizer(dir string) error {
 	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
@@ -440,8 +442,15 @@ func (m *Llama) hfTokenizer(dir string) error {
 	if m.tok, err = tokenizer.FromHFJSON(tj, cfg); err != nil {
 		return err
 	}
-	if m.tok.VocabSize() > m.cfg.Vocab {
-		return fmt.Errorf("tokenizer.json has %d tokens, more than vocab_size %d", m.tok.VocabSize(), m.cfg.Vocab)
+	if n := m.tok.VocabSize(); n > m.cfg.Vocab {
+		return fmt.Errorf("tokenizer.json has %d tokens, more than vocab_size %d", n, m.cfg.Vocab)
+	} else if n < m.cfg.Vocab {
+		// Padded embedding rows (Qwen2.5: vocab_size 151936 for 151665
+		// tokens, rounded up for the GPU): no token has them, so they are
+		// dropped and the logits have one entry per token; a padded id
+		// can then be neither sampled nor fed (it is outside the vocabulary).
+		m.embd, m.output = firstRows(m.embd, n), firstRows(m.output, n)
+		m.cfg.Vocab = n
 	}
 	if cfg != nil {
 		var tc struct {
@@ -450,8 +459,9 @@ func (m *Llama) hfTokenizer(dir string) error {
 		if err := json.Unmarshal(cfg, &tc); err != nil {
 			return fmt.Errorf("tokenizer_config.json: %w", err)
 		}
-		// A string; the list-of-named-templates form is not read.
-		_ = json.Unmarshal(tc.ChatTemplate, &m.chatTemplate)
+		if m.chatTemplate, err = hfChatTemplate(tc.ChatTemplate); err != nil {
+			return fmt.Errorf("tokenizer_config.json: %w", err)
+		}
 	}
 	var gc struct {
 		EOS json.RawMessage `json:"eos_token_id"`
@@ -470,4 +480,53 @@ func (m *Llama) hfTokenizer(dir string) error {
 		}
 	}
 	return m.setStopIDs(ids)
+}
+
+// firstRows is w's first n rows (n ≤ w.Rows), sharing its data.
+func firstRows(w kernels.Matrix, n int) kernels.Matrix {
+	w.Data = w.Data[:len(w.Data)/w.Rows*n]
+	w.Rows = n
+	return w
+}
+
+// hfChatTemplate reads tokenizer_config.json's chat_template: absent or
+// null (""), a string, or a list of {"name", "template"} of which, as
+// transformers does without a template name, the one named "default" is
+// taken.
+func hfChatTemplate(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return one, nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return "", fmt.Errorf("chat_template is %s, want a string or a list of {\"name\", \"template\"}", clip(raw))
+	}
+	var names []string
+	for i, e := range list {
+		var t struct {
+			Name     *string `json:"name"`
+			Template *string `json:"template"`
+		}
+		if json.Unmarshal(e, &t) != nil || t.Name == nil || t.Template == nil {
+			return "", fmt.Errorf("chat_template[%d] is %s, want {\"name\": string, \"template\": string}", i, clip(e))
+		}
+		if *t.Name == "default" {
+			return *t.Template, nil
+		}
+		names = append(names, strconv.Quote(*t.Name))
+	}
+	return "", fmt.Errorf("chat_template lists %d templates (%s) but none named \"default\", the one used without a template name",
+		len(list), strings.Join(names, ", "))
+}
+
+// clip shortens JSON for an error message.
+func clip(b []byte) string {
+	if len(b) > 80 {
+		return string(b[:77]) + "..."
+	}
+	return string(b)
 }

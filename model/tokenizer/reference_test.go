@@ -17,7 +17,7 @@ import (
 )
 
 // The fixtures under testdata/tokenizer are written by
-// scripts/make-tokenizer-fixtures.sh: the real Llama 3 and Qwen3
+// scripts/make-tokenizer-fixtures.sh: the real GPT-2, Llama 3 and Qwen3
 // tokenizer.json files and the ids the reference encoder
 // (@lenml/tokenizers, a port of transformers.js) gives each corpus line.
 
@@ -68,6 +68,7 @@ type hfLoaded struct {
 // immutable, so tests may share it); loading Llama 3's takes about a
 // second.
 var hfFixtures = map[string]func() (hfLoaded, error){
+	"gpt2":   sync.OnceValues(func() (hfLoaded, error) { return loadHF("gpt2") }),
 	"llama3": sync.OnceValues(func() (hfLoaded, error) { return loadHF("llama3") }),
 	"qwen3":  sync.OnceValues(func() (hfLoaded, error) { return loadHF("qwen3") }),
 }
@@ -92,7 +93,7 @@ func loadHF(name string) (hfLoaded, error) {
 	return hfLoaded{tk, &ref}, nil
 }
 
-// hfFixture is vocabulary name (llama3, qwen3) from its tokenizer.json and
+// hfFixture is vocabulary name (gpt2, llama3, qwen3) from its tokenizer.json and
 // tokenizer_config.json, with its reference.
 func hfFixture(t testing.TB, name string) (*Tokenizer, *reference) {
 	t.Helper()
@@ -170,7 +171,7 @@ func hfTypes(tk *Tokenizer) []int32 {
 }
 
 func TestReferenceVocabularies(t *testing.T) {
-	for _, v := range []struct{ name, pre string }{{"llama3", "llama-bpe"}, {"qwen3", "qwen2"}} {
+	for _, v := range []struct{ name, pre string }{{"gpt2", "gpt2"}, {"llama3", "llama-bpe"}, {"qwen3", "qwen2"}} {
 		t.Run(v.name, func(t *testing.T) {
 			hf, ref := hfFixture(t, v.name)
 			require.Equal(t, ref.AddsBOS, hf.AddBOS())
@@ -213,6 +214,9 @@ func TestHFVocabularyShape(t *testing.T) {
 		control      []string
 		userDefined  []string
 	}{
+		// GPT-2's pre_tokenizer is a lone ByteLevel with its own regex;
+		// <|endoftext|> is its only added token.
+		{"gpt2", 50257, preGPT2, false, false, []string{"<|endoftext|>"}, nil},
 		{"llama3", 128256, preLlama3, true, false, []string{"<|begin_of_text|>", "<|eot_id|>", "<|reserved_special_token_0|>"}, nil},
 		{"qwen3", 151669, preQwen2, false, true, []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, []string{"<think>", "</think>", "<tool_call>", "<|fim_prefix|>"}},
 	} {
