@@ -467,18 +467,18 @@ TK_INLINE TK_TARGET_AVX2 void pv16_avx2(int kt, float *a, float c,
 static void attn_portable(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
-    int ctx, int kvh, int i0, int i1, float scale, float *scratch) {
+    int ctx, int kvh, int i0, int i1, float scale, float *scratch, int win) {
   attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0);
+      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);
 }
 
 static void attn_tail_portable(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
-    float *state) {
+    float *state, int win) {
   attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, b0, state, 1);
+      ctx, kvh, i0, i1, scale, scratch, b0, state, 1, win);
 }
 
 // TK_ATTN_WRAP defines NAME (the plain task) and NAME##_tail (the cascade
@@ -488,17 +488,17 @@ static void attn_tail_portable(
                         const uint16_t *V, int heads, int kv_heads, int block, \
                         int hd, const int32_t *table, int qstart, int numq,   \
                         int ctx, int kvh, int i0, int i1, float scale,        \
-                        float *scratch) {                                     \
+                        float *scratch, int win) {                            \
     BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx,  \
-         kvh, i0, i1, scale, scratch, 0, NULL, 0);                            \
+         kvh, i0, i1, scale, scratch, 0, NULL, 0, win);                       \
   }                                                                           \
   static ATTR void NAME##_tail(                                               \
       float *out, const float *q, const uint16_t *K, const uint16_t *V,      \
       int heads, int kv_heads, int block, int hd, const int32_t *table,      \
       int qstart, int numq, int ctx, int kvh, int i0, int i1, float scale,   \
-      float *scratch, int b0, float *state) {                                \
+      float *scratch, int b0, float *state, int win) {                       \
     BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx,  \
-         kvh, i0, i1, scale, scratch, b0, state, 1);                          \
+         kvh, i0, i1, scale, scratch, b0, state, 1, win);                     \
   }
 
 #define TK_ATTN_ATTR
@@ -544,18 +544,18 @@ TK_ATTN_WRAP(attn_portable_bf16, attn_portable_bf16_body, )
 static TK_TARGET_AVX2 void attn_avx2(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
-    int ctx, int kvh, int i0, int i1, float scale, float *scratch) {
+    int ctx, int kvh, int i0, int i1, float scale, float *scratch, int win) {
   attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0);
+      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);
 }
 
 static TK_TARGET_AVX2 void attn_tail_avx2(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
-    float *state) {
+    float *state, int win) {
   attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, b0, state, 1);
+      ctx, kvh, i0, i1, scale, scratch, b0, state, 1, win);
 }
 
 #define TK_ATTN_ATTR TK_TARGET_AVX2
@@ -589,24 +589,24 @@ void tk_attn_task(int isa, int kvtype, float *out, const float *q,
                   const void *K, const void *V, int heads, int kv_heads,
                   int block, int hd, const int32_t *table, int qstart,
                   int numq, int ctx, int kvh, int i0, int i1, float scale,
-                  float *scratch) {
+                  float *scratch, int win) {
 #define TK_ATTN_ARGS                                                       \
   out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx, kvh, \
       i0, i1, scale, scratch
 #if TK_X86
   if (isa != TK_PORTABLE) {
     switch (kvtype) {
-      case TK_F16: attn_avx2_f16(TK_ATTN_ARGS); return;
-      case TK_BF16: attn_avx2_bf16(TK_ATTN_ARGS); return;
-      default: attn_avx2(TK_ATTN_ARGS); return;
+      case TK_F16: attn_avx2_f16(TK_ATTN_ARGS, win); return;
+      case TK_BF16: attn_avx2_bf16(TK_ATTN_ARGS, win); return;
+      default: attn_avx2(TK_ATTN_ARGS, win); return;
     }
   }
 #endif
   (void)isa;
   switch (kvtype) {
-    case TK_F16: attn_portable_f16(TK_ATTN_ARGS); return;
-    case TK_BF16: attn_portable_bf16(TK_ATTN_ARGS); return;
-    default: attn_portable(TK_ATTN_ARGS); return;
+    case TK_F16: attn_portable_f16(TK_ATTN_ARGS, win); return;
+    case TK_BF16: attn_portable_bf16(TK_ATTN_ARGS, win); return;
+    default: attn_portable(TK_ATTN_ARGS, win); return;
   }
 }
 
@@ -614,21 +614,21 @@ void tk_attn_tail(int isa, int kvtype, float *out, const float *q,
                   const void *K, const void *V, int heads, int kv_heads,
                   int block, int hd, const int32_t *table, int qstart,
                   int numq, int ctx, int kvh, int i0, int i1, float scale,
-                  float *scratch, int b0, float *state) {
+                  float *scratch, int b0, float *state, int win) {
 #if TK_X86
   if (isa != TK_PORTABLE) {
     switch (kvtype) {
-      case TK_F16: attn_avx2_f16_tail(TK_ATTN_ARGS, b0, state); return;
-      case TK_BF16: attn_avx2_bf16_tail(TK_ATTN_ARGS, b0, state); return;
-      default: attn_tail_avx2(TK_ATTN_ARGS, b0, state); return;
+      case TK_F16: attn_avx2_f16_tail(TK_ATTN_ARGS, b0, state, win); return;
+      case TK_BF16: attn_avx2_bf16_tail(TK_ATTN_ARGS, b0, state, win); return;
+      default: attn_tail_avx2(TK_ATTN_ARGS, b0, state, win); return;
     }
   }
 #endif
   (void)isa;
   switch (kvtype) {
-    case TK_F16: attn_portable_f16_tail(TK_ATTN_ARGS, b0, state); return;
-    case TK_BF16: attn_portable_bf16_tail(TK_ATTN_ARGS, b0, state); return;
-    default: attn_tail_portable(TK_ATTN_ARGS, b0, state); return;
+    case TK_F16: attn_portable_f16_tail(TK_ATTN_ARGS, b0, state, win); return;
+    case TK_BF16: attn_portable_bf16_tail(TK_ATTN_ARGS, b0, state, win); return;
+    default: attn_tail_portable(TK_ATTN_ARGS, b0, state, win); return;
   }
 #undef TK_ATTN_ARGS
 }
