@@ -283,6 +283,7 @@ func (r *CPURunner) Execute(b *step.Batch, out *step.Output) error {
 		}
 		r.attnSeqs = append(r.attnSeqs, kernels.AttnSeq{
 			QStart: sb.TokenStart, NumQ: sb.NumTokens, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable,
+			Window: r.m.attnWindow(),
 		})
 		if sb.Sample {
 			r.sampled = append(r.sampled, int32(i))
@@ -458,7 +459,8 @@ func (r *CPURunner) compactSampled(b *step.Batch) {
 		row := int(sb.TokenStart + sb.NumTokens - 1)
 		copy(x[j*dim:(j+1)*dim], x[row*dim:(row+1)*dim])
 		copy(q[j*qd:(j+1)*qd], q[row*qd:(row+1)*qd])
-		r.lastSeqs = append(r.lastSeqs, kernels.AttnSeq{QStart: int32(j), NumQ: 1, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable})
+		r.lastSeqs = append(r.lastSeqs, kernels.AttnSeq{QStart: int32(j), NumQ: 1, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable,
+			Window: r.m.attnWindow()})
 	}
 	// The groups carry over to the sampled rows: a member that does not
 	// sample has no row in the last layer.
