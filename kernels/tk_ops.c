@@ -468,8 +468,12 @@ static void attn_portable(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int win) {
-  attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);
+  if (win > 0)
+    attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);
+  else  // the unwindowed loop, with the window's tests folded away
+    attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, 0);
 }
 
 static void attn_tail_portable(
@@ -489,8 +493,12 @@ static void attn_tail_portable(
                         int hd, const int32_t *table, int qstart, int numq,   \
                         int ctx, int kvh, int i0, int i1, float scale,        \
                         float *scratch, int win) {                            \
-    BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx,  \
-         kvh, i0, i1, scale, scratch, 0, NULL, 0, win);                       \
+    if (win > 0)                                                              \
+      BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,     \
+           ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);                \
+    else /* the unwindowed loop, the window's tests folded away */            \
+      BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,     \
+           ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, 0);                  \
   }                                                                           \
   static ATTR void NAME##_tail(                                               \
       float *out, const float *q, const uint16_t *K, const uint16_t *V,      \
@@ -545,8 +553,12 @@ static TK_TARGET_AVX2 void attn_avx2(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int win) {
-  attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);
+  if (win > 0)
+    attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);
+  else  // the unwindowed loop, with the window's tests folded away
+    attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, 0);
 }
 
 static TK_TARGET_AVX2 void attn_tail_avx2(

@@ -143,3 +143,45 @@ func TestPagedAttentionGroupsWindow(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPagedAttentionWindow: 8 sequences decoding at context 4096 and
+// one 256-token prefill chunk ending at 4096, without a window and with
+// one of 512 (blocks wholly before a task's windows are skipped, so the
+// windowed cost follows the window, not the context); 12 heads (4 kv
+// heads), head dim 64, blocks of 16.
+func BenchmarkPagedAttentionWindow(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	const kvHeads, heads, hd, bs, ctx, nseq, chunk = 4, 12, 64, 16, 4096, 8, 256
+	nb := nseq * ctx / bs
+	l := &KVLayer{NumBlocks: nb, KVHeads: kvHeads, BlockSize: bs, HeadDim: hd,
+		K: randFloats(rng, nb*kvHeads*bs*hd, 1), V: randFloats(rng, nb*kvHeads*bs*hd, 1)}
+	perm := rng.Perm(nb)
+	table := func(s int) []int32 {
+		t := make([]int32, ctx/bs)
+		for i := range t {
+			t[i] = int32(perm[s*ctx/bs+i])
+		}
+		return t
+	}
+	decode := make([]AttnSeq, nseq)
+	for s := range decode {
+		decode[s] = AttnSeq{QStart: int32(s), NumQ: 1, ContextLen: ctx, BlockTable: table(s)}
+	}
+	prefill := []AttnSeq{{QStart: 0, NumQ: chunk, ContextLen: ctx, BlockTable: table(0)}}
+	for _, c := range []struct {
+		name string
+		seqs []AttnSeq
+		rows int
+	}{{"decode8x4096", decode, nseq}, {"prefill256at4096", prefill, chunk}} {
+		q, out := randFloats(rng, c.rows*heads*hd, 1), make([]float32, c.rows*heads*hd)
+		for _, win := range []int32{0, 512} {
+			seqs := withWindow(c.seqs, win)
+			b.Run(fmt.Sprintf("%s/window=%d", c.name, win), func(b *testing.B) {
+				w := NewWorkers(1)
+				defer w.Close()
+				best, _ := loop(b, func() error { return w.PagedAttention(out, q, l, seqs, heads, 0.125) })
+				b.ReportMetric(float64(best.Nanoseconds()), "best_ns")
+			})
+		}
+	}
+}
