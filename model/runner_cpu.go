@@ -501,7 +501,11 @@ func (r *CPURunner) attention(li, rows int, seqs []kernels.AttnSeq, groups []ker
 	q, att := r.q[:rows*qd], r.att[:rows*qd]
 	var macs int // attention multiply-adds (QKᵀ and PV), for the pool choice
 	for _, s := range seqs {
-		macs += int(s.NumQ) * int(s.ContextLen)
+		keys := int(s.ContextLen)
+		if s.Window > 0 {
+			keys = min(keys, int(s.Window)) // the kernels skip the rest
+		}
+		macs += int(s.NumQ) * keys
 	}
 	macs *= 2 * qd
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
