@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model/gguf"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // TestRunnerMatchesReference runs a synthetic model through the runner
@@ -128,4 +129,68 @@ func TestSlidingWindowMatchesReference(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSlidingWindowCascade runs three sequences that share a two-block
+// prefix, grouped every step (step.Grouper), on a model with a 24-position
+// window, teacher-forced from a 4-token prefill chunk to context 50: the
+// members share the prefix while their window covers it and take the
+// plain, masked path once it does not. Every step's logits must equal the
+// masked reference forward of each sequence's own tokens.
+func TestSlidingWindowCascade(t *testing.T) {
+	const tol = 1e-5
+	const bs, members, prefixLen, chunk, steps = 8, 3, 16, 4, 30
+	spec := smallSpec(gguf.TypeF32)
+	spec.Window = 24
+	m := loadSynth(t, spec)
+	rng := rand.New(rand.NewPCG(5, 6))
+	draw := func(n int) []int32 {
+		s := make([]int32, n)
+		for i := range s {
+			s[i] = int32(rng.IntN(m.cfg.Vocab))
+		}
+		return s
+	}
+	prefix := draw(prefixLen)
+	toks, want := make([][]int32, members), make([][][]float32, members)
+	for i := range toks {
+		toks[i] = append(append([]int32(nil), prefix...), draw(chunk+steps)...)
+		want[i] = refForward(t, m, toks[i])
+	}
+	cfg := CPURunnerConfig{Seats: members + 1, KVBlocks: 64, BlockSize: bs, MaxBatchTokens: 64, KeepLogits: true}
+	r := newExactRunner(t, m, cfg)
+	h := newHarness(t, r)
+	h.step(part{newSeq(members, 0, 1, 2), prefix, false}) // the prefix into blocks 0 and 1
+	parts := make([]part, members)
+	for i := range parts {
+		s := newSeq(int32(i), append(iota32(0, prefixLen/bs), iota32(10+i*8, 8)...)...)
+		s.ctx = prefixLen
+		s.history = append([]int32(nil), prefix...)
+		parts[i] = part{s, toks[i][prefixLen : prefixLen+chunk], true}
+	}
+	g := step.Grouper{MinBlocks: 2}
+	var worst float64
+	shared := 0
+	for n := 0; n <= steps; n++ {
+		h.build(parts...)
+		g.Group(&h.b, bs)
+		require.Len(t, h.b.Groups, 1, "step %d: the prefix is shared", n)
+		require.NoError(t, r.Execute(&h.b, &h.out))
+		require.NoError(t, r.Check())
+		for i := range parts {
+			p := &parts[i]
+			p.s.ctx += int32(len(p.toks))
+			p.s.started = true
+			if p.s.ctx <= int32(spec.Window) {
+				shared++
+			}
+			worst = max(worst, relErr(r.Logits(i), want[i][p.s.ctx-1]))
+			if n < steps {
+				p.toks = toks[i][p.s.ctx : p.s.ctx+1]
+			}
+		}
+	}
+	t.Logf("worst relative error %.3g; %d member steps within the window", worst, shared)
+	require.Positive(t, shared, "some steps must take the shared pass")
+	require.Less(t, worst, tol)
 }
