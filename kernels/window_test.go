@@ -185,3 +185,30 @@ func BenchmarkPagedAttentionWindow(b *testing.B) {
 		}
 	}
 }
+
+// FuzzPagedAttentionWindow checks windowed paged attention against the
+// windowed reference for arbitrary block sizes, GQA groups, head sizes,
+// sequence shapes and windows (0 included), on every path.
+func FuzzPagedAttentionWindow(f *testing.F) {
+	f.Add(uint64(1), uint8(1), uint8(1), uint8(1), uint8(2), uint8(1), uint8(1), uint8(1))
+	f.Add(uint64(2), uint8(16), uint8(2), uint8(4), uint8(64), uint8(20), uint8(40), uint8(7))
+	f.Add(uint64(3), uint8(7), uint8(1), uint8(3), uint8(20), uint8(60), uint8(130), uint8(33))
+	f.Fuzz(func(t *testing.T, seed uint64, bs, kvHeads, group, hd, numQ, ctx, win uint8) {
+		b := int(bs)%64 + 1
+		kvh := int(kvHeads)%3 + 1
+		g := int(group)%8 + 1
+		d := int(hd)%64 + 1
+		c := int(ctx)%150 + 1
+		q := int(numQ)%c + 1
+		rng := rand.New(rand.NewPCG(seed, 10))
+		ac := newAttnCase(t, rng, b, kvh, g, d, []attnSeqShape{{q, c}, {1, c}})
+		ac.seqs = withWindow(ac.seqs, int32(win)%160)
+		require.NoError(t, RefPagedAttention(ac.want, ac.q, ac.l, ac.seqs, ac.heads, 0.3))
+		w := NewWorkers(2)
+		defer w.Close()
+		for _, p := range SupportedPaths() {
+			require.NoError(t, w.SetPath(p))
+			ac.check(t, w)
+		}
+	})
+}
