@@ -80,9 +80,9 @@ const cascMergeFloats = 1 << 14
 // groups lists disjoint sets of seqs (see AttnGroup); a group with
 // SharedBlocks 0 or one member, and every seq in no group, takes the plain
 // path. So does a member with a Window shorter than its context (its
-// window leaves out some of the shared run), and the rest of its group
-// shares without it. With no groups this is PagedAttention. The state buffer holds
-// (chunks+1)·(member queries)·heads·(HeadDim+2) floats (chunks ≤ 8, 1 when
+// window leaves out some of the shared run); the rest of its group shares
+// without it. With no groups this is PagedAttention. The state buffer
+// holds (chunks+1)·(member queries)·heads·(HeadDim+2) floats (chunks ≤ 8, 1 when
 // there are enough tasks), kept for the next call; groups are read during
 // the call only.
 func (w *Workers) PagedAttentionGroups(out, q []float32, l *KVLayer, seqs []AttnSeq, groups []AttnGroup, heads int, scale float32) error {

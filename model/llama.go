@@ -224,7 +224,9 @@ func (m *Llama) ChatTemplate() string { return m.chatTemplate }
 
 // attnWindow is the kernels' AttnSeq.Window for every layer: the sliding
 // window in positions, or 0 when there is none or the context cannot
-// outgrow it (the window then masks nothing).
+// outgrow it (the window then masks nothing). Transformers' Mistral masks
+// it (see kernels.AttnSeq); llama.cpp's llama architecture reads no window
+// and attends to every position, so past the window its logits differ.
 func (m *Llama) attnWindow() int32 {
 	if w := m.cfg.SlidingWindow; w > 0 && w < m.maxContext {
 		return int32(w)
