@@ -159,8 +159,9 @@ func hfLlamaConfig(h *hfConfig) (gguf.LlamaConfig, error) {
 // configs carry one that use_sliding_window (absent: false, as in
 // transformers' Qwen2Config) turns on, and then only for the layers
 // i ≥ max_window_layers (Qwen2Config builds layer_types so:
-// "sliding_attention" if sliding_window is set and i >= max_window_layers;
-// its docstring says the opposite, the code decides). An explicit
+// "sliding_attention" if sliding_window is set and i >= max_window_layers:
+// the first max_window_layers layers are full; an older docstring said the
+// opposite, the code decides). An explicit
 // layer_types list decides per layer. The kernels take one window for the
 // whole model, so a config that mixes windowed and full layers is refused.
 func hfSlidingWindow(h *hfConfig, arch string) (int, error) {
