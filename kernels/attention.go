@@ -180,8 +180,16 @@ func kvWrite(p Path, l *KVLayer, k, v []float32, positions []int32, blockTable [
 // rows QStart..QStart+NumQ-1, at positions ContextLen-NumQ..ContextLen-1,
 // and its keys are positions 0..ContextLen-1 (already written) reached
 // through BlockTable.
+//
+// Window > 0 is a sliding window in positions: the query at position p
+// attends to the keys k with p-Window < k ≤ p only (Window of them, its
+// own included), as HF transformers' sliding_window_overlay (kv_idx >
+// q_idx - sliding_window, masking_utils.py, used by Mistral and by Qwen2's
+// sliding layers) and llama.cpp's LLAMA_SWA_TYPE_STANDARD (masked when
+// p1 - p0 >= n_swa) define it. Window 0 is none (every k ≤ p).
 type AttnSeq struct {
 	QStart, NumQ, ContextLen int32
+	Window                   int32
 	BlockTable               []int32
 }
 
@@ -196,7 +204,8 @@ const attnQueryTile = 16
 
 // PagedAttention computes causal multi-head attention for every sequence:
 // out[row][h] = Σ_p softmax_p(scale·q[row][h]·K[p]) V[p] over the positions
-// p ≤ the query's own, where query head h reads kv head h/(heads/KVHeads)
+// p ≤ the query's own (and inside its sequence's Window when set; blocks
+// wholly before a task's windows are not read), where query head h reads kv head h/(heads/KVHeads)
 // (GQA). q and out are [rows][heads*HeadDim]. The softmax is computed online
 // block by block; each K/V block is read once per group of query heads.
 // Work is split into (sequence, kv head, query tile) tasks. Sequences'
@@ -232,6 +241,9 @@ func checkAttn(out, q []float32, l *KVLayer, seqs []AttnSeq, heads int) error {
 	for i, s := range seqs {
 		if s.NumQ < 0 || s.QStart < 0 || int(s.QStart)+int(s.NumQ) > rows {
 			return fmt.Errorf("kernels: PagedAttention seq %d queries [%d, %d) outside the %d q rows", i, s.QStart, s.QStart+s.NumQ, rows)
+		}
+		if s.Window < 0 {
+			return fmt.Errorf("kernels: PagedAttention seq %d has window %d, want ≥ 0 (0: none)", i, s.Window)
 		}
 		if s.ContextLen < s.NumQ {
 			return fmt.Errorf("kernels: PagedAttention seq %d has context %d shorter than its %d queries", i, s.ContextLen, s.NumQ)

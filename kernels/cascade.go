@@ -79,8 +79,10 @@ const cascMergeFloats = 1 << 14
 //
 // groups lists disjoint sets of seqs (see AttnGroup); a group with
 // SharedBlocks 0 or one member, and every seq in no group, takes the plain
-// path. With no groups this is PagedAttention. The state buffer holds
-// (chunks+1)·(member queries)·heads·(HeadDim+2) floats (chunks ≤ 8, 1 when
+// path. So does a member with a Window shorter than its context (its
+// window leaves out some of the shared run); the rest of its group shares
+// without it. With no groups this is PagedAttention. The state buffer
+// holds (chunks+1)·(member queries)·heads·(HeadDim+2) floats (chunks ≤ 8, 1 when
 // there are enough tasks), kept for the next call; groups are read during
 // the call only.
 func (w *Workers) PagedAttentionGroups(out, q []float32, l *KVLayer, seqs []AttnSeq, groups []AttnGroup, heads int, scale float32) error {
@@ -181,12 +183,18 @@ func (c *cascade) plan(l *KVLayer, seqs []AttnSeq, groups []AttnGroup, heads, mr
 	c.groups, c.qrows, c.tasks, c.merges = c.groups[:0], c.qrows[:0], c.tasks[:0], c.merges[:0]
 	tiles := 0
 	for gi, g := range groups {
-		if g.SharedBlocks == 0 || len(g.Members) < 2 {
+		if g.SharedBlocks == 0 || countShares(seqs, g.Members) < 2 {
 			continue
 		}
-		cg := cascGroup{src: int32(gi), lead: g.Members[0], slot0: int32(len(c.qrows)), shared: g.SharedBlocks}
+		cg := cascGroup{src: int32(gi), lead: -1, slot0: int32(len(c.qrows)), shared: g.SharedBlocks}
 		for _, m := range g.Members {
 			s := seqs[m]
+			if !seesAll(s) {
+				continue // the plain path masks its window
+			}
+			if cg.lead < 0 {
+				cg.lead = m
+			}
 			c.seq[m].slot, c.seq[m].shared = int32(len(c.qrows)), g.SharedBlocks
 			for i := int32(0); i < s.NumQ; i++ {
 				c.qrows = append(c.qrows, s.QStart+i)
@@ -223,13 +231,34 @@ func (c *cascade) plan(l *KVLayer, seqs []AttnSeq, groups []AttnGroup, heads, mr
 			}
 		}
 		for _, m := range groups[cg.src].Members {
-			c.seq[m].chunks = cg.chunks
+			if c.seq[m].slot >= 0 {
+				c.seq[m].chunks = cg.chunks
+			}
 		}
 		per := int32(max(1, cascMergeFloats/state))
 		for s0 := int32(0); s0 < cg.slots; s0 += per {
 			c.merges = append(c.merges, cascMerge{g: int32(gi), s0: cg.slot0 + s0, s1: cg.slot0 + min(s0+per, cg.slots)})
 		}
 	}
+}
+
+// seesAll reports whether every query of s sees every earlier position:
+// no window, or the context within it. Only such a member takes its
+// group's shared pass, which is unmasked; one whose window leaves out part
+// of the shared run takes the plain path, which masks it (the simplest
+// rule that stays exact: sharing stops paying once the shared run leaves
+// the window anyway).
+func seesAll(s AttnSeq) bool { return s.Window == 0 || s.ContextLen <= s.Window }
+
+// countShares is the number of members that can take the shared pass.
+func countShares(seqs []AttnSeq, members []int32) int {
+	n := 0
+	for _, m := range members {
+		if seesAll(seqs[m]) {
+			n++
+		}
+	}
+	return n
 }
 
 // grow returns s resized to n elements, reallocating only when its

@@ -127,7 +127,7 @@ func cAttnTask(p Path, out, q []float32, l *KVLayer, heads int, table []int32, s
 	k, v := l.ptrs()
 	C.tk_attn_task(C.int(p), C.int(l.Type), f32p(out), f32p(q), k, v, C.int(heads), C.int(l.KVHeads),
 		C.int(l.BlockSize), C.int(l.HeadDim), i32p(table), C.int(s.QStart), C.int(s.NumQ),
-		C.int(s.ContextLen), C.int(kvh), C.int(i0), C.int(i1), C.float(scale), f32p(scratch))
+		C.int(s.ContextLen), C.int(kvh), C.int(i0), C.int(i1), C.float(scale), f32p(scratch), C.int(s.Window))
 }
 
 func cAttnTail(p Path, out, q []float32, l *KVLayer, heads int, s AttnSeq, kvh, i0, i1 int, scale float32, scratch []float32,
@@ -136,7 +136,7 @@ func cAttnTail(p Path, out, q []float32, l *KVLayer, heads int, s AttnSeq, kvh, 
 	C.tk_attn_tail(C.int(p), C.int(l.Type), f32p(out), f32p(q), k, v, C.int(heads), C.int(l.KVHeads),
 		C.int(l.BlockSize), C.int(l.HeadDim), i32p(s.BlockTable), C.int(s.QStart), C.int(s.NumQ),
 		C.int(s.ContextLen), C.int(kvh), C.int(i0), C.int(i1), C.float(scale), f32p(scratch),
-		C.int(b0), f32p(state))
+		C.int(b0), f32p(state), C.int(s.Window))
 }
 
 func cCascadeTask(p Path, q []float32, l *KVLayer, heads int, table []int32, b0, b1 int, qrows []int32, m0, m1, kvh int,

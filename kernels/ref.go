@@ -150,15 +150,26 @@ func RefEmbedding(out []float32, table Matrix, tokens []int32) {
 // [numQ][heads*headDim], k and v are [ctx][kvHeads*headDim] (positions
 // 0..ctx-1); query i sits at position ctx-numQ+i. float64 throughout.
 func RefAttention(out, q, k, v []float32, numQ, ctx, heads, kvHeads, headDim int, scale float32) {
+	RefAttentionWindow(out, q, k, v, numQ, ctx, heads, kvHeads, headDim, 0, scale)
+}
+
+// RefAttentionWindow is RefAttention with a sliding window of window
+// positions (0: none): the query at position pos attends to the positions
+// p with pos-window < p ≤ pos only (see AttnSeq.Window).
+func RefAttentionWindow(out, q, k, v []float32, numQ, ctx, heads, kvHeads, headDim, window int, scale float32) {
 	group := heads / kvHeads
 	s := make([]float64, ctx)
 	for i := 0; i < numQ; i++ {
 		pos := ctx - numQ + i
+		lo := 0
+		if window > 0 {
+			lo = max(0, pos-window+1)
+		}
 		for h := 0; h < heads; h++ {
 			kh := h / group
 			qv := q[(i*heads+h)*headDim : (i*heads+h+1)*headDim]
 			mx := math.Inf(-1)
-			for p := 0; p <= pos; p++ {
+			for p := lo; p <= pos; p++ {
 				kv := k[(p*kvHeads+kh)*headDim:]
 				var d float64
 				for c, qc := range qv {
@@ -168,14 +179,14 @@ func RefAttention(out, q, k, v []float32, numQ, ctx, heads, kvHeads, headDim int
 				mx = math.Max(mx, s[p])
 			}
 			var sum float64
-			for p := 0; p <= pos; p++ {
+			for p := lo; p <= pos; p++ {
 				s[p] = math.Exp(s[p] - mx)
 				sum += s[p]
 			}
 			o := out[(i*heads+h)*headDim : (i*heads+h+1)*headDim]
 			for c := range o {
 				var a float64
-				for p := 0; p <= pos; p++ {
+				for p := lo; p <= pos; p++ {
 					a += s[p] * float64(v[(p*kvHeads+kh)*headDim+c])
 				}
 				o[c] = float32(a / sum)
@@ -185,7 +196,7 @@ func RefAttention(out, q, k, v []float32, numQ, ctx, heads, kvHeads, headDim int
 }
 
 // RefPagedAttention gathers each sequence's K/V out of the paged layer and
-// runs RefAttention (see Workers.PagedAttention for the arguments).
+// runs RefAttentionWindow with the sequence's window (see Workers.PagedAttention for the arguments).
 func RefPagedAttention(out, q []float32, l *KVLayer, seqs []AttnSeq, heads int, scale float32) error {
 	if err := l.Validate(); err != nil {
 		return err
@@ -193,6 +204,9 @@ func RefPagedAttention(out, q []float32, l *KVLayer, seqs []AttnSeq, heads int, 
 	row := heads * l.HeadDim
 	kvRow := l.KVHeads * l.HeadDim
 	for i, s := range seqs {
+		if s.Window < 0 {
+			return fmt.Errorf("kernels: RefPagedAttention seq %d has window %d, want ≥ 0 (0: none)", i, s.Window)
+		}
 		if err := l.checkTable(s.BlockTable, int(s.ContextLen)); err != nil {
 			return fmt.Errorf("seq %d: %w", i, err)
 		}
@@ -208,7 +222,7 @@ func RefPagedAttention(out, q []float32, l *KVLayer, seqs []AttnSeq, heads int, 
 			}
 		}
 		q0, q1 := int(s.QStart)*row, int(s.QStart+s.NumQ)*row
-		RefAttention(out[q0:q1], q[q0:q1], k, v, int(s.NumQ), ctx, heads, l.KVHeads, l.HeadDim, scale)
+		RefAttentionWindow(out[q0:q1], q[q0:q1], k, v, int(s.NumQ), ctx, heads, l.KVHeads, l.HeadDim, int(s.Window), scale)
 	}
 	return nil
 }

@@ -127,14 +127,15 @@ long tk_argmax(const float *x, long n);
 
 // tk_attn_task: one (sequence, kv head, query range) task of paged attention.
 // Queries i in [i0, i1) of the sequence sit at q/out rows qstart+i and at
-// positions ctx-numq+i; they attend causally to positions 0..their own.
-// 16-bit K/V are widened to float in registers. scratch needs
-// (i1-i0)*group*(hd+2) + block floats.
+// positions ctx-numq+i; they attend causally to positions 0..their own,
+// or with win > 0 (a sliding window) to the last win of them only (the
+// query at p sees max(0, p-win+1)..p). 16-bit K/V are widened to float in
+// registers. scratch needs (i1-i0)*group*(hd+2) + block floats.
 void tk_attn_task(int isa, int kvtype, float *out, const float *q,
                   const void *K, const void *V, int heads, int kv_heads,
                   int block, int hd, const int32_t *table, int qstart,
                   int numq, int ctx, int kvh, int i0, int i1, float scale,
-                  float *scratch);
+                  float *scratch, int win);
 
 // tk_attn_tail is tk_attn_task for a cascade member's tail: it reads
 // blocks from b0 on and writes each (query i, head h) pair's softmax state
@@ -144,7 +145,7 @@ void tk_attn_tail(int isa, int kvtype, float *out, const float *q,
                   const void *K, const void *V, int heads, int kv_heads,
                   int block, int hd, const int32_t *table, int qstart,
                   int numq, int ctx, int kvh, int i0, int i1, float scale,
-                  float *scratch, int b0, float *state);
+                  float *scratch, int b0, float *state, int win);
 
 // tk_kv_write16 stores n tokens' k and v rows ([n][kv_heads*hd] floats)
 // into a 16-bit cache (kvtype TK_F16 or TK_BF16) at positions pos through

@@ -9,7 +9,10 @@
 //   TK_EXPS(s,n,m)  s[j] = e^(s[j]-m) for j < n, returning their sum
 // so the helpers inline into each instance.
 //
-// Blocks [0, b0) are not read. When state is not NULL the pairs' softmax
+// A query at position p sees the keys k with max(0, p-win+1) ≤ k ≤ p: the
+// last win positions including its own (win = 0: all of 0..p). Blocks
+// before b0, and blocks before the window of the task's first (earliest)
+// query, are not read. When state is not NULL the pairs' softmax
 // states are written there instead of out: state + (i*heads + h)*(hd+2)
 // holds [max, sum, acc[hd]] (acc unnormalised) for the cascade's merge.
 // prefetch asks for block b+1 while block b is computed. The body is always
@@ -20,7 +23,7 @@ static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
     float *out, const float *q, const TK_KV_T *K, const TK_KV_T *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
-    float *state, int prefetch) {
+    float *state, int prefetch, int win) {
   const int group = heads / kv_heads;
   const int nq = (i1 - i0) * group;  // (query, head) pairs of this task
   const long ld = (long)heads * hd;  // row stride of q and out
@@ -36,7 +39,14 @@ static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
   const int first_pos = ctx - numq;  // position of query 0
   const int last = first_pos + i1 - 1;
   const int nblocks = last / block + 1;
-  for (int b = b0; b < nblocks; b++) {
+  int bfirst = b0;
+  if (win > 0) {
+    // Every later query's window starts later still: the blocks wholly
+    // before query i0's window are nobody's.
+    const int lo0 = first_pos + i0 - win + 1;
+    if (lo0 > 0 && lo0 / block > bfirst) bfirst = lo0 / block;
+  }
+  for (int b = bfirst; b < nblocks; b++) {
     // The K and V block of this kv head is read once for the whole group.
     size_t base = ((size_t)table[b] * kv_heads + kvh) * block * hd;
     const TK_KV_T *Kb = K + base, *Vb = V + base;
@@ -56,18 +66,26 @@ static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
       int lim = pos + 1 - b * block;  // visible slots in this block
       if (lim <= 0) continue;
       if (lim > block) lim = block;
+      int j0 = 0;  // first slot of this block inside the query's window
+      if (win > 0) {
+        j0 = pos - win + 1 - b * block;
+        if (j0 < 0) j0 = 0;
+        if (j0 >= lim) continue;
+      }
+      const int n = lim - j0;
+      const TK_KV_T *Kw = Kb + (size_t)j0 * hd, *Vw = Vb + (size_t)j0 * hd;
       for (int g = 0; g < group; g++) {
         int h = kvh * group + g;
         int t = (i - i0) * group + g;
         const float *qv = q + (size_t)(qstart + i) * ld + (size_t)h * hd;
         // One block at a time: all scores, one max, one exp pass, then the
         // weighted V rows with the running rescale folded in.
-        float bm = TK_SCORES(qv, Kb, hd, lim, scale, s);
+        float bm = TK_SCORES(qv, Kw, hd, n, scale, s);
         float m_new = bm > mx[t] ? bm : mx[t];
         float corr = expf(mx[t] - m_new);
         float *a = acc + (size_t)t * hd;
-        float lsum = l[t] * corr + TK_EXPS(s, lim, m_new);
-        TK_PV(a, corr, s, Vb, lim, hd);
+        float lsum = l[t] * corr + TK_EXPS(s, n, m_new);
+        TK_PV(a, corr, s, Vw, n, hd);
         l[t] = lsum;
         mx[t] = m_new;
       }

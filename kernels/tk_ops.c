@@ -59,48 +59,23 @@ TK_INLINE TK_TARGET_AVX2 __m256 hsum8x8(const __m256 v[8]) {
                        _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// scores_avx2: s[j] = scale·(q·K[j]) for j < n, eight positions at a time
-// (eight dot-product accumulators, one transpose-add), returning the max.
-static inline TK_TARGET_AVX2 float scores_avx2(const float *q, const float *K,
-                                               int hd, int n, float scale,
-                                               float *s) {
-  const int hd8 = hd & ~7;
-  const __m256 sc = _mm256_set1_ps(scale);
-  __m256 bmv = _mm256_set1_ps(-FLT_MAX);
-  int j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const float *Kj = K + (size_t)j * hd;
-    __m256 a[8];
-    for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
-    for (int d = 0; d < hd8; d += 8) {
-      __m256 qv = _mm256_loadu_ps(q + d);
-      for (int u = 0; u < 8; u++)
-        a[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(Kj + (size_t)u * hd + d), a[u]);
-    }
-    __m256 v = hsum8x8(a);
-    if (hd8 < hd) {  // head size not a multiple of 8
-      float tail[8];
-      for (int u = 0; u < 8; u++) {
-        float t = 0;
-        for (int d = hd8; d < hd; d++) t += q[d] * Kj[(size_t)u * hd + d];
-        tail[u] = t;
-      }
-      v = _mm256_add_ps(v, _mm256_loadu_ps(tail));
-    }
-    v = _mm256_mul_ps(v, sc);
-    _mm256_storeu_ps(s + j, v);
-    bmv = _mm256_max_ps(bmv, v);
-  }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(bmv), _mm256_extractf128_ps(bmv, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  float bm = _mm_cvtss_f32(m4);
-  for (; j < n; j++) {
-    s[j] = dot_avx2(q, K + (size_t)j * hd, hd) * scale;
-    if (s[j] > bm) bm = s[j];
-  }
-  return bm;
-}
+// scores_avx2: s[j] = scale·(q·K[j]) for j < n on a float cache (see
+// tk_scores_body.h), returning the max.
+#define TK_SC_NAME scores_avx2
+#define TK_SC_QUAL static inline
+#define TK_SC_KT
+#define TK_SC_ELEM float
+#define TK_SC_LD8(p) _mm256_loadu_ps(p)
+#define TK_SC_LD1(x) (x)
+#define TK_SC_DOT(a, b, n) dot_avx2(a, b, n)
+#include "tk_scores_body.h"
+#undef TK_SC_NAME
+#undef TK_SC_QUAL
+#undef TK_SC_KT
+#undef TK_SC_ELEM
+#undef TK_SC_LD8
+#undef TK_SC_LD1
+#undef TK_SC_DOT
 
 // pv_avx2: a = a*c + Σ_{j<n} s[j]·V[j], 32 columns at a time held in
 // registers across all n rows (one load and store of a per block).
@@ -365,47 +340,23 @@ TK_INLINE TK_TARGET_AVX2 float dot16_avx2(int kt, const float *a,
   return t;
 }
 
-// scores16_avx2 is scores_avx2 on a 16-bit cache.
-TK_INLINE TK_TARGET_AVX2 float scores16_avx2(int kt, const float *q,
-                                             const uint16_t *K, int hd, int n,
-                                             float scale, float *s) {
-  const int hd8 = hd & ~7;
-  const __m256 sc = _mm256_set1_ps(scale);
-  __m256 bmv = _mm256_set1_ps(-FLT_MAX);
-  int j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const uint16_t *Kj = K + (size_t)j * hd;
-    __m256 a[8];
-    for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
-    for (int d = 0; d < hd8; d += 8) {
-      __m256 qv = _mm256_loadu_ps(q + d);
-      for (int u = 0; u < 8; u++)
-        a[u] = _mm256_fmadd_ps(qv, kv16_ld8(kt, Kj + (size_t)u * hd + d), a[u]);
-    }
-    __m256 v = hsum8x8(a);
-    if (hd8 < hd) {
-      float tail[8];
-      for (int u = 0; u < 8; u++) {
-        float t = 0;
-        for (int d = hd8; d < hd; d++) t += q[d] * kv16_ld1(kt, Kj[(size_t)u * hd + d]);
-        tail[u] = t;
-      }
-      v = _mm256_add_ps(v, _mm256_loadu_ps(tail));
-    }
-    v = _mm256_mul_ps(v, sc);
-    _mm256_storeu_ps(s + j, v);
-    bmv = _mm256_max_ps(bmv, v);
-  }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(bmv), _mm256_extractf128_ps(bmv, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  float bm = _mm_cvtss_f32(m4);
-  for (; j < n; j++) {
-    s[j] = dot16_avx2(kt, q, K + (size_t)j * hd, hd) * scale;
-    if (s[j] > bm) bm = s[j];
-  }
-  return bm;
-}
+// scores16_avx2 is scores_avx2 on a 16-bit cache of type kt: the same
+// loop, widening in registers.
+#define TK_SC_NAME scores16_avx2
+#define TK_SC_QUAL TK_INLINE
+#define TK_SC_KT int kt,
+#define TK_SC_ELEM uint16_t
+#define TK_SC_LD8(p) kv16_ld8(kt, p)
+#define TK_SC_LD1(x) kv16_ld1(kt, x)
+#define TK_SC_DOT(a, b, n) dot16_avx2(kt, a, b, n)
+#include "tk_scores_body.h"
+#undef TK_SC_NAME
+#undef TK_SC_QUAL
+#undef TK_SC_KT
+#undef TK_SC_ELEM
+#undef TK_SC_LD8
+#undef TK_SC_LD1
+#undef TK_SC_DOT
 
 // pv16_avx2 is pv_avx2 on a 16-bit cache.
 TK_INLINE TK_TARGET_AVX2 void pv16_avx2(int kt, float *a, float c,
@@ -467,18 +418,22 @@ TK_INLINE TK_TARGET_AVX2 void pv16_avx2(int kt, float *a, float c,
 static void attn_portable(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
-    int ctx, int kvh, int i0, int i1, float scale, float *scratch) {
-  attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0);
+    int ctx, int kvh, int i0, int i1, float scale, float *scratch, int win) {
+  if (win > 0)
+    attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);
+  else  // the unwindowed loop, with the window's tests folded away
+    attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, 0);
 }
 
 static void attn_tail_portable(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
-    float *state) {
+    float *state, int win) {
   attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, b0, state, 1);
+      ctx, kvh, i0, i1, scale, scratch, b0, state, 1, win);
 }
 
 // TK_ATTN_WRAP defines NAME (the plain task) and NAME##_tail (the cascade
@@ -488,17 +443,21 @@ static void attn_tail_portable(
                         const uint16_t *V, int heads, int kv_heads, int block, \
                         int hd, const int32_t *table, int qstart, int numq,   \
                         int ctx, int kvh, int i0, int i1, float scale,        \
-                        float *scratch) {                                     \
-    BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx,  \
-         kvh, i0, i1, scale, scratch, 0, NULL, 0);                            \
+                        float *scratch, int win) {                            \
+    if (win > 0)                                                              \
+      BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,     \
+           ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);                \
+    else /* the unwindowed loop, the window's tests folded away */            \
+      BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,     \
+           ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, 0);                  \
   }                                                                           \
   static ATTR void NAME##_tail(                                               \
       float *out, const float *q, const uint16_t *K, const uint16_t *V,      \
       int heads, int kv_heads, int block, int hd, const int32_t *table,      \
       int qstart, int numq, int ctx, int kvh, int i0, int i1, float scale,   \
-      float *scratch, int b0, float *state) {                                \
+      float *scratch, int b0, float *state, int win) {                       \
     BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx,  \
-         kvh, i0, i1, scale, scratch, b0, state, 1);                          \
+         kvh, i0, i1, scale, scratch, b0, state, 1, win);                     \
   }
 
 #define TK_ATTN_ATTR
@@ -544,18 +503,22 @@ TK_ATTN_WRAP(attn_portable_bf16, attn_portable_bf16_body, )
 static TK_TARGET_AVX2 void attn_avx2(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
-    int ctx, int kvh, int i0, int i1, float scale, float *scratch) {
-  attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0);
+    int ctx, int kvh, int i0, int i1, float scale, float *scratch, int win) {
+  if (win > 0)
+    attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);
+  else  // the unwindowed loop, with the window's tests folded away
+    attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, 0);
 }
 
 static TK_TARGET_AVX2 void attn_tail_avx2(
     float *out, const float *q, const float *K, const float *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
-    float *state) {
+    float *state, int win) {
   attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-      ctx, kvh, i0, i1, scale, scratch, b0, state, 1);
+      ctx, kvh, i0, i1, scale, scratch, b0, state, 1, win);
 }
 
 #define TK_ATTN_ATTR TK_TARGET_AVX2
@@ -589,24 +552,24 @@ void tk_attn_task(int isa, int kvtype, float *out, const float *q,
                   const void *K, const void *V, int heads, int kv_heads,
                   int block, int hd, const int32_t *table, int qstart,
                   int numq, int ctx, int kvh, int i0, int i1, float scale,
-                  float *scratch) {
+                  float *scratch, int win) {
 #define TK_ATTN_ARGS                                                       \
   out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx, kvh, \
       i0, i1, scale, scratch
 #if TK_X86
   if (isa != TK_PORTABLE) {
     switch (kvtype) {
-      case TK_F16: attn_avx2_f16(TK_ATTN_ARGS); return;
-      case TK_BF16: attn_avx2_bf16(TK_ATTN_ARGS); return;
-      default: attn_avx2(TK_ATTN_ARGS); return;
+      case TK_F16: attn_avx2_f16(TK_ATTN_ARGS, win); return;
+      case TK_BF16: attn_avx2_bf16(TK_ATTN_ARGS, win); return;
+      default: attn_avx2(TK_ATTN_ARGS, win); return;
     }
   }
 #endif
   (void)isa;
   switch (kvtype) {
-    case TK_F16: attn_portable_f16(TK_ATTN_ARGS); return;
-    case TK_BF16: attn_portable_bf16(TK_ATTN_ARGS); return;
-    default: attn_portable(TK_ATTN_ARGS); return;
+    case TK_F16: attn_portable_f16(TK_ATTN_ARGS, win); return;
+    case TK_BF16: attn_portable_bf16(TK_ATTN_ARGS, win); return;
+    default: attn_portable(TK_ATTN_ARGS, win); return;
   }
 }
 
@@ -614,21 +577,21 @@ void tk_attn_tail(int isa, int kvtype, float *out, const float *q,
                   const void *K, const void *V, int heads, int kv_heads,
                   int block, int hd, const int32_t *table, int qstart,
                   int numq, int ctx, int kvh, int i0, int i1, float scale,
-                  float *scratch, int b0, float *state) {
+                  float *scratch, int b0, float *state, int win) {
 #if TK_X86
   if (isa != TK_PORTABLE) {
     switch (kvtype) {
-      case TK_F16: attn_avx2_f16_tail(TK_ATTN_ARGS, b0, state); return;
-      case TK_BF16: attn_avx2_bf16_tail(TK_ATTN_ARGS, b0, state); return;
-      default: attn_tail_avx2(TK_ATTN_ARGS, b0, state); return;
+      case TK_F16: attn_avx2_f16_tail(TK_ATTN_ARGS, b0, state, win); return;
+      case TK_BF16: attn_avx2_bf16_tail(TK_ATTN_ARGS, b0, state, win); return;
+      default: attn_tail_avx2(TK_ATTN_ARGS, b0, state, win); return;
     }
   }
 #endif
   (void)isa;
   switch (kvtype) {
-    case TK_F16: attn_portable_f16_tail(TK_ATTN_ARGS, b0, state); return;
-    case TK_BF16: attn_portable_bf16_tail(TK_ATTN_ARGS, b0, state); return;
-    default: attn_tail_portable(TK_ATTN_ARGS, b0, state); return;
+    case TK_F16: attn_portable_f16_tail(TK_ATTN_ARGS, b0, state, win); return;
+    case TK_BF16: attn_portable_bf16_tail(TK_ATTN_ARGS, b0, state, win); return;
+    default: attn_tail_portable(TK_ATTN_ARGS, b0, state, win); return;
   }
 #undef TK_ATTN_ARGS
 }

@@ -161,20 +161,34 @@ func writeArch(t *testing.T, c gguf.LlamaConfig) string {
 	return path
 }
 
-// A sliding window the context can outgrow is refused (the attention
-// kernels cannot mask it), naming the window, the context and the way out;
-// with the context capped at the window the model loads. An unsupported
-// architecture names itself, the supported list and the path once.
+// A sliding window loads at the file's whole context (the CPU runner
+// masks it, see TestSlidingWindowMatchesReference); the CUDA runner, whose
+// kernels do not mask it, refuses a context that can outgrow the window,
+// naming the window, the context and the ways out, and accepts one capped
+// at the window (it then fails later for want of a GPU, or not at all). An
+// unsupported architecture names itself, the supported list and the path
+// once.
 func TestLoadArchitectureRefusals(t *testing.T) {
 	c := gguf.LlamaConfig{Dim: 32, Layers: 1, Heads: 4, KVHeads: 2, FFN: 64, Vocab: 16, ContextLength: 128, SlidingWindow: 64}
 	path := writeArch(t, c)
-	_, err := LoadLlama(path, LlamaOptions{})
-	require.ErrorContains(t, err, "llama.attention.sliding_window = 64, but the context can reach 128 tokens")
-	require.ErrorContains(t, err, "MaxContext ≤ 64")
-	require.Equal(t, 1, strings.Count(err.Error(), path))
-	m, err := LoadLlama(path, LlamaOptions{MaxContext: 64})
+	cuda := CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVType: DefaultCUDAKVType}
+	m, err := LoadLlama(path, LlamaOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 128, m.MaxContext())
+	require.Equal(t, int32(64), m.attnWindow())
+	_, err = NewCUDARunner(m, cuda)
+	require.ErrorContains(t, err, "llama.attention.sliding_window = 64, but the context can reach 128 tokens and the CUDA runner")
+	require.ErrorContains(t, err, "MaxContext ≤ 64 or use the CPU runner")
+	require.NoError(t, m.Close())
+	m, err = LoadLlama(path, LlamaOptions{MaxContext: 64})
 	require.NoError(t, err)
 	require.Equal(t, 64, m.MaxContext())
+	require.Equal(t, int32(0), m.attnWindow(), "a window the context cannot outgrow masks nothing")
+	if r, err := NewCUDARunner(m, cuda); err == nil {
+		require.NoError(t, r.Close())
+	} else {
+		require.NotContains(t, err.Error(), "sliding_window")
+	}
 	require.NoError(t, m.Close())
 
 	data, err := os.ReadFile(path)

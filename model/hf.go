@@ -57,6 +57,8 @@ type hfConfig struct {
 	TorchDType            string         `json:"torch_dtype"`
 	SlidingWindow         *int           `json:"sliding_window"`
 	UseSlidingWindow      *bool          `json:"use_sliding_window"`
+	MaxWindowLayers       *int           `json:"max_window_layers"`
+	LayerTypes            []string       `json:"layer_types"`
 	HiddenAct             string         `json:"hidden_act"`
 	MLPBias               bool           `json:"mlp_bias"`
 }
@@ -146,16 +148,62 @@ func hfLlamaConfig(h *hfConfig) (gguf.LlamaConfig, error) {
 	default:
 		return c, fmt.Errorf("config.json: torch_dtype = %q (supported: bfloat16, float16, float32)", h.TorchDType)
 	}
-	// Qwen2/3 configs carry a sliding_window that use_sliding_window turns
-	// off; Mistral's applies when set.
-	if h.SlidingWindow != nil && (h.UseSlidingWindow == nil || *h.UseSlidingWindow) {
-		if *h.SlidingWindow <= 0 {
-			return c, fmt.Errorf("config.json: sliding_window = %d, want > 0 or null", *h.SlidingWindow)
-		}
-		c.SlidingWindow = *h.SlidingWindow
+	if c.SlidingWindow, err = hfSlidingWindow(h, arch); err != nil {
+		return c, err
 	}
 	c.TiedOutput = h.TieWordEmbeddings
 	return c, nil
+}
+
+// hfSlidingWindow is the window every layer attends within (0: none).
+// Mistral's sliding_window applies to every layer when set. Qwen2/3
+// configs carry one that use_sliding_window (absent: false, as in
+// transformers' Qwen2Config) turns on, and then only for the layers
+// i ≥ max_window_layers (Qwen2Config builds layer_types so:
+// "sliding_attention" if sliding_window is set and i >= max_window_layers:
+// the first max_window_layers layers are full; an older docstring said the
+// opposite, the code decides). An explicit
+// layer_types list decides per layer. The kernels take one window for the
+// whole model, so a config that mixes windowed and full layers is refused.
+func hfSlidingWindow(h *hfConfig, arch string) (int, error) {
+	if h.SlidingWindow == nil {
+		return 0, nil
+	}
+	qwen := arch == "qwen2" || arch == "qwen3"
+	if use := h.UseSlidingWindow; (use != nil && !*use) || (use == nil && qwen) {
+		return 0, nil
+	}
+	if *h.SlidingWindow <= 0 {
+		return 0, fmt.Errorf("config.json: sliding_window = %d, want > 0 or null", *h.SlidingWindow)
+	}
+	n := h.NumHiddenLayers
+	sliding := n // layers with the window
+	switch {
+	case h.LayerTypes != nil:
+		if len(h.LayerTypes) != n {
+			return 0, fmt.Errorf("config.json: layer_types has %d entries, num_hidden_layers = %d", len(h.LayerTypes), n)
+		}
+		sliding = 0
+		for i, t := range h.LayerTypes {
+			switch t {
+			case "sliding_attention":
+				sliding++
+			case "full_attention":
+			default:
+				return 0, fmt.Errorf("config.json: layer_types[%d] = %q (supported: sliding_attention, full_attention)", i, t)
+			}
+		}
+	case qwen && h.MaxWindowLayers != nil:
+		sliding = min(n, max(0, n-*h.MaxWindowLayers))
+	}
+	switch sliding {
+	case 0:
+		return 0, nil
+	case n:
+		return *h.SlidingWindow, nil
+	}
+	return 0, fmt.Errorf("%w: config.json: sliding_window = %d applies to %d of the %d layers (max_window_layers or layer_types); "+
+		"a window on some layers only is not supported", gguf.ErrUnsupportedArch, *h.SlidingWindow, sliding, n)
 }
 
 // hfRope reads rope_scaling (null, linear or llama3).

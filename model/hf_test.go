@@ -117,7 +117,7 @@ func TestHFDirErrors(t *testing.T) {
 		{"no config", rm("config.json"), "config.json is missing"},
 		{"no weights", rm("model.safetensors"), "no model.safetensors or model.safetensors.index.json"},
 		{"no tokenizer", rm("tokenizer.json"), "tokenizer.json is missing"},
-		{"sliding window", setConfig("sliding_window", 64), "sliding_window = 64, but the context can reach 256"},
+		{"sliding window", setConfig("sliding_window", -3), "sliding_window = -3, want > 0 or null"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := edit(t, c.edit)
@@ -150,4 +150,47 @@ func TestHFDirSharded(t *testing.T) {
 	defer sh.Close()
 	toks := []int32{1, 5, 9, 200}
 	require.Equal(t, teacherForced(t, whole, toks, 4), teacherForced(t, sh, toks, 4))
+}
+
+// TestHFSlidingWindow reads the window per architecture: Mistral's applies
+// to every layer; Qwen's only with use_sliding_window, to the layers
+// i ≥ max_window_layers (or as layer_types says), and a window on some
+// layers only is refused, naming the counts.
+func TestHFSlidingWindow(t *testing.T) {
+	i := func(v int) *int { return &v }
+	b := func(v bool) *bool { return &v }
+	full, swa := "full_attention", "sliding_attention"
+	for _, c := range []struct {
+		name string
+		h    hfConfig
+		arch string
+		want int
+		err  string
+	}{
+		{"none", hfConfig{NumHiddenLayers: 4}, "llama", 0, ""},
+		{"mistral", hfConfig{NumHiddenLayers: 4, SlidingWindow: i(4096)}, "llama", 4096, ""},
+		{"mistral off", hfConfig{NumHiddenLayers: 4, SlidingWindow: i(4096), UseSlidingWindow: b(false)}, "llama", 0, ""},
+		{"bad", hfConfig{NumHiddenLayers: 4, SlidingWindow: i(0)}, "llama", 0, "sliding_window = 0, want > 0 or null"},
+		{"qwen default off", hfConfig{NumHiddenLayers: 4, SlidingWindow: i(32768), MaxWindowLayers: i(0)}, "qwen2", 0, ""},
+		{"qwen off", hfConfig{NumHiddenLayers: 4, SlidingWindow: i(32768), UseSlidingWindow: b(false), MaxWindowLayers: i(0)}, "qwen2", 0, ""},
+		{"qwen all", hfConfig{NumHiddenLayers: 4, SlidingWindow: i(64), UseSlidingWindow: b(true), MaxWindowLayers: i(0)}, "qwen2", 64, ""},
+		{"qwen none", hfConfig{NumHiddenLayers: 4, SlidingWindow: i(64), UseSlidingWindow: b(true), MaxWindowLayers: i(4)}, "qwen3", 0, ""},
+		{"qwen no max", hfConfig{NumHiddenLayers: 4, SlidingWindow: i(64), UseSlidingWindow: b(true)}, "qwen2", 64, ""},
+		{"qwen mixed", hfConfig{NumHiddenLayers: 4, SlidingWindow: i(64), UseSlidingWindow: b(true), MaxWindowLayers: i(1)}, "qwen2", 0,
+			"sliding_window = 64 applies to 3 of the 4 layers"},
+		{"types all", hfConfig{NumHiddenLayers: 2, SlidingWindow: i(64), LayerTypes: []string{swa, swa}}, "llama", 64, ""},
+		{"types full", hfConfig{NumHiddenLayers: 2, SlidingWindow: i(64), UseSlidingWindow: b(true), LayerTypes: []string{full, full}}, "qwen2", 0, ""},
+		{"types mixed", hfConfig{NumHiddenLayers: 2, SlidingWindow: i(64), LayerTypes: []string{full, swa}}, "llama", 0, "applies to 1 of the 2 layers"},
+		{"types bad", hfConfig{NumHiddenLayers: 2, SlidingWindow: i(64), LayerTypes: []string{full, "chunked"}}, "llama", 0, `layer_types[1] = "chunked"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := hfSlidingWindow(&c.h, c.arch)
+			if c.err != "" {
+				require.ErrorContains(t, err, c.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, c.want, got)
+		})
+	}
 }

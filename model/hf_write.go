@@ -49,6 +49,9 @@ func WriteHFDir(dir string, f *gguf.File, scaling gguf.LlamaConfig) error {
 	}
 	if c.SlidingWindow > 0 {
 		cfg["sliding_window"] = c.SlidingWindow
+		if c.Arch != "llama" { // Qwen's window is off unless turned on, for layers ≥ max_window_layers
+			cfg["use_sliding_window"], cfg["max_window_layers"] = true, 0
+		}
 	}
 	switch {
 	case w.RopeFreqs != nil:

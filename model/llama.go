@@ -180,7 +180,8 @@ func NewLlama(f *gguf.File, opts LlamaOptions) (*Llama, error) {
 	return m, nil
 }
 
-// setContext applies opts.MaxContext and checks the sliding window.
+// setContext applies opts.MaxContext. A sliding window needs no cap here:
+// the CPU runner masks it; the CUDA runner checks it (checkSlidingWindow).
 func (m *Llama) setContext(opts LlamaOptions) error {
 	c := m.cfg
 	if opts.MaxContext < 0 || opts.MaxContext > c.ContextLength {
@@ -189,7 +190,7 @@ func (m *Llama) setContext(opts LlamaOptions) error {
 	if opts.MaxContext > 0 {
 		m.maxContext = opts.MaxContext
 	}
-	return checkSlidingWindow(c, m.maxContext)
+	return nil
 }
 
 // setStopIDs sets the stop list to the tokenizer's EOS (when it has one)
@@ -221,17 +222,30 @@ func (m *Llama) StopIDs() []int32 { return m.stopIDs }
 // when it has none.
 func (m *Llama) ChatTemplate() string { return m.chatTemplate }
 
-// checkSlidingWindow refuses a sliding-window model whose context can
-// exceed the window: the attention kernels attend to the whole context and
-// cannot mask older positions, so past the window they would compute a
-// different model. Within the window both are the same.
-func checkSlidingWindow(c gguf.LlamaConfig, maxContext int) error {
+// attnWindow is the kernels' AttnSeq.Window for every layer: the sliding
+// window in positions, or 0 when there is none or the context cannot
+// outgrow it (the window then masks nothing). Transformers' Mistral masks
+// it (see kernels.AttnSeq); llama.cpp's llama architecture reads no window
+// and attends to every position, so past the window its logits differ.
+func (m *Llama) attnWindow() int32 {
+	if w := m.cfg.SlidingWindow; w > 0 && w < m.maxContext {
+		return int32(w)
+	}
+	return 0
+}
+
+// checkSlidingWindow refuses, for a runner whose attention kernels do not
+// mask a sliding window (the CUDA runner's attend to every position), a
+// sliding-window model whose context can exceed the window: past the
+// window they would compute a different model. Within the window both are
+// the same.
+func checkSlidingWindow(c gguf.LlamaConfig, maxContext int, runner string) error {
 	if c.SlidingWindow == 0 || maxContext <= c.SlidingWindow {
 		return nil
 	}
-	return fmt.Errorf("model: %s.attention.sliding_window = %d, but the context can reach %d tokens and the attention kernels "+
-		"do not mask a sliding window (they attend to every position); load with MaxContext ≤ %d",
-		c.Arch, c.SlidingWindow, maxContext, c.SlidingWindow)
+	return fmt.Errorf("model: %s.attention.sliding_window = %d, but the context can reach %d tokens and the %s runner's attention kernels "+
+		"do not mask a sliding window (they attend to every position); load with MaxContext ≤ %d or use the CPU runner",
+		c.Arch, c.SlidingWindow, maxContext, runner, c.SlidingWindow)
 }
 
 // matrix views a 2-D GGUF tensor (Dims [in, out]) as a kernels.Matrix

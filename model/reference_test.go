@@ -1,11 +1,14 @@
 package model
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model/gguf"
+	"github.com/turnstile-llm/turnstile/step"
 )
 
 // TestRunnerMatchesReference runs a synthetic model through the runner
@@ -79,4 +82,115 @@ func TestRunnerMatchesReference(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSlidingWindowMatchesReference runs a model with a 16-position
+// sliding window over 80 tokens (a prefill in two chunks that cross the
+// window's edge, then teacher-forced decode) and compares every sampled
+// step's logits with the reference forward pass masked to the window. The
+// same weights without the window must give other logits past it, so a
+// runner that ignored the window would fail.
+func TestSlidingWindowMatchesReference(t *testing.T) {
+	const tol = 1e-5
+	for _, typ := range []gguf.GGMLType{gguf.TypeF32, gguf.TypeF16} {
+		spec := smallSpec(typ)
+		plain := loadSynth(t, spec)
+		spec.Window = 16
+		m := loadSynth(t, spec)
+		require.Equal(t, 256, m.MaxContext(), "a window model loads at its whole context")
+		rng := rand.New(rand.NewPCG(3, 4))
+		toks := make([]int32, 80)
+		for i := range toks {
+			toks[i] = int32(rng.IntN(m.cfg.Vocab))
+		}
+		want, unmasked := refForward(t, m, toks), refForward(t, plain, toks)
+		require.Less(t, 1e-3, relErr(unmasked[40], want[40]), "the window must change the logits past it")
+		require.Less(t, relErr(unmasked[15], want[15]), 1e-9, "within the window the models agree")
+		for _, kt := range kernels.KVTypes {
+			t.Run(fmt.Sprintf("%v/kv=%v", typ, kt), func(t *testing.T) {
+				cfg := CPURunnerConfig{Seats: 2, KVBlocks: 12, BlockSize: 8, MaxBatchTokens: 64, KeepLogits: true, KVType: kt}
+				r := newExactRunner(t, m, cfg)
+				h := newHarness(t, r)
+				s := newSeq(1, 11, 0, 7, 5, 1, 9, 3, 2, 10, 4)
+				_, got := h.step(part{s, toks[:21], true})
+				worst := relErr(got[0], want[20])
+				_, got = h.step(part{s, toks[21:50], true})
+				worst = max(worst, relErr(got[0], want[49]))
+				for p := 50; p < len(toks); p++ {
+					_, got = h.step(part{s, toks[p : p+1], true})
+					worst = max(worst, relErr(got[0], want[p]))
+				}
+				t.Logf("worst relative error %.3g", worst)
+				bound := tol
+				if kt != kernels.F32 {
+					bound = 0.02 // the 16-bit cache rounds K and V; the reference does not
+				}
+				require.Less(t, worst, bound)
+			})
+		}
+	}
+}
+
+// TestSlidingWindowCascade runs three sequences that share a two-block
+// prefix, grouped every step (step.Grouper), on a model with a 24-position
+// window, teacher-forced from a 4-token prefill chunk to context 50: the
+// members share the prefix while their window covers it and take the
+// plain, masked path once it does not. Every step's logits must equal the
+// masked reference forward of each sequence's own tokens.
+func TestSlidingWindowCascade(t *testing.T) {
+	const tol = 1e-5
+	const bs, members, prefixLen, chunk, steps = 8, 3, 16, 4, 30
+	spec := smallSpec(gguf.TypeF32)
+	spec.Window = 24
+	m := loadSynth(t, spec)
+	rng := rand.New(rand.NewPCG(5, 6))
+	draw := func(n int) []int32 {
+		s := make([]int32, n)
+		for i := range s {
+			s[i] = int32(rng.IntN(m.cfg.Vocab))
+		}
+		return s
+	}
+	prefix := draw(prefixLen)
+	toks, want := make([][]int32, members), make([][][]float32, members)
+	for i := range toks {
+		toks[i] = append(append([]int32(nil), prefix...), draw(chunk+steps)...)
+		want[i] = refForward(t, m, toks[i])
+	}
+	cfg := CPURunnerConfig{Seats: members + 1, KVBlocks: 64, BlockSize: bs, MaxBatchTokens: 64, KeepLogits: true}
+	r := newExactRunner(t, m, cfg)
+	h := newHarness(t, r)
+	h.step(part{newSeq(members, 0, 1, 2), prefix, false}) // the prefix into blocks 0 and 1
+	parts := make([]part, members)
+	for i := range parts {
+		s := newSeq(int32(i), append(iota32(0, prefixLen/bs), iota32(10+i*8, 8)...)...)
+		s.ctx = prefixLen
+		s.history = append([]int32(nil), prefix...)
+		parts[i] = part{s, toks[i][prefixLen : prefixLen+chunk], true}
+	}
+	g := step.Grouper{MinBlocks: 2}
+	var worst float64
+	shared := 0
+	for n := 0; n <= steps; n++ {
+		h.build(parts...)
+		g.Group(&h.b, bs)
+		require.Len(t, h.b.Groups, 1, "step %d: the prefix is shared", n)
+		require.NoError(t, r.Execute(&h.b, &h.out))
+		require.NoError(t, r.Check())
+		for i := range parts {
+			p := &parts[i]
+			p.s.ctx += int32(len(p.toks))
+			p.s.started = true
+			if p.s.ctx <= int32(spec.Window) {
+				shared++
+			}
+			worst = max(worst, relErr(r.Logits(i), want[i][p.s.ctx-1]))
+			if n < steps {
+				p.toks = toks[i][p.s.ctx : p.s.ctx+1]
+			}
+		}
+	}
+	t.Logf("worst relative error %.3g; %d member steps within the window", worst, shared)
+	require.Positive(t, shared, "some steps must take the shared pass")
+	require.Less(t, worst, tol)
 }

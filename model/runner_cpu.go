@@ -283,6 +283,7 @@ func (r *CPURunner) Execute(b *step.Batch, out *step.Output) error {
 		}
 		r.attnSeqs = append(r.attnSeqs, kernels.AttnSeq{
 			QStart: sb.TokenStart, NumQ: sb.NumTokens, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable,
+			Window: r.m.attnWindow(),
 		})
 		if sb.Sample {
 			r.sampled = append(r.sampled, int32(i))
@@ -458,7 +459,8 @@ func (r *CPURunner) compactSampled(b *step.Batch) {
 		row := int(sb.TokenStart + sb.NumTokens - 1)
 		copy(x[j*dim:(j+1)*dim], x[row*dim:(row+1)*dim])
 		copy(q[j*qd:(j+1)*qd], q[row*qd:(row+1)*qd])
-		r.lastSeqs = append(r.lastSeqs, kernels.AttnSeq{QStart: int32(j), NumQ: 1, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable})
+		r.lastSeqs = append(r.lastSeqs, kernels.AttnSeq{QStart: int32(j), NumQ: 1, ContextLen: sb.ContextLen, BlockTable: sb.BlockTable,
+			Window: r.m.attnWindow()})
 	}
 	// The groups carry over to the sampled rows: a member that does not
 	// sample has no row in the last layer.
@@ -499,7 +501,11 @@ func (r *CPURunner) attention(li, rows int, seqs []kernels.AttnSeq, groups []ker
 	q, att := r.q[:rows*qd], r.att[:rows*qd]
 	var macs int // attention multiply-adds (QKᵀ and PV), for the pool choice
 	for _, s := range seqs {
-		macs += int(s.NumQ) * int(s.ContextLen)
+		keys := int(s.ContextLen)
+		if s.Window > 0 {
+			keys = min(keys, int(s.Window)) // the kernels skip the rest
+		}
+		macs += int(s.NumQ) * keys
 	}
 	macs *= 2 * qd
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))

@@ -217,6 +217,9 @@ func NewCUDARunner(m *Llama, cfg CUDARunnerConfig) (*CUDARunner, error) {
 	if err := cudaCheckTypes(m); err != nil {
 		return nil, err
 	}
+	if err := checkSlidingWindow(m.cfg, m.maxContext, "CUDA"); err != nil {
+		return nil, err
+	}
 	r := &CUDARunner{m: m, cfg: cfg}
 	if r.drv, err = cuda.LoadDriver(); err != nil {
 		return nil, fmt.Errorf("model: CUDA runner needs the CUDA driver: %w", err)

@@ -20,6 +20,7 @@ type synthSpec struct {
 	LinearScale                                      float32 // 0: no scaling
 	Tied                                             bool
 	RopeDim                                          int // 0: not written (= head dim)
+	Window                                           int // llama.attention.sliding_window; 0: not written
 	// Types are the matrix types, cycled over the matrices in file order so
 	// every type appears in every role once there are enough layers.
 	Types []gguf.GGMLType
@@ -89,6 +90,12 @@ func writeSynth(tb testing.TB, dir string, s synthSpec) string {
 			k string
 			v any
 		}{"llama.rope.dimension_count", uint32(s.RopeDim)})
+	}
+	if s.Window != 0 {
+		meta = append(meta, struct {
+			k string
+			v any
+		}{"llama.attention.sliding_window", uint32(s.Window)})
 	}
 	for _, kv := range meta {
 		require.NoError(tb, w.Set(kv.k, kv.v))
@@ -163,7 +170,7 @@ func loadSynth(tb testing.TB, s synthSpec) *Llama {
 }
 
 // refForward is the plain-Go reference forward pass: dense causal attention
-// over the whole sequence and the kernels' float64 Ref* functions for
+// over the whole sequence (masked to the model's sliding window, if any) and the kernels' float64 Ref* functions for
 // everything else. It returns the logits of every position, [n][vocab].
 func refForward(tb testing.TB, m *Llama, tokens []int32) [][]float32 {
 	tb.Helper()
@@ -199,7 +206,7 @@ func refForward(tb testing.TB, m *Llama, tokens []int32) [][]float32 {
 		}
 		kernels.RefRoPEFreqs(q, pos, c.Heads, c.HeadDim, m.ropeFreqs, c.RopeNeox)
 		kernels.RefRoPEFreqs(k, pos, c.KVHeads, c.HeadDim, m.ropeFreqs, c.RopeNeox)
-		kernels.RefAttention(att, q, k, v, n, n, c.Heads, c.KVHeads, c.HeadDim, scale)
+		kernels.RefAttentionWindow(att, q, k, v, n, n, c.Heads, c.KVHeads, c.HeadDim, c.SlidingWindow, scale)
 		mm(tmp, att, l.o)
 		for i := range x {
 			x[i] += tmp[i]
