@@ -18,9 +18,9 @@ import (
 // Hand-offs spin before they sleep: an idle helper polls the job counter for
 // up to helperSpin, and the caller polls the helpers' done count for up to
 // callerSpin, before parking on a channel. Decode issues a call every few
-// tens of microseconds, so between calls the helpers never reach the
-// scheduler (a futex wake-up and sleep per call cost ~13% of F32 decode);
-// an idle pool parks after helperSpin and then burns no CPU.
+// tens of microseconds, so within a step the helpers need not go through
+// the scheduler (a futex wake-up and sleep per call cost ~13% of F32
+// decode); an idle pool parks after helperSpin and then burns no CPU.
 type Workers struct {
 	mu   sync.Mutex
 	n    int
@@ -81,6 +81,12 @@ type job struct {
 	m    int
 	nc   int // items per tile: weight rows, x panels or norm rows
 	lp   int // integer-dot level (jobQmm)
+	// several matrices sharing x (MatMuls, jobGemv and jobStream): tiles
+	// [tend[i-1], tend[i]) are matrix i's, each nc rows of mats[i] into ys[i]
+	nmat int
+	mats [MaxMatMuls]Matrix
+	ys   [MaxMatMuls][]float32
+	tend [MaxMatMuls]int
 	kp   int // bf16 x row stride (jobMMBF16)
 	// rmsnorm
 	weight    []float32
@@ -115,14 +121,16 @@ func NewWorkers(n int) *Workers {
 	return w
 }
 
-// Spin budgets before a hand-off parks. helperSpin covers the gap between
-// two kernel calls of a decode step (norms, RoPE, the KV write and Go code
-// between the matmuls of a step take 10-100 µs on the 110M model) and the
-// gap between steps; callerSpin covers the time the caller, done with its
-// own tiles, waits for the helpers' last tile.
+// Spin budgets before a hand-off parks. 50 µs covers the gap between two
+// kernel calls of a decode step (norms, RoPE, the KV write and Go code
+// between the matmuls take a few µs to tens of µs on the 110M model) and
+// the caller's wait for the helpers' last tile. It is kept short because
+// spinning costs the other processes on a shared machine: with the CPU
+// oversubscribed (load ~8 on 2 cores) 2 ms spins ran F32 tg64 at 0.4x the
+// channel hand-off, 50 µs at about 1x (medians of 8 interleaved runs).
 const (
-	helperSpin = 2 * time.Millisecond
-	callerSpin = 2 * time.Millisecond
+	helperSpin = 50 * time.Microsecond
+	callerSpin = 50 * time.Microsecond
 )
 
 const (
@@ -301,14 +309,25 @@ func (w *Workers) runTile(id, t int) {
 		n1 := min(n0+j.nc, j.w.Rows)
 		pb := s[:(j.nc+32)*gemmKC]
 		cGemmTile(j.path, j.w, w.packA, j.m, j.y, n0, n1, pb, s[len(pb):])
-	case jobGemv:
+	case jobGemv, jobStream:
+		W, y := j.w, j.y
+		if j.nmat > 0 {
+			i := 0
+			for t >= j.tend[i] {
+				i++
+			}
+			if i > 0 {
+				t -= j.tend[i-1]
+			}
+			W, y = j.mats[i], j.ys[i]
+		}
 		n0 := t * j.nc
-		n1 := min(n0+j.nc, j.w.Rows)
-		cGemvTile(j.path, j.w, j.x, j.m, j.y, n0, n1, s)
-	case jobStream:
-		n0 := t * j.nc
-		n1 := min(n0+j.nc, j.w.Rows)
-		cStreamTile(j.path, j.w, j.x, j.m, j.y, n0, n1, s)
+		n1 := min(n0+j.nc, W.Rows)
+		if j.kind == jobGemv {
+			cGemvTile(j.path, W, j.x, j.m, y, n0, n1, s)
+		} else {
+			cStreamTile(j.path, W, j.x, j.m, y, n0, n1, s)
+		}
 	case jobRMSNorm:
 		r0 := t * j.nc
 		cRMSNorm(j.path, j.y, j.x, j.weight, r0, min(r0+j.nc, j.rows), j.dim, j.eps)
