@@ -89,5 +89,75 @@ func (w *Workers) MatMul(y, x []float32, m int, W Matrix) error {
 	return nil
 }
 
+// MaxMatMuls is the most matrices one MatMuls call takes (q, k and v).
+const MaxMatMuls = 3
+
+// MatMuls computes ys[i] = x·Ws[i]ᵀ for every i, as MatMul does, for up to
+// MaxMatMuls matrices that share x (q/k/v, or gate/up). Where every matrix
+// takes the float GEMV or streaming path (m ≤ 32, no low-precision
+// activations) their weight rows are split into tiles of one job, so the
+// helpers are handed work once instead of once per matrix; the results are
+// bit-identical to separate MatMul calls. Otherwise it is MatMul on each in
+// turn. Errors name the matrix and the mismatched sizes; nothing is written
+// then.
+func (w *Workers) MatMuls(ys [][]float32, x []float32, m int, Ws []Matrix) error {
+	if len(Ws) == 0 || len(Ws) > MaxMatMuls || len(ys) != len(Ws) {
+		return fmt.Errorf("kernels: MatMuls with %d outputs and %d matrices, want equal counts in 1..%d", len(ys), len(Ws), MaxMatMuls)
+	}
+	if m <= 0 {
+		return fmt.Errorf("kernels: MatMuls with m=%d rows", m)
+	}
+	total := 0
+	for i, W := range Ws {
+		if err := W.Validate(); err != nil {
+			return fmt.Errorf("kernels: MatMuls matrix %d: %w", i, err)
+		}
+		if len(x) != m*W.Cols {
+			return fmt.Errorf("kernels: MatMuls x has %d floats, want m*Cols = %d*%d = %d for matrix %d", len(x), m, W.Cols, m*W.Cols, i)
+		}
+		if len(ys[i]) != m*W.Rows {
+			return fmt.Errorf("kernels: MatMuls y %d has %d floats, want m*Rows = %d*%d = %d", i, len(ys[i]), m, W.Rows, m*W.Rows)
+		}
+		total += W.Rows
+	}
+	w.mu.Lock()
+	fused := !w.closed && m <= streamMaxRows
+	for _, W := range Ws {
+		fused = fused && w.lowpKind(W, m) == lowpNone
+	}
+	if !fused {
+		w.mu.Unlock()
+		for i, W := range Ws {
+			if err := w.MatMul(ys[i], x, m, W); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	defer w.mu.Unlock()
+	kind := jobGemv
+	if m > gemvMaxRows {
+		kind = jobStream
+	}
+	k := Ws[0].Cols
+	w.ensureScratch(3*k + 64)
+	// Tiles as in MatMul, counted over all the matrices' rows; a tile never
+	// spans two matrices.
+	nc := roundUp(ceilDiv(total, 4*w.n), 24)
+	if w.n == 1 || m*total*k <= tinyMatMulMACs {
+		nc = total
+	}
+	j := job{kind: kind, path: w.path, x: x, m: m, nc: nc, nmat: len(Ws)}
+	tiles := 0
+	for i, W := range Ws {
+		j.mats[i], j.ys[i] = W, ys[i]
+		tiles += ceilDiv(W.Rows, nc)
+		j.tend[i] = tiles
+	}
+	w.job = j
+	w.run(tiles)
+	return nil
+}
+
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 func roundUp(a, b int) int { return ceilDiv(a, b) * b }

@@ -3,8 +3,10 @@ package kernels
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Workers is a pool of goroutines that splits one kernel call into tiles and
@@ -12,15 +14,31 @@ import (
 // means N-1 helper goroutines. Calls on one Workers are serialised by a
 // mutex; use one Workers per forward pass. Per-worker scratch is kept and
 // reused, so steady-state calls do not allocate.
+//
+// Hand-offs spin before they sleep: an idle helper polls the job counter for
+// up to helperSpin, and the caller polls the helpers' done count for up to
+// callerSpin, before parking on a channel. Decode issues a call every few
+// tens of microseconds, so within a step the helpers need not go through
+// the scheduler (a futex wake-up and sleep per call cost ~13% of F32
+// decode); an idle pool parks after helperSpin and then burns no CPU.
 type Workers struct {
 	mu   sync.Mutex
 	n    int
 	path Path
-	wake []chan struct{} // one per helper goroutine
-	done sync.WaitGroup  // helpers still working on the current job
-	quit sync.WaitGroup  // helpers still running (Close waits)
 
-	next   atomic.Int64 // next tile index to claim
+	_ [64]byte // ctl, pending and next each on their own cache line: the
+	// helpers poll ctl while the workers bump next and pending.
+	ctl     atomic.Uint64 // job sequence<<ctlShift | helpers taking part; ctlQuit after Close
+	_       [56]byte
+	pending atomic.Int32 // helpers still working on the current job
+	_       [60]byte
+	next    atomic.Int64 // next tile index to claim
+	_       [56]byte
+
+	park   []parker       // one per helper goroutine: woken by the caller
+	caller parker         // woken by the helper that finishes a job last
+	quit   sync.WaitGroup // helpers still running (Close waits)
+
 	ntiles int64
 	job    job
 	// scratch[i] belongs to worker i (0 is the caller) during a job.
@@ -63,6 +81,12 @@ type job struct {
 	m    int
 	nc   int // items per tile: weight rows, x panels or norm rows
 	lp   int // integer-dot level (jobQmm)
+	// several matrices sharing x (MatMuls, jobGemv and jobStream): tiles
+	// [tend[i-1], tend[i]) are matrix i's, each nc rows of mats[i] into ys[i]
+	nmat int
+	mats [MaxMatMuls]Matrix
+	ys   [MaxMatMuls][]float32
+	tend [MaxMatMuls]int
 	kp   int // bf16 x row stride (jobMMBF16)
 	// rmsnorm
 	weight    []float32
@@ -83,16 +107,82 @@ type job struct {
 // ErrClosed is returned by calls on a closed Workers.
 var ErrClosed = errors.New("kernels: workers closed")
 
-// NewWorkers starts a pool of n workers (n < 1 means 1) using BestPath.
+// NewWorkers starts a pool of n workers (n < 1 means 1, at most 65536)
+// using BestPath.
 func NewWorkers(n int) *Workers {
-	n = max(n, 1)
-	w := &Workers{n: n, path: BestPath(), feat: SupportedFeatures(), wake: make([]chan struct{}, n-1), scratch: make([][]float32, n)}
+	n = min(max(n, 1), maxWorkers)
+	w := &Workers{n: n, path: BestPath(), feat: SupportedFeatures(), park: make([]parker, n-1), scratch: make([][]float32, n)}
+	w.caller.ch = make(chan struct{}, 1)
 	w.quit.Add(n - 1)
-	for i := range w.wake {
-		w.wake[i] = make(chan struct{})
+	for i := range w.park {
+		w.park[i].ch = make(chan struct{}, 1)
 		go w.helper(i + 1)
 	}
 	return w
+}
+
+// Spin budgets before a hand-off parks. 50 µs covers the gap between two
+// kernel calls of a decode step (norms, RoPE, the KV write and Go code
+// between the matmuls take a few µs to tens of µs on the 110M model) and
+// the caller's wait for the helpers' last tile. It is kept short because
+// spinning costs the other processes on a shared machine: with the CPU
+// oversubscribed (load ~8 on 2 cores) 2 ms spins ran F32 tg64 at 0.4x the
+// channel hand-off, 50 µs at about 1x (medians of 8 interleaved runs).
+const (
+	helperSpin = 50 * time.Microsecond
+	callerSpin = 50 * time.Microsecond
+)
+
+const (
+	ctlShift   = 16 // low bits of ctl: helpers taking part in the job
+	maxWorkers = 1 << ctlShift
+	ctlQuit    = ^uint64(0)
+)
+
+// parker puts one goroutine to sleep until another wakes it, with no lost
+// wake-ups: the sleeper announces itself in asleep before it re-checks its
+// condition, and the waker sends a token only if it clears asleep.
+type parker struct {
+	asleep atomic.Bool
+	ch     chan struct{} // capacity 1: the waker never blocks
+}
+
+// sleep parks until wake unless ready() already holds; ready is re-checked
+// after asleep is set, so a wake between the caller's last check and the
+// sleep is not lost.
+func (p *parker) sleep(ready func() bool) {
+	p.asleep.Store(true)
+	if ready() && p.asleep.CompareAndSwap(true, false) {
+		return
+	}
+	// Either not ready, or a waker cleared asleep and sends a token: take it.
+	<-p.ch
+}
+
+// wake wakes the goroutine if it is parked or about to park.
+func (p *parker) wake() {
+	if p.asleep.CompareAndSwap(true, false) {
+		p.ch <- struct{}{}
+	}
+}
+
+// spinUntil polls ready for up to d, yielding the processor between polls so
+// other goroutines run, and reports whether it became true.
+func spinUntil(d time.Duration, ready func() bool) bool {
+	var start time.Time
+	for i := 0; ; i++ {
+		if ready() {
+			return true
+		}
+		if i&15 == 15 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > d {
+				return false
+			}
+			runtime.Gosched()
+		}
+	}
 }
 
 // N returns the number of workers.
@@ -124,17 +214,41 @@ func (w *Workers) Close() {
 		return
 	}
 	w.closed = true
-	for _, c := range w.wake {
-		close(c)
+	w.ctl.Store(ctlQuit)
+	for i := range w.park {
+		w.park[i].wake()
 	}
 	w.quit.Wait()
 }
 
+// helper runs the jobs it takes part in until Close. It reads nothing of
+// a job but ctl unless its id is among the job's helpers, so a helper that
+// misses a job it has no part in never races with the caller's next one.
 func (w *Workers) helper(id int) {
 	defer w.quit.Done()
-	for range w.wake[id-1] {
+	p := &w.park[id-1]
+	// ctl was 0 when NewWorkers started this goroutine; loading it here
+	// instead could already see the first job and then wait past it.
+	var seen uint64
+	changed := func() bool { return w.ctl.Load() != seen }
+	for {
+		if !spinUntil(helperSpin, changed) {
+			p.sleep(changed)
+			if !changed() {
+				continue // woken for a job that has no part for it
+			}
+		}
+		seen = w.ctl.Load()
+		if seen == ctlQuit {
+			return
+		}
+		if int(seen&(1<<ctlShift-1)) < id {
+			continue
+		}
 		w.drain(id)
-		w.done.Done()
+		if w.pending.Add(-1) == 0 {
+			w.caller.wake()
+		}
 	}
 }
 
@@ -154,12 +268,23 @@ func (w *Workers) run(ntiles int) {
 	w.next.Store(0)
 	w.ntiles = int64(ntiles)
 	helpers := min(w.n-1, ntiles-1)
-	w.done.Add(helpers)
+	if helpers <= 0 {
+		w.drain(0)
+		w.job = job{}
+		return
+	}
+	w.pending.Store(int32(helpers))
+	// Publishing ctl orders the job's fields before any helper reads them.
+	seq := w.ctl.Load()>>ctlShift + 1
+	w.ctl.Store(seq<<ctlShift | uint64(helpers))
 	for i := 0; i < helpers; i++ {
-		w.wake[i] <- struct{}{}
+		w.park[i].wake()
 	}
 	w.drain(0)
-	w.done.Wait()
+	done := func() bool { return w.pending.Load() == 0 }
+	if !spinUntil(callerSpin, done) {
+		w.caller.sleep(done)
+	}
 	w.job = job{} // hold no caller memory between calls
 }
 
@@ -184,14 +309,25 @@ func (w *Workers) runTile(id, t int) {
 		n1 := min(n0+j.nc, j.w.Rows)
 		pb := s[:(j.nc+32)*gemmKC]
 		cGemmTile(j.path, j.w, w.packA, j.m, j.y, n0, n1, pb, s[len(pb):])
-	case jobGemv:
+	case jobGemv, jobStream:
+		W, y := j.w, j.y
+		if j.nmat > 0 {
+			i := 0
+			for t >= j.tend[i] {
+				i++
+			}
+			if i > 0 {
+				t -= j.tend[i-1]
+			}
+			W, y = j.mats[i], j.ys[i]
+		}
 		n0 := t * j.nc
-		n1 := min(n0+j.nc, j.w.Rows)
-		cGemvTile(j.path, j.w, j.x, j.m, j.y, n0, n1, s)
-	case jobStream:
-		n0 := t * j.nc
-		n1 := min(n0+j.nc, j.w.Rows)
-		cStreamTile(j.path, j.w, j.x, j.m, j.y, n0, n1, s)
+		n1 := min(n0+j.nc, W.Rows)
+		if j.kind == jobGemv {
+			cGemvTile(j.path, W, j.x, j.m, y, n0, n1, s)
+		} else {
+			cStreamTile(j.path, W, j.x, j.m, y, n0, n1, s)
+		}
 	case jobRMSNorm:
 		r0 := t * j.nc
 		cRMSNorm(j.path, j.y, j.x, j.weight, r0, min(r0+j.nc, j.rows), j.dim, j.eps)

@@ -329,6 +329,19 @@ func (r *CPURunner) matmul(y, x []float32, m int, w *kernels.Matrix) error {
 	return r.workersFor(m*w.Rows*w.Cols).MatMul(y[:m*w.Rows], x[:m*w.Cols], m, *w)
 }
 
+// matmuls is ys[i] = x·Ws[i]ᵀ for m rows, matrices that share x (q/k/v,
+// gate/up), in one pool hand-off where the kernels allow it.
+func (r *CPURunner) matmuls(x []float32, m int, ys [][]float32, ws ...*kernels.Matrix) error {
+	var mats [kernels.MaxMatMuls]kernels.Matrix
+	macs := 0
+	for i, w := range ws {
+		mats[i] = *w
+		ys[i] = ys[i][:m*w.Rows]
+		macs += m * w.Rows * w.Cols
+	}
+	return r.workersFor(macs).MatMuls(ys, x[:m*ws[0].Cols], m, mats[:len(ws)])
+}
+
 // forward runs every layer over the T new tokens of b (tokens resolved in
 // r.tokens) and leaves the logits of the sampled sequences in r.logits.
 //
@@ -406,14 +419,8 @@ func (r *CPURunner) layerHead(b *step.Batch, li, T int) error {
 	if err := r.pool.RMSNorm(xn, x, l.attnNorm, T, dim, c.NormEps); err != nil {
 		return fmt.Errorf("model: layer %d attn norm: %w", li, err)
 	}
-	if err := r.matmul(q, xn, T, &l.q); err != nil {
-		return fmt.Errorf("model: layer %d q: %w", li, err)
-	}
-	if err := r.matmul(k, xn, T, &l.k); err != nil {
-		return fmt.Errorf("model: layer %d k: %w", li, err)
-	}
-	if err := r.matmul(v, xn, T, &l.v); err != nil {
-		return fmt.Errorf("model: layer %d v: %w", li, err)
+	if err := r.matmuls(xn, T, [][]float32{q, k, v}, &l.q, &l.k, &l.v); err != nil {
+		return fmt.Errorf("model: layer %d q/k/v: %w", li, err)
 	}
 	if l.qBias != nil {
 		addRows(q, l.qBias)
@@ -534,11 +541,8 @@ func (r *CPURunner) mlp(li, rows int, last bool) error {
 	dim := c.Dim
 	x, xn, tmp := r.x[:rows*dim], r.xn[:rows*dim], r.tmp[:rows*dim]
 	gate, up := r.gate[:rows*c.FFN], r.up[:rows*c.FFN]
-	if err := r.matmul(gate, xn, rows, &w.gate); err != nil {
-		return fmt.Errorf("model: layer %d ffn gate: %w", li, err)
-	}
-	if err := r.matmul(up, xn, rows, &w.up); err != nil {
-		return fmt.Errorf("model: layer %d ffn up: %w", li, err)
+	if err := r.matmuls(xn, rows, [][]float32{gate, up}, &w.gate, &w.up); err != nil {
+		return fmt.Errorf("model: layer %d ffn gate/up: %w", li, err)
 	}
 	if err := kernels.SiLUMul(gate, gate, up); err != nil {
 		return fmt.Errorf("model: layer %d silu: %w", li, err)

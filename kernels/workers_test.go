@@ -1,0 +1,110 @@
+package kernels
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestWorkersHandoff runs many short jobs with every number of taking-part
+// helpers, back to back (helpers spinning) and after idle gaps longer than
+// the spin budgets (helpers parked), and checks each job's result, which
+// the helpers write from Go (run with -race: the hand-off must order the
+// job before the helpers and their writes before the caller).
+func TestWorkersHandoff(t *testing.T) {
+	cases := []struct {
+		name  string
+		n     int
+		calls int
+		gap   time.Duration // idle time between rounds of calls
+	}{
+		{"one worker", 1, 200, 0},
+		{"two back to back", 2, 2000, 0},
+		{"two parked between calls", 2, 6, 2 * helperSpin},
+		{"five back to back", 5, 1000, 0},
+		{"five parked between calls", 5, 6, 2 * helperSpin},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := NewWorkers(c.n)
+			defer w.Close()
+			buf := make([]float32, 4099)
+			for i := range buf {
+				buf[i] = float32(i % 7)
+			}
+			var want float32
+			for _, v := range buf {
+				want += v
+			}
+			for i := 0; i < c.calls; i++ {
+				// Vary the helpers taking part: some sit out a job and
+				// must not touch it.
+				cores := 1 + i%c.n
+				got, err := w.ReadProbe(buf[:len(buf)-i%3], cores)
+				require.NoError(t, err)
+				exact := want
+				for _, v := range buf[len(buf)-i%3:] {
+					exact -= v
+				}
+				require.Equal(t, exact, got, "call %d on %d cores", i, cores)
+				if c.gap > 0 {
+					time.Sleep(c.gap)
+				}
+			}
+		})
+	}
+}
+
+// TestWorkersIdleParks checks that an idle pool stops spinning: after a
+// call every helper and the caller's hand-off end up parked.
+func TestWorkersIdleParks(t *testing.T) {
+	w := NewWorkers(3)
+	defer w.Close()
+	_, err := w.ReadProbe(make([]float32, 1000), 3)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for i := range w.park {
+			if !w.park[i].asleep.Load() {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "helpers still spinning long after the spin budget")
+	// Parked helpers wake for the next job.
+	s, err := w.ReadProbe([]float32{1, 2, 3, 4, 5}, 3)
+	require.NoError(t, err)
+	require.Equal(t, float32(15), s)
+}
+
+// TestWorkersClose checks that Close stops every helper, spinning or
+// parked, that later calls fail with ErrClosed, and that Close twice is fine.
+func TestWorkersClose(t *testing.T) {
+	for _, parked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("parked=%v", parked), func(t *testing.T) {
+			before := runtime.NumGoroutine()
+			w := NewWorkers(4)
+			_, err := w.ReadProbe(make([]float32, 100), 4)
+			require.NoError(t, err)
+			if parked {
+				time.Sleep(2 * helperSpin)
+			}
+			w.Close()
+			w.Close()
+			_, err = w.ReadProbe(make([]float32, 100), 1)
+			require.ErrorIs(t, err, ErrClosed)
+			require.ErrorIs(t, w.MatMul(make([]float32, 2), make([]float32, 2), 1, Matrix{Type: F32, Rows: 2, Cols: 2, Data: make([]byte, 16)}), ErrClosed)
+			// quit.Wait has returned, so the helpers are past their last
+			// statement; give the runtime a moment to retire them. (Not
+			// require.Eventually: it counts a goroutine of its own.)
+			left := runtime.NumGoroutine() - before
+			for i := 0; i < 10000 && left > 0; i++ {
+				time.Sleep(time.Millisecond)
+				left = runtime.NumGoroutine() - before
+			}
+			require.LessOrEqual(t, left, 0, "goroutines left running after Close")
+		})
+	}
+}
