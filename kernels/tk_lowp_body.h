@@ -12,14 +12,16 @@
 // Every level computes the same integers; only float summation order
 // differs between levels.
 
-// wq32 returns the 32 quants of legacy block b (Q8_0, Q4_0, Q5_0) as bytes:
-// unsigned for the dot (Q8_0 signed when !LP_XOR8).
+// wq32 returns the 32 quants of legacy block b (Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1) as bytes: unsigned for the dot (Q8_0 signed when !LP_XOR8).
 TK_INLINE LP_TARGET __m256i LPF(wq32)(const int WT, const uint8_t *b) {
   if (WT == TK_Q8_0) {
     __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
     return LP_XOR8 ? _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) : v;
   }
-  const int q5 = WT == TK_Q5_0;
+  const int q5 = WT == TK_Q5_0 || WT == TK_Q5_1;
+  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;  // a min after d: 2 bytes on
+  b += 2 * mn;
   __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + (q5 ? 6 : 2)));
   // Elements 0..15 are the low nibbles, 16..31 the high ones.
   __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
@@ -40,7 +42,8 @@ TK_INLINE LP_TARGET __m256i LPF(wq32)(const int WT, const uint8_t *b) {
 
 // mm32 computes the M x N tile y[r][n+j] (r < M ≤ 4, j < N ≤ 4) of a legacy
 // type over all of k: per block and pair, one integer dot of 32 products,
-// then one FMA of its float value scaled by d_w·d_x.
+// then one FMA of its float value scaled by d_w·d_x (Q4_1/Q5_1: and one of
+// the min m_w times the block's d_x·Σq_x, in lane 0).
 TK_INLINE LP_TARGET void LPF(mm32)(const int WT, const int M, const int N,
                                    const uint8_t *w, size_t wrow,
                                    const int8_t *xq, const float *xd,
@@ -49,6 +52,8 @@ TK_INLINE LP_TARGET void LPF(mm32)(const int WT, const int M, const int N,
   const int nb = k / TK_QK;
   const size_t bb = tk_blk_bytes(WT);
   const int sign = WT == TK_Q8_0 && !LP_XOR8;
+  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;
+  const float *xm = (const float *)(const void *)xc;  // mn: d_x·Σq_x per block
   const uint8_t *row[4];
   for (int j = 0; j < N; j++) row[j] = w + (size_t)(n + j) * wrow;
   __m256 acc[4][4];
@@ -56,21 +61,24 @@ TK_INLINE LP_TARGET void LPF(mm32)(const int WT, const int M, const int N,
     for (int j = 0; j < N; j++) acc[r][j] = _mm256_setzero_ps();
   for (int b = 0; b < nb; b++) {
     __m256i wu[4];
-    __m256 wd[4];
+    __m256 wd[4], wm[4];
     for (int j = 0; j < N; j++) {
       const uint8_t *blk = row[j] + (size_t)b * bb;
       wu[j] = LPF(wq32)(WT, blk);
       wd[j] = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk)));
+      if (mn) wm[j] = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk + 2)));
     }
     for (int r = 0; r < M; r++) {
       __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + (size_t)r * k + TK_QK * b));
       __m256 dx = _mm256_set1_ps(xd[(size_t)r * nb + b]);
-      __m256i c0 = sign ? _mm256_setzero_si256()
-                        : _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
+      __m256i c0 = sign || mn ? _mm256_setzero_si256()
+                              : _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
+      __m256 xs = mn ? _mm256_zextps128_ps256(_mm_load_ss(xm + (size_t)r * nb + b)) : _mm256_setzero_ps();
       for (int j = 0; j < N; j++) {
         __m256i s = sign ? LP_DOTB(c0, _mm256_sign_epi8(wu[j], wu[j]), _mm256_sign_epi8(xv, wu[j]))
                          : LP_DOTB(c0, wu[j], xv);
         acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd[j], dx), acc[r][j]);
+        if (mn) acc[r][j] = _mm256_fmadd_ps(wm[j], xs, acc[r][j]);
       }
     }
   }
@@ -91,6 +99,8 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
                                     long ldy, int n) {
   const int nb = k / TK_QK;
   const size_t bb = tk_blk_bytes(WT);
+  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;
+  const float *xm = (const float *)(const void *)xc;  // mn: d_x·Σq_x per block
   const uint8_t *row[4];
   for (int j = 0; j < N; j++) row[j] = w + (size_t)(n + j) * wrow;
   const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -100,12 +110,16 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
   int b = 0;
   for (; b + 2 <= nb; b += 2) {
     __m512i wu[4];
-    __m512 wd[4];
+    __m512 wd[4], wm[4];
     for (int j = 0; j < N; j++) {
       const uint8_t *b0 = row[j] + (size_t)b * bb, *b1 = b0 + bb;
       wu[j] = _mm512_inserti64x4(_mm512_castsi256_si512(LPF(wq32)(WT, b0)), LPF(wq32)(WT, b1), 1);
       __m128 d01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0) | (uint32_t)tk_load_u16(b1) << 16)));
       wd[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(d01));
+      if (mn) {
+        __m128 m01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0 + 2) | (uint32_t)tk_load_u16(b1 + 2) << 16)));
+        wm[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(m01));
+      }
     }
     for (int r = 0; r < M; r++) {
       __m512i xv = _mm512_loadu_si512((const void *)(xq + (size_t)r * k + TK_QK * b));
@@ -113,11 +127,15 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
                                                   _mm_load_sd((const double *)(const void *)(xd + (size_t)r * nb + b)))));
       // The two corrections into lanes 0 and 8 (a permute: vpexpandd from
       // memory is microcoded on Zen 4).
-      __m512i c0 = _mm512_maskz_permutexvar_epi32(0x0101, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
+      // Q4_1/Q5_1: the two blocks' d_x·Σq_x into lanes 0 and 8 instead.
+      __m512i c0 = _mm512_maskz_permutexvar_epi32(mn ? 0 : 0x0101, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
                                                                 (const __m128i *)(const void *)(xc + (size_t)r * nb + b))));
+      __m512 xs = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi32(mn ? 0x0101 : 0, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
+                                                                (const __m128i *)(const void *)(xc + (size_t)r * nb + b)))));
       for (int j = 0; j < N; j++) {
         __m512i s = _mm512_dpbusd_epi32(c0, wu[j], xv);
         acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[j], dx), acc[r][j]);
+        if (mn) acc[r][j] = _mm512_fmadd_ps(wm[j], xs, acc[r][j]);
       }
     }
   }
@@ -132,9 +150,12 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
       __m256 wd = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk)));
       for (int r = 0; r < M; r++) {
         __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + (size_t)r * k + TK_QK * b));
-        __m256i c0 = _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
+        __m256i c0 = mn ? _mm256_setzero_si256() : _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
         __m256i s = LP_DOTB(c0, wu, xv);
         t[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd, _mm256_set1_ps(xd[(size_t)r * nb + b])), t[r][j]);
+        if (mn)
+          t[r][j] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk + 2))),
+                                    _mm256_zextps128_ps256(_mm_load_ss(xm + (size_t)r * nb + b)), t[r][j]);
       }
     }
   }
@@ -176,16 +197,72 @@ TK_INLINE LP_TARGET void LPF(mm32_rows)(const int WT, const int N,
   }
 }
 
+// kq_sc16 spreads sixteen int16 per-16 scales s16 over the eight groups
+// of 32: sc[g] holds scale 2g in its low 128 bits and 2g+1 in its high
+// ones (shuffles of the eight scales of each 128-bit half, duplicated).
+TK_INLINE LP_TARGET void LPF(kq_sc16)(__m256i s16, __m256i sc[8]) {
+  __m256i half[2] = {_mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11)};
+  for (int g = 0; g < 8; g++) {
+    int i = 2 * (g % 4);
+    __m256i idx = _mm256_set_m128i(_mm_set1_epi16((short)((2 * i + 3) << 8 | (2 * i + 2))),
+                                   _mm_set1_epi16((short)((2 * i + 1) << 8 | 2 * i)));
+    sc[g] = _mm256_shuffle_epi8(half[g / 4], idx);
+  }
+}
+
 // kq_decode unpacks K-quant super-block b for the dot: q[g] holds the
 // unsigned quants of elements 32g..32g+31, sc[g] the int16 scale(s) their
-// maddubs pairs take (one per 16 elements for Q6_K, one per 32 otherwise).
-// Q4_K/Q5_K: *mins holds [m0,m0,m1,m1,..,m7,m7] (for the bsums of 16) and
-// *dmin the min scale; Q6_K: *mins holds the 16 scales (for the −32 offset).
+// maddubs pairs take (one per 16 elements for Q2_K, Q3_K and Q6_K, one per
+// 32 for Q4_K/Q5_K). Types with mins: *mins holds the 16 mins of the bsums
+// of 16 ([m0,m0,..,m7,m7] for Q4_K/Q5_K) and *dmin the min scale; Q3_K and
+// Q6_K: *mins holds the 16 scales (for the offset, kq_off).
 TK_INLINE LP_TARGET void LPF(kq_decode)(const int WT, const uint8_t *b,
                                         __m256i q[8], __m256i sc[8],
                                         __m256i *mins, float *d,
                                         float *dmin) {
   const __m256i m4 = _mm256_set1_epi8(15);
+  if (WT == TK_Q2_K || WT == TK_Q3_K) {
+    // Element 128n + 32j + l is 2-bit plane j of byte 32n + l of qs
+    // (Q3_K: its third bit is bit 4n + j of hmask[l]).
+    const int q3 = WT == TK_Q3_K;
+    const uint8_t *qs = b + (q3 ? 32 : 16);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256i hb = q3 ? _mm256_loadu_si256((const __m256i *)(const void *)b) : _mm256_setzero_si256();
+    for (int n = 0; n < 2; n++) {
+      __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * n));
+      for (int j = 0; j < 4; j++) {
+        __m256i t = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
+        if (q3)
+          t = _mm256_or_si256(t, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4 * n + j), _mm256_set1_epi8(1)), 2));
+        q[4 * n + j] = t;
+      }
+    }
+    __m256i s16;
+    if (q3) {
+      // The twelve scale bytes to sixteen 6-bit codes (scale = code − 32):
+      // low nibbles from bytes 0..7 (low then high nibble), top two bits
+      // from the 2-bit fields of bytes 8..11.
+      uint32_t a[3];
+      memcpy(a, b + 96, 12);
+      const uint32_t k2 = 0x0f0f0f0f, k3 = 0x03030303;
+      __m128i c = _mm_set_epi32((int)(((a[1] >> 4) & k2) | (((a[2] >> 6) & k3) << 4)),
+                                (int)(((a[0] >> 4) & k2) | (((a[2] >> 4) & k3) << 4)),
+                                (int)((a[1] & k2) | (((a[2] >> 2) & k3) << 4)),
+                                (int)((a[0] & k2) | ((a[2] & k3) << 4)));
+      s16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(c, _mm_set1_epi8(32)));
+      *mins = s16;
+      *d = _cvtsh_ss(tk_load_u16(b + 108));
+      *dmin = 0;
+    } else {  // byte i: scale (low nibble) and min (high nibble) of sub-block i
+      __m128i s = _mm_loadu_si128((const __m128i *)(const void *)b);
+      s16 = _mm256_cvtepu8_epi16(_mm_and_si128(s, _mm_set1_epi8(15)));
+      *mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(15)));
+      *d = _cvtsh_ss(tk_load_u16(b + 80));
+      *dmin = _cvtsh_ss(tk_load_u16(b + 82));
+    }
+    LPF(kq_sc16)(s16, sc);
+    return;
+  }
   if (WT == TK_Q6_K) {
     const uint8_t *ql = b, *qh = b + 128;
     const int8_t *s = (const int8_t *)(const void *)(b + 192);
@@ -205,16 +282,7 @@ TK_INLINE LP_TARGET void LPF(kq_decode)(const int WT, const uint8_t *b,
       }
     }
     *mins = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)s));
-    // Group g takes scales 2g (low half) and 2g+1 (high half): shuffles of
-    // the eight int16 scales of its 128-bit half, duplicated.
-    __m256i half[2] = {_mm256_permute2x128_si256(*mins, *mins, 0x00),
-                       _mm256_permute2x128_si256(*mins, *mins, 0x11)};
-    for (int g = 0; g < 8; g++) {
-      int i = 2 * (g % 4);
-      __m256i idx = _mm256_set_m128i(_mm_set1_epi16((short)((2 * i + 3) << 8 | (2 * i + 2))),
-                                     _mm_set1_epi16((short)((2 * i + 1) << 8 | 2 * i)));
-      sc[g] = _mm256_shuffle_epi8(half[g / 4], idx);
-    }
+    LPF(kq_sc16)(*mins, sc);
     return;
   }
   const int q5 = WT == TK_Q5_K;
@@ -289,10 +357,11 @@ TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
         __m256i is = _mm256_add_epi32(_mm256_add_epi32(is4[0], is4[1]), _mm256_add_epi32(is4[2], is4[3]));
         __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)(xs + (size_t)r * (k / 16) + 16 * sb));
         __m256 dx = _mm256_set1_ps(xd[(size_t)r * nsb + sb]);
-        if (WT == TK_Q6_K)  // Σ sc·(q − 32)·x = Σ sc·q·x − 32·Σ sc·bsum
-          is = _mm256_sub_epi32(is, _mm256_slli_epi32(_mm256_madd_epi16(bs, mins), 5));
+        // Σ sc·(q − off)·x = Σ sc·q·x − off·Σ sc·bsum (off 32 or 4)
+        if (WT == TK_Q6_K || WT == TK_Q3_K)
+          is = _mm256_sub_epi32(is, _mm256_slli_epi32(_mm256_madd_epi16(bs, mins), WT == TK_Q6_K ? 5 : 2));
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(vd, dx), acc[r]);
-        if (WT != TK_Q6_K)
+        if (WT != TK_Q6_K && WT != TK_Q3_K)
           acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins)), _mm256_mul_ps(vm, dx), acc[r]);
       }
     }
@@ -316,6 +385,8 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
                ldy, n0, n1);                                                           \
     }                                                                                  \
     return;
+    LP_KCASE(TK_Q2_K)
+    LP_KCASE(TK_Q3_K)
     LP_KCASE(TK_Q4_K)
     LP_KCASE(TK_Q5_K)
     LP_KCASE(TK_Q6_K)
@@ -338,7 +409,9 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
   }
     LP_LCASE(TK_Q8_0)
     LP_LCASE(TK_Q4_0)
+    LP_LCASE(TK_Q4_1)
     LP_LCASE(TK_Q5_0)
+    LP_LCASE(TK_Q5_1)
 #undef LP_LCASE
   }
 }
