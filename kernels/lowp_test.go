@@ -127,6 +127,14 @@ func TestMatMulLowPrecision(t *testing.T) {
 			}
 		}
 	}
+	// Legacy types at depths of an odd block count (the 512-bit kernels'
+	// 256-bit tail) and of 2 mod 4 blocks (past the small tiles' pairs of
+	// block pairs).
+	for _, typ := range []DType{Q8_0, Q4_0, Q4_1, Q5_0, Q5_1} {
+		for _, s := range []struct{ m, k, n int }{{1, 800, 7}, {2, 96, 5}, {1, 64, 3}, {3, 32, 4}, {6, 416, 9}} {
+			cases = append(cases, lowpCase(t, rng, randomBitsMatrix(rng, typ, s.n, s.k), s.m))
+		}
+	}
 	// BF16 at odd depths and a depth past one 4096 chunk.
 	for _, s := range []struct{ m, k, n int }{{1, 37, 5}, {6, 101, 9}, {33, 37, 40}, {2, 4200, 5}, {100, 264, 97}} {
 		W, err := Quantize(BF16, s.n, s.k, randFloats(rng, s.n*s.k, 1))

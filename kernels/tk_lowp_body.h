@@ -87,11 +87,53 @@ TK_INLINE LP_TARGET void LPF(mm32)(const int WT, const int M, const int N,
 }
 
 #ifdef LP_ZMM
+// mm32z_step accumulates block pair (b, b+1) of the M x N tile into acc
+// (scale terms) and accm (Q4_1/Q5_1 min terms).
+TK_INLINE LP_TARGET void LPF(mm32z_step)(const int WT, const int M, const int N,
+                                         const uint8_t *const *row, const int8_t *xq,
+                                         const float *xd, const int32_t *xc, int k,
+                                         int b, __m512 acc[4][4], __m512 accm[4][4]) {
+  const int nb = k / TK_QK;
+  const size_t bb = tk_blk_bytes(WT);
+  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;
+  const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512i wu[4];
+  __m512 wd[4], wm[4];
+  for (int j = 0; j < N; j++) {
+    const uint8_t *b0 = row[j] + (size_t)b * bb, *b1 = b0 + bb;
+    wu[j] = _mm512_inserti64x4(_mm512_castsi256_si512(LPF(wq32)(WT, b0)), LPF(wq32)(WT, b1), 1);
+    __m128 d01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0) | (uint32_t)tk_load_u16(b1) << 16)));
+    wd[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(d01));
+    if (mn) {
+      __m128 m01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0 + 2) | (uint32_t)tk_load_u16(b1 + 2) << 16)));
+      wm[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(m01));
+    }
+  }
+  for (int r = 0; r < M; r++) {
+    __m512i xv = _mm512_loadu_si512((const void *)(xq + (size_t)r * k + TK_QK * b));
+    __m512 dx = _mm512_permutexvar_ps(pair, _mm512_castpd_ps(_mm512_castpd128_pd512(
+                                                _mm_load_sd((const double *)(const void *)(xd + (size_t)r * nb + b)))));
+    // The two corrections into lanes 0 and 8 (a permute: vpexpandd from
+    // memory is microcoded on Zen 4); Q4_1/Q5_1: the two blocks' d_x·Σq_x
+    // there instead.
+    __m512i c2 = _mm512_maskz_permutexvar_epi32(0x0101, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
+                                                              (const __m128i *)(const void *)(xc + (size_t)r * nb + b))));
+    __m512i c0 = mn ? _mm512_setzero_si512() : c2;
+    for (int j = 0; j < N; j++) {
+      __m512i s = _mm512_dpbusd_epi32(c0, wu[j], xv);
+      acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[j], dx), acc[r][j]);
+      if (mn) accm[r][j] = _mm512_fmadd_ps(wm[j], _mm512_castsi512_ps(c2), accm[r][j]);
+    }
+  }
+}
+
 // mm32z is mm32 on 512-bit registers (LP_XOR8 levels only): two blocks
 // per vpdpbusd, their scale pairs [d0 x8, d1 x8] built once per weight row
 // and per x row and block pair, so one dot, conversion, scale product and
 // FMA cover 64 products instead of 32. An odd last block goes through the
-// 256-bit step.
+// 256-bit step. Small tiles (M·N ≤ 2) keep a second set of accumulators
+// for alternate block pairs and the min terms apart: one FMA chain would
+// bound them by its latency.
 TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
                                     const uint8_t *w, size_t wrow,
                                     const int8_t *xq, const float *xd,
@@ -99,46 +141,23 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
                                     long ldy, int n) {
   const int nb = k / TK_QK;
   const size_t bb = tk_blk_bytes(WT);
-  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;
+  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1, two = M * N <= 2;
   const float *xm = (const float *)(const void *)xc;  // mn: d_x·Σq_x per block
   const uint8_t *row[4];
   for (int j = 0; j < N; j++) row[j] = w + (size_t)(n + j) * wrow;
-  const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  __m512 acc[4][4];
+  __m512 acc[4][4], acc2[4][4], accm[4][4], accm2[4][4];
   for (int r = 0; r < M; r++)
-    for (int j = 0; j < N; j++) acc[r][j] = _mm512_setzero_ps();
+    for (int j = 0; j < N; j++) acc[r][j] = acc2[r][j] = accm[r][j] = accm2[r][j] = _mm512_setzero_ps();
   int b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    __m512i wu[4];
-    __m512 wd[4], wm[4];
-    for (int j = 0; j < N; j++) {
-      const uint8_t *b0 = row[j] + (size_t)b * bb, *b1 = b0 + bb;
-      wu[j] = _mm512_inserti64x4(_mm512_castsi256_si512(LPF(wq32)(WT, b0)), LPF(wq32)(WT, b1), 1);
-      __m128 d01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0) | (uint32_t)tk_load_u16(b1) << 16)));
-      wd[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(d01));
-      if (mn) {
-        __m128 m01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0 + 2) | (uint32_t)tk_load_u16(b1 + 2) << 16)));
-        wm[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(m01));
-      }
+  if (two)
+    for (; b + 4 <= nb; b += 4) {
+      LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b, acc, accm);
+      LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b + 2, acc2, accm2);
     }
-    for (int r = 0; r < M; r++) {
-      __m512i xv = _mm512_loadu_si512((const void *)(xq + (size_t)r * k + TK_QK * b));
-      __m512 dx = _mm512_permutexvar_ps(pair, _mm512_castpd_ps(_mm512_castpd128_pd512(
-                                                  _mm_load_sd((const double *)(const void *)(xd + (size_t)r * nb + b)))));
-      // The two corrections into lanes 0 and 8 (a permute: vpexpandd from
-      // memory is microcoded on Zen 4).
-      // Q4_1/Q5_1: the two blocks' d_x·Σq_x into lanes 0 and 8 instead.
-      __m512i c0 = _mm512_maskz_permutexvar_epi32(mn ? 0 : 0x0101, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
-                                                                (const __m128i *)(const void *)(xc + (size_t)r * nb + b))));
-      __m512 xs = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi32(mn ? 0x0101 : 0, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
-                                                                (const __m128i *)(const void *)(xc + (size_t)r * nb + b)))));
-      for (int j = 0; j < N; j++) {
-        __m512i s = _mm512_dpbusd_epi32(c0, wu[j], xv);
-        acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[j], dx), acc[r][j]);
-        if (mn) acc[r][j] = _mm512_fmadd_ps(wm[j], xs, acc[r][j]);
-      }
-    }
-  }
+  for (; b + 2 <= nb; b += 2) LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b, acc, two ? accm : acc);
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++)
+      if (two) acc[r][j] = _mm512_add_ps(_mm512_add_ps(acc[r][j], acc2[r][j]), _mm512_add_ps(accm[r][j], accm2[r][j]));
   __m256 t[4][4];
   for (int r = 0; r < M; r++)
     for (int j = 0; j < N; j++)
@@ -329,10 +348,12 @@ TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
                                   long ldy, int n0, int n1) {
   const int nsb = k / TK_QKK;
   const size_t bb = tk_blk_bytes(WT);
-  __m256 acc[32];
+  // The scale and min terms in two accumulators: one chain of both FMAs
+  // would bound a one-row GEMV by their latency.
+  __m256 acc[32], accm[32];
   for (int n = n0; n < n1; n++) {
     const uint8_t *row = w + (size_t)n * wrow;
-    for (int r = 0; r < m; r++) acc[r] = _mm256_setzero_ps();
+    for (int r = 0; r < m; r++) acc[r] = accm[r] = _mm256_setzero_ps();
     for (int sb = 0; sb < nsb; sb++) {
       __m256i q[8], sc[8], mins;
       float d, dmin;
@@ -362,10 +383,11 @@ TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
           is = _mm256_sub_epi32(is, _mm256_slli_epi32(_mm256_madd_epi16(bs, mins), WT == TK_Q6_K ? 5 : 2));
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(vd, dx), acc[r]);
         if (WT != TK_Q6_K && WT != TK_Q3_K)
-          acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins)), _mm256_mul_ps(vm, dx), acc[r]);
+          accm[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins)), _mm256_mul_ps(vm, dx), accm[r]);
       }
     }
-    for (int r = 0; r < m; r++) y[(size_t)r * ldy + n] = tk_hsum8(acc[r]);
+    for (int r = 0; r < m; r++)
+      y[(size_t)r * ldy + n] = tk_hsum8(WT != TK_Q6_K && WT != TK_Q3_K ? _mm256_add_ps(acc[r], accm[r]) : acc[r]);
   }
 }
 
@@ -378,6 +400,10 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
   switch (wtype) {
 #define LP_KCASE(T)                                                                    \
   case T:                                                                              \
+    if (m == 1) { /* a constant row count keeps the accumulators in registers */       \
+      LPF(mmk)(T, w, wrow, xq, xd, (const int16_t *)aux, 1, k, y, ldy, n0, n1);        \
+      return;                                                                          \
+    }                                                                                  \
     for (int r0 = 0; r0 < m; r0 += 32) {                                               \
       int mm = m - r0 < 32 ? m - r0 : 32;                                              \
       LPF(mmk)(T, w, wrow, xq + (size_t)r0 * k, xd + (size_t)r0 * (k / TK_QKK),        \
