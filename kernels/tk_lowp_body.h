@@ -40,50 +40,69 @@ TK_INLINE LP_TARGET __m256i LPF(wq32)(const int WT, const uint8_t *b) {
   return v;
 }
 
-// mm32 computes the M x N tile y[r][n+j] (r < M ≤ 4, j < N ≤ 4) of a legacy
-// type over all of k: per block and pair, one integer dot of 32 products,
-// then one FMA of its float value scaled by d_w·d_x (Q4_1/Q5_1: and one of
-// the min m_w times the block's d_x·Σq_x, in lane 0).
-TK_INLINE LP_TARGET void LPF(mm32)(const int WT, const int M, const int N,
-                                   const uint8_t *w, size_t wrow,
-                                   const int8_t *xq, const float *xd,
-                                   const int32_t *xc, int k, float *y,
-                                   long ldy, int n) {
+// mm32_step accumulates block b of the M x N tile into acc (scale terms)
+// and accm (Q4_1/Q5_1 min terms, in lane 0).
+TK_INLINE LP_TARGET void LPF(mm32_step)(const int WT, const int M, const int N,
+                                        const uint8_t *const *row, const int8_t *xq,
+                                        const float *xd, const int32_t *xc, int k,
+                                        int b, __m256 acc[4][4], __m256 accm[4][4]) {
   const int nb = k / TK_QK;
   const size_t bb = tk_blk_bytes(WT);
   const int sign = WT == TK_Q8_0 && !LP_XOR8;
   const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;
   const float *xm = (const float *)(const void *)xc;  // mn: d_x·Σq_x per block
-  const uint8_t *row[4];
-  for (int j = 0; j < N; j++) row[j] = w + (size_t)(n + j) * wrow;
-  __m256 acc[4][4];
-  for (int r = 0; r < M; r++)
-    for (int j = 0; j < N; j++) acc[r][j] = _mm256_setzero_ps();
-  for (int b = 0; b < nb; b++) {
-    __m256i wu[4];
-    __m256 wd[4], wm[4];
+  __m256i wu[4];
+  __m256 wd[4], wm[4];
+  for (int j = 0; j < N; j++) {
+    const uint8_t *blk = row[j] + (size_t)b * bb;
+    wu[j] = LPF(wq32)(WT, blk);
+    wd[j] = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk)));
+    if (mn) wm[j] = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk + 2)));
+  }
+  for (int r = 0; r < M; r++) {
+    __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + (size_t)r * k + TK_QK * b));
+    __m256 dx = _mm256_set1_ps(xd[(size_t)r * nb + b]);
+    __m256i c0 = sign || mn ? _mm256_setzero_si256()
+                            : _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
+    __m256 xs = mn ? _mm256_zextps128_ps256(_mm_load_ss(xm + (size_t)r * nb + b)) : _mm256_setzero_ps();
     for (int j = 0; j < N; j++) {
-      const uint8_t *blk = row[j] + (size_t)b * bb;
-      wu[j] = LPF(wq32)(WT, blk);
-      wd[j] = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk)));
-      if (mn) wm[j] = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk + 2)));
-    }
-    for (int r = 0; r < M; r++) {
-      __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + (size_t)r * k + TK_QK * b));
-      __m256 dx = _mm256_set1_ps(xd[(size_t)r * nb + b]);
-      __m256i c0 = sign || mn ? _mm256_setzero_si256()
-                              : _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
-      __m256 xs = mn ? _mm256_zextps128_ps256(_mm_load_ss(xm + (size_t)r * nb + b)) : _mm256_setzero_ps();
-      for (int j = 0; j < N; j++) {
-        __m256i s = sign ? LP_DOTB(c0, _mm256_sign_epi8(wu[j], wu[j]), _mm256_sign_epi8(xv, wu[j]))
-                         : LP_DOTB(c0, wu[j], xv);
-        acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd[j], dx), acc[r][j]);
-        if (mn) acc[r][j] = _mm256_fmadd_ps(wm[j], xs, acc[r][j]);
-      }
+      __m256i s = sign ? LP_DOTB(c0, _mm256_sign_epi8(wu[j], wu[j]), _mm256_sign_epi8(xv, wu[j]))
+                       : LP_DOTB(c0, wu[j], xv);
+      acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd[j], dx), acc[r][j]);
+      if (mn) accm[r][j] = _mm256_fmadd_ps(wm[j], xs, accm[r][j]);
     }
   }
+}
+
+// mm32 computes the M x N tile y[r][n+j] (r < M ≤ 4, j < N ≤ 4) of a legacy
+// type over all of k: per block and pair, one integer dot of 32 products,
+// then one FMA of its float value scaled by d_w·d_x (Q4_1/Q5_1: and one of
+// the min m_w times the block's d_x·Σq_x, in lane 0). Small tiles (M·N ≤
+// 2) alternate two accumulator sets and keep the min terms apart, as
+// mm32z does.
+TK_INLINE LP_TARGET void LPF(mm32)(const int WT, const int M, const int N,
+                                   const uint8_t *w, size_t wrow,
+                                   const int8_t *xq, const float *xd,
+                                   const int32_t *xc, int k, float *y,
+                                   long ldy, int n) {
+  const int nb = k / TK_QK, two = M * N <= 2;
+  const uint8_t *row[4];
+  for (int j = 0; j < N; j++) row[j] = w + (size_t)(n + j) * wrow;
+  __m256 acc[4][4], acc2[4][4], accm[4][4], accm2[4][4];
   for (int r = 0; r < M; r++)
-    for (int j = 0; j < N; j++) y[(size_t)r * ldy + n + j] = tk_hsum8(acc[r][j]);
+    for (int j = 0; j < N; j++) acc[r][j] = acc2[r][j] = accm[r][j] = accm2[r][j] = _mm256_setzero_ps();
+  int b = 0;
+  if (two)
+    for (; b + 2 <= nb; b += 2) {
+      LPF(mm32_step)(WT, M, N, row, xq, xd, xc, k, b, acc, accm);
+      LPF(mm32_step)(WT, M, N, row, xq, xd, xc, k, b + 1, acc2, accm2);
+    }
+  for (; b < nb; b++) LPF(mm32_step)(WT, M, N, row, xq, xd, xc, k, b, acc, two ? accm : acc);
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++) {
+      if (two) acc[r][j] = _mm256_add_ps(_mm256_add_ps(acc[r][j], acc2[r][j]), _mm256_add_ps(accm[r][j], accm2[r][j]));
+      y[(size_t)r * ldy + n + j] = tk_hsum8(acc[r][j]);
+    }
 }
 
 #ifdef LP_ZMM
