@@ -326,3 +326,40 @@ func BenchmarkPagedAttentionGroups(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGEMVInt8Core is decode (m=1) on the int8-activation kernels of
+// every block type over about 2 MiB of weights (L2/LLC-resident): the
+// kernel's own speed in weight bytes per CPU-second (cpu_GB/s), which the
+// other tenants of a shared machine disturb far less than wall time. A
+// type whose cpu_GB/s is not well above the read bandwidth cannot stream
+// at it, whatever the prefetching.
+func BenchmarkGEMVInt8Core(b *testing.B) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	const k, target = 4096, 2 << 20
+	sup := SupportedFeatures()
+	for _, typ := range blockTypes {
+		rb, _ := typ.RowBytes(k)
+		n := target / rb
+		W := randomBitsMatrix(rng, typ, n, k)
+		x, y := randFloats(rng, k, 1), make([]float32, n)
+		// Every dot level this CPU has: all extensions, then AVX-VNNI, then
+		// AVX2 maddubs.
+		seen := map[Features]bool{}
+		for _, f := range []Features{sup, sup &^ FeatAVX512VNNI, sup &^ (FeatAVX512VNNI | FeatAVXVNNI)} {
+			if seen[f] {
+				continue
+			}
+			seen[f] = true
+			w := NewWorkers(1)
+			if err := w.SetFeatures(f); err != nil {
+				b.Fatal(err)
+			}
+			b.Run(fmt.Sprintf("%v/k=%d,n=%d/%s/%v", typ, k, n, w.LowPrecision(W, 1), f), func(b *testing.B) {
+				best, cpu := loop(b, func() error { return w.MatMul(y, x, 1, W) })
+				b.ReportMetric(float64(len(W.Data))/best.Seconds()/1e9, "best_GB/s")
+				b.ReportMetric(float64(len(W.Data))/cpu.Seconds()/1e9, "cpu_GB/s")
+			})
+			w.Close()
+		}
+	}
+}

@@ -22,7 +22,7 @@
 // a cheaper dot product, as llama.cpp does: to bf16 pairs for BF16 weights
 // on AVX512-BF16 CPUs (vdpbf16ps in the GEMV, streaming and GEMM
 // kernels), and to int8 blocks (32, or 256 with per-16 sums for the
-// K-quants) for Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K at up to 32 rows
+// K-quants) for every block type at up to 32 rows
 // (vpdpbusd/vpdpwssd with AVX512-VNNI or AVX-VNNI, maddubs on AVX2,
 // portable C otherwise). The Ref* functions are plain-Go
 // references (float64 accumulation) used by the tests here and by the CUDA

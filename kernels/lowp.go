@@ -67,9 +67,9 @@ func (w *Workers) Features() Features {
 // SetExact selects whether MatMul keeps activations in float32 for every
 // weight type (exact: the result differs from RefMatMul by float32
 // summation only) or, the default, rounds them where that is faster:
-// to bf16 for BF16 weights on AVX512-BF16, and to int8 blocks for Q8_0,
-// Q4_0, Q5_0, Q4_K, Q5_K and Q6_K weights at up to 32 rows (see
-// LowPrecision).
+// to bf16 for BF16 weights on AVX512-BF16, and to int8 blocks for every
+// block type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K) at up to 32 rows
+// (see LowPrecision).
 func (w *Workers) SetExact(exact bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -11,7 +11,7 @@ import (
 )
 
 // lowpTypes are the weight types with low-precision-activation kernels.
-var lowpTypes = []DType{BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K}
+var lowpTypes = []DType{BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
 
 // lowpConfig is one kernel variant: a path and the extensions it may use.
 type lowpConfig struct {
@@ -47,9 +47,9 @@ func lowpCase(t *testing.T, rng *rand.Rand, W Matrix, m int) mmCase {
 	require.NoError(t, RefMatMul(c.want, c.x, m, W))
 	be := 32
 	switch W.Type {
-	case BF16, F32, F16, Q4_1, Q5_1, Q2_K, Q3_K: // bf16, or no rounding: act unused
+	case BF16, F32, F16: // bf16, or no rounding: act unused
 		be = 1
-	case Q4_K, Q5_K, Q6_K:
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
 		be = 256
 	}
 	rb := W.rowBytes()
@@ -68,21 +68,28 @@ func lowpCase(t *testing.T, rng *rand.Rand, W Matrix, m int) mmCase {
 				}
 				// int8: |x − q·d| ≤ d/2, d = max|x|/127, per block.
 				act += amax / 254 * wsum
-				if W.Type == Q4_K || W.Type == Q5_K {
-					// The integer dot takes d·sc·q − dmin·m unrounded; the
-					// reference rounds both terms, each ≤ 63·dmin·... : 2u of
-					// the min term per element.
-					blk := W.Data[j*rb+b0/256*int(tkBlockBytes(W.Type)):]
-					dmin := math.Abs(float64(F16ToF32(binary.LittleEndian.Uint16(blk[2:]))))
-					for col := b0; col < b0+be; col++ {
-						dec += 2 * unitRoundoff * math.Abs(float64(xr[col])) * 63 * dmin
-					}
+				// Types with mins: the integer dot takes d·sc·q − dmin·m (K)
+				// or d·q + m (Q4_1, Q5_1) unrounded; the reference rounds
+				// both terms: 2u of the min term per element (min ≤ 63·dmin
+				// for Q4_K/Q5_K, 15·dmin for Q2_K, |m| for Q4_1/Q5_1).
+				var minMax float64
+				blk := W.Data[j*rb+b0/be*tkBlockBytes(W.Type):]
+				switch W.Type {
+				case Q4_K, Q5_K:
+					minMax = 63 * math.Abs(float64(F16ToF32(binary.LittleEndian.Uint16(blk[2:]))))
+				case Q2_K:
+					minMax = 15 * math.Abs(float64(F16ToF32(binary.LittleEndian.Uint16(blk[82:]))))
+				case Q4_1, Q5_1:
+					minMax = math.Abs(float64(F16ToF32(binary.LittleEndian.Uint16(blk[2:]))))
+				}
+				for col := b0; col < b0+be; col++ {
+					dec += 2 * unitRoundoff * math.Abs(float64(xr[col])) * minMax
 				}
 			}
 			switch W.Type {
 			case BF16:
 				act = mag / 256 // bf16 rounding: relative 2^-8 per x
-			case F32, F16, Q4_1, Q5_1, Q2_K, Q3_K:
+			case F32, F16:
 				act = 0
 			}
 			c.tol[i*n+j] = 1.01*act + dec + float64(k+16)*unitRoundoff*mag + 1e-30
@@ -120,6 +127,14 @@ func TestMatMulLowPrecision(t *testing.T) {
 			}
 		}
 	}
+	// Legacy types at depths of an odd block count (the 512-bit kernels'
+	// 256-bit tail) and of 2 mod 4 blocks (past the small tiles' pairs of
+	// block pairs).
+	for _, typ := range []DType{Q8_0, Q4_0, Q4_1, Q5_0, Q5_1} {
+		for _, s := range []struct{ m, k, n int }{{1, 800, 7}, {2, 96, 5}, {1, 64, 3}, {3, 32, 4}, {6, 416, 9}} {
+			cases = append(cases, lowpCase(t, rng, randomBitsMatrix(rng, typ, s.n, s.k), s.m))
+		}
+	}
 	// BF16 at odd depths and a depth past one 4096 chunk.
 	for _, s := range []struct{ m, k, n int }{{1, 37, 5}, {6, 101, 9}, {33, 37, 40}, {2, 4200, 5}, {100, 264, 97}} {
 		W, err := Quantize(BF16, s.n, s.k, randFloats(rng, s.n*s.k, 1))
@@ -154,7 +169,7 @@ func TestLowPrecisionChoice(t *testing.T) {
 			}
 			return "f32"
 		}
-		if m <= 32 && W.Type != Q4_1 && W.Type != F32 {
+		if m <= 32 && W.Type != F32 {
 			return "int8"
 		}
 		return "f32"

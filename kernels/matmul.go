@@ -24,8 +24,8 @@ const tinyMatMulMACs = 32 * 1024
 // memory once with no packed copy; more rows the packed GEMM. y must not
 // overlap x. Unless SetExact(true), activations are rounded where that is
 // faster (Workers.LowPrecision): to bf16 for BF16 weights on AVX512-BF16
-// (vdpbf16ps; every row count), to int8 blocks for Q8_0, Q4_0, Q5_0, Q4_K,
-// Q5_K and Q6_K at up to 32 rows (integer dot products); the result then
+// (vdpbf16ps; every row count), to int8 blocks for every block type at up
+// to 32 rows (integer dot products); the result then
 // differs from RefMatMul by that rounding too. Errors name the mismatched
 // sizes; nothing is written then.
 func (w *Workers) MatMul(y, x []float32, m int, W Matrix) error {

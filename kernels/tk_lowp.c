@@ -1,7 +1,8 @@
 // tk_lowp.c: the low-precision-activation kernels. BF16 weights meet
-// activations rounded to bf16 in vdpbf16ps (AVX512-BF16 only); Q8_0, Q4_0,
-// Q5_0, Q4_K, Q5_K and Q6_K weights meet activations quantised to int8 in
-// integer dot products (AVX512-VNNI, AVX-VNNI, AVX2 maddubs, portable C).
+// activations rounded to bf16 in vdpbf16ps (AVX512-BF16 only); every block
+// type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K) meets activations
+// quantised to int8 in integer dot products (AVX512-VNNI, AVX-VNNI, AVX2
+// maddubs, portable C).
 // Activations are converted once per MatMul (tk_x_bf16, tk_quant_act);
 // weights are read straight from their stored bytes.
 #include "tk_internal.h"
@@ -33,17 +34,23 @@ int tk_cpu_features(void) {
 
 int tk_act_block(int wtype) {
   switch (wtype) {
-    case TK_Q8_0: case TK_Q4_0: case TK_Q5_0:
+    case TK_Q8_0: case TK_Q4_0: case TK_Q4_1: case TK_Q5_0: case TK_Q5_1:
       return TK_QK;
-    case TK_Q4_K: case TK_Q5_K: case TK_Q6_K:
+    case TK_Q2_K: case TK_Q3_K: case TK_Q4_K: case TK_Q5_K: case TK_Q6_K:
       return TK_QKK;
   }
   return 0;
 }
 
+// act_has_min reports a legacy type whose weights are d·q + m: its dot
+// needs the activation block's sum d_x·Σq_x (a float in aux) in place of
+// the integer correction.
+static int act_has_min(int wtype) { return wtype == TK_Q4_1 || wtype == TK_Q5_1; }
+
 // act_layout carves the activation buffer: qs int8 [m][k], then d float
-// [m][k/B], then aux: int32 corr [m][k/32] (legacy) or int16 bsums
-// [m][k/16] (K-quants), each region 64-byte aligned.
+// [m][k/B], then aux: int32 corr [m][k/32] (legacy), float d·Σq [m][k/32]
+// (Q4_1, Q5_1) or int16 bsums [m][k/16] (K-quants), each region 64-byte
+// aligned.
 typedef struct {
   int8_t *qs;
   float *d;
@@ -161,6 +168,8 @@ void tk_quant_act(int lp, int wtype, const float *x, int m, int k, int r0,
       if (be == TK_QKK) {
         int16_t *bs = (int16_t *)a.aux + (size_t)r * (k / 16) + 16 * (size_t)b;
         for (int g = 0; g < 16; g++) bs[g] = (int16_t)s16[g];
+      } else if (act_has_min(wtype)) {
+        ((float *)a.aux)[(size_t)r * nb + b] = *d * (float)(s16[0] + s16[1]);
       } else {
         ((int32_t *)a.aux)[(size_t)r * nb + b] = -off * (s16[0] + s16[1]);
       }
@@ -170,11 +179,42 @@ void tk_quant_act(int lp, int wtype, const float *x, int m, int k, int r0,
 
 // ---- portable integer dots (the reference of the scheme) ----
 
+// kq_off is the offset a K-quant's unsigned quants carry (weight ∝ q −
+// off), 0 for the types with mins.
+static int kq_off(int wtype) {
+  return wtype == TK_Q6_K ? 32 : wtype == TK_Q3_K ? 4 : 0;
+}
+
 // kq_int unpacks a K-quant super-block into integer quants q[256] (before
-// any offset), per-16 scales sc[16] and per-16 mins mn[16] (Q4_K/Q5_K) and
-// its float scales.
+// the kq_off offset), per-16 scales sc[16] and per-16 mins mn[16]
+// (Q2_K/Q4_K/Q5_K) and its float scales.
 static void kq_int(int wtype, const uint8_t *b, int q[256], int sc[16],
                    int mn[16], float *d, float *dmin) {
+  if (wtype == TK_Q2_K || wtype == TK_Q3_K) {
+    // Two halves of 128, each four 2-bit planes of 32 bytes; element
+    // 128n + 32j + l is plane j of byte 32n + l (Q3_K: its third bit is
+    // bit 4n + j of hmask[l]). Sub-block i of 16 has scale byte i.
+    const int q3 = wtype == TK_Q3_K;
+    const uint8_t *qs = b + (q3 ? 32 : 16), *s = q3 ? b + 96 : b;
+    *d = tk_f16_to_f32(tk_load_u16(b + (q3 ? 108 : 80)));
+    *dmin = q3 ? 0 : tk_f16_to_f32(tk_load_u16(b + 82));
+    for (int g = 0; g < 8; g++)
+      for (int l = 0; l < 32; l++) {
+        int v = (qs[32 * (g / 4) + l] >> (2 * (g % 4))) & 3;
+        if (q3) v |= ((b[l] >> g) & 1) << 2;
+        q[32 * g + l] = v;
+      }
+    for (int i = 0; i < 16; i++) {
+      if (q3) {
+        int lo = i < 8 ? s[i] & 0xf : s[i - 8] >> 4;
+        int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+        sc[i] = (lo | hi << 4) - 32, mn[i] = 0;
+      } else {
+        sc[i] = s[i] & 0xf, mn[i] = s[i] >> 4;
+      }
+    }
+    return;
+  }
   if (wtype == TK_Q6_K) {
     const uint8_t *ql = b, *qh = b + 128;
     const int8_t *s = (const int8_t *)(const void *)(b + 192);
@@ -233,19 +273,23 @@ static void qmm_portable(int wtype, const uint8_t *w, size_t wrow, act_t a,
             if (wtype == TK_Q8_0) {
               v = (int8_t)blk[2 + l];
             } else {
-              int q5 = wtype == TK_Q5_0;
-              const uint8_t *qs = blk + (q5 ? 6 : 2);
+              // Q4_1/Q5_1 keep their quants unsigned (the min is added
+              // below); Q4_0/Q5_0 centre them.
+              int q5 = wtype == TK_Q5_0 || wtype == TK_Q5_1, mn = act_has_min(wtype);
+              const uint8_t *qs = blk + 2 + 2 * mn + (q5 ? 4 : 0);
               v = l < 16 ? qs[l] & 0xf : qs[l - 16] >> 4;
               if (q5) {
                 uint32_t qh;
-                memcpy(&qh, blk + 2, 4);
+                memcpy(&qh, blk + 2 + 2 * mn, 4);
                 v |= (int)((qh >> l) & 1) << 4;
               }
-              v -= q5 ? 16 : 8;
+              if (!mn) v -= q5 ? 16 : 8;
             }
             s += v * xb[l];
           }
           acc += tk_f16_to_f32(tk_load_u16(blk)) * dx * (float)s;
+          if (act_has_min(wtype))
+            acc += tk_f16_to_f32(tk_load_u16(blk + 2)) * ((const float *)a.aux)[(size_t)r * nb + b];
         } else {
           int q[256], sc[16], mn[16];
           float d, dmin;
@@ -255,7 +299,7 @@ static void qmm_portable(int wtype, const uint8_t *w, size_t wrow, act_t a,
           for (int i = 0; i < 16; i++) {
             int32_t t = 0;
             for (int l = 0; l < 16; l++) t += q[16 * i + l] * xb[16 * i + l];
-            if (wtype == TK_Q6_K) t -= 32 * bs[i];
+            t -= kq_off(wtype) * bs[i];
             s += sc[i] * t;
             smin += mn[i] * bs[i];
           }

@@ -12,14 +12,16 @@
 // Every level computes the same integers; only float summation order
 // differs between levels.
 
-// wq32 returns the 32 quants of legacy block b (Q8_0, Q4_0, Q5_0) as bytes:
-// unsigned for the dot (Q8_0 signed when !LP_XOR8).
+// wq32 returns the 32 quants of legacy block b (Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1) as bytes: unsigned for the dot (Q8_0 signed when !LP_XOR8).
 TK_INLINE LP_TARGET __m256i LPF(wq32)(const int WT, const uint8_t *b) {
   if (WT == TK_Q8_0) {
     __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
     return LP_XOR8 ? _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) : v;
   }
-  const int q5 = WT == TK_Q5_0;
+  const int q5 = WT == TK_Q5_0 || WT == TK_Q5_1;
+  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;  // a min after d: 2 bytes on
+  b += 2 * mn;
   __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + (q5 ? 6 : 2)));
   // Elements 0..15 are the low nibbles, 16..31 the high ones.
   __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
@@ -38,52 +40,119 @@ TK_INLINE LP_TARGET __m256i LPF(wq32)(const int WT, const uint8_t *b) {
   return v;
 }
 
+// mm32_step accumulates block b of the M x N tile into acc (scale terms)
+// and accm (Q4_1/Q5_1 min terms, in lane 0).
+TK_INLINE LP_TARGET void LPF(mm32_step)(const int WT, const int M, const int N,
+                                        const uint8_t *const *row, const int8_t *xq,
+                                        const float *xd, const int32_t *xc, int k,
+                                        int b, __m256 acc[4][4], __m256 accm[4][4]) {
+  const int nb = k / TK_QK;
+  const size_t bb = tk_blk_bytes(WT);
+  const int sign = WT == TK_Q8_0 && !LP_XOR8;
+  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;
+  const float *xm = (const float *)(const void *)xc;  // mn: d_x·Σq_x per block
+  __m256i wu[4];
+  __m256 wd[4], wm[4];
+  for (int j = 0; j < N; j++) {
+    const uint8_t *blk = row[j] + (size_t)b * bb;
+    wu[j] = LPF(wq32)(WT, blk);
+    wd[j] = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk)));
+    if (mn) wm[j] = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk + 2)));
+  }
+  for (int r = 0; r < M; r++) {
+    __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + (size_t)r * k + TK_QK * b));
+    __m256 dx = _mm256_set1_ps(xd[(size_t)r * nb + b]);
+    __m256i c0 = sign || mn ? _mm256_setzero_si256()
+                            : _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
+    __m256 xs = mn ? _mm256_zextps128_ps256(_mm_load_ss(xm + (size_t)r * nb + b)) : _mm256_setzero_ps();
+    for (int j = 0; j < N; j++) {
+      __m256i s = sign ? LP_DOTB(c0, _mm256_sign_epi8(wu[j], wu[j]), _mm256_sign_epi8(xv, wu[j]))
+                       : LP_DOTB(c0, wu[j], xv);
+      acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd[j], dx), acc[r][j]);
+      if (mn) accm[r][j] = _mm256_fmadd_ps(wm[j], xs, accm[r][j]);
+    }
+  }
+}
+
 // mm32 computes the M x N tile y[r][n+j] (r < M ≤ 4, j < N ≤ 4) of a legacy
 // type over all of k: per block and pair, one integer dot of 32 products,
-// then one FMA of its float value scaled by d_w·d_x.
+// then one FMA of its float value scaled by d_w·d_x (Q4_1/Q5_1: and one of
+// the min m_w times the block's d_x·Σq_x, in lane 0). Small tiles (M·N ≤
+// 2) alternate two accumulator sets and keep the min terms apart, as
+// mm32z does.
 TK_INLINE LP_TARGET void LPF(mm32)(const int WT, const int M, const int N,
                                    const uint8_t *w, size_t wrow,
                                    const int8_t *xq, const float *xd,
                                    const int32_t *xc, int k, float *y,
                                    long ldy, int n) {
-  const int nb = k / TK_QK;
-  const size_t bb = tk_blk_bytes(WT);
-  const int sign = WT == TK_Q8_0 && !LP_XOR8;
+  const int nb = k / TK_QK, two = M * N <= 2;
   const uint8_t *row[4];
   for (int j = 0; j < N; j++) row[j] = w + (size_t)(n + j) * wrow;
-  __m256 acc[4][4];
+  __m256 acc[4][4], acc2[4][4], accm[4][4], accm2[4][4];
   for (int r = 0; r < M; r++)
-    for (int j = 0; j < N; j++) acc[r][j] = _mm256_setzero_ps();
-  for (int b = 0; b < nb; b++) {
-    __m256i wu[4];
-    __m256 wd[4];
+    for (int j = 0; j < N; j++) acc[r][j] = acc2[r][j] = accm[r][j] = accm2[r][j] = _mm256_setzero_ps();
+  int b = 0;
+  if (two)
+    for (; b + 2 <= nb; b += 2) {
+      LPF(mm32_step)(WT, M, N, row, xq, xd, xc, k, b, acc, accm);
+      LPF(mm32_step)(WT, M, N, row, xq, xd, xc, k, b + 1, acc2, accm2);
+    }
+  for (; b < nb; b++) LPF(mm32_step)(WT, M, N, row, xq, xd, xc, k, b, acc, two ? accm : acc);
+  for (int r = 0; r < M; r++)
     for (int j = 0; j < N; j++) {
-      const uint8_t *blk = row[j] + (size_t)b * bb;
-      wu[j] = LPF(wq32)(WT, blk);
-      wd[j] = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk)));
+      if (two) acc[r][j] = _mm256_add_ps(_mm256_add_ps(acc[r][j], acc2[r][j]), _mm256_add_ps(accm[r][j], accm2[r][j]));
+      y[(size_t)r * ldy + n + j] = tk_hsum8(acc[r][j]);
     }
-    for (int r = 0; r < M; r++) {
-      __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + (size_t)r * k + TK_QK * b));
-      __m256 dx = _mm256_set1_ps(xd[(size_t)r * nb + b]);
-      __m256i c0 = sign ? _mm256_setzero_si256()
-                        : _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
-      for (int j = 0; j < N; j++) {
-        __m256i s = sign ? LP_DOTB(c0, _mm256_sign_epi8(wu[j], wu[j]), _mm256_sign_epi8(xv, wu[j]))
-                         : LP_DOTB(c0, wu[j], xv);
-        acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd[j], dx), acc[r][j]);
-      }
-    }
-  }
-  for (int r = 0; r < M; r++)
-    for (int j = 0; j < N; j++) y[(size_t)r * ldy + n + j] = tk_hsum8(acc[r][j]);
 }
 
 #ifdef LP_ZMM
+// mm32z_step accumulates block pair (b, b+1) of the M x N tile into acc
+// (scale terms) and accm (Q4_1/Q5_1 min terms).
+TK_INLINE LP_TARGET void LPF(mm32z_step)(const int WT, const int M, const int N,
+                                         const uint8_t *const *row, const int8_t *xq,
+                                         const float *xd, const int32_t *xc, int k,
+                                         int b, __m512 acc[4][4], __m512 accm[4][4]) {
+  const int nb = k / TK_QK;
+  const size_t bb = tk_blk_bytes(WT);
+  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;
+  const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512i wu[4];
+  __m512 wd[4], wm[4];
+  for (int j = 0; j < N; j++) {
+    const uint8_t *b0 = row[j] + (size_t)b * bb, *b1 = b0 + bb;
+    wu[j] = _mm512_inserti64x4(_mm512_castsi256_si512(LPF(wq32)(WT, b0)), LPF(wq32)(WT, b1), 1);
+    __m128 d01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0) | (uint32_t)tk_load_u16(b1) << 16)));
+    wd[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(d01));
+    if (mn) {
+      __m128 m01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0 + 2) | (uint32_t)tk_load_u16(b1 + 2) << 16)));
+      wm[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(m01));
+    }
+  }
+  for (int r = 0; r < M; r++) {
+    __m512i xv = _mm512_loadu_si512((const void *)(xq + (size_t)r * k + TK_QK * b));
+    __m512 dx = _mm512_permutexvar_ps(pair, _mm512_castpd_ps(_mm512_castpd128_pd512(
+                                                _mm_load_sd((const double *)(const void *)(xd + (size_t)r * nb + b)))));
+    // The two corrections into lanes 0 and 8 (a permute: vpexpandd from
+    // memory is microcoded on Zen 4); Q4_1/Q5_1: the two blocks' d_x·Σq_x
+    // there instead.
+    __m512i c2 = _mm512_maskz_permutexvar_epi32(0x0101, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
+                                                              (const __m128i *)(const void *)(xc + (size_t)r * nb + b))));
+    __m512i c0 = mn ? _mm512_setzero_si512() : c2;
+    for (int j = 0; j < N; j++) {
+      __m512i s = _mm512_dpbusd_epi32(c0, wu[j], xv);
+      acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[j], dx), acc[r][j]);
+      if (mn) accm[r][j] = _mm512_fmadd_ps(wm[j], _mm512_castsi512_ps(c2), accm[r][j]);
+    }
+  }
+}
+
 // mm32z is mm32 on 512-bit registers (LP_XOR8 levels only): two blocks
 // per vpdpbusd, their scale pairs [d0 x8, d1 x8] built once per weight row
 // and per x row and block pair, so one dot, conversion, scale product and
 // FMA cover 64 products instead of 32. An odd last block goes through the
-// 256-bit step.
+// 256-bit step. Small tiles (M·N ≤ 2) keep a second set of accumulators
+// for alternate block pairs and the min terms apart: one FMA chain would
+// bound them by its latency.
 TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
                                     const uint8_t *w, size_t wrow,
                                     const int8_t *xq, const float *xd,
@@ -91,36 +160,23 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
                                     long ldy, int n) {
   const int nb = k / TK_QK;
   const size_t bb = tk_blk_bytes(WT);
+  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1, two = M * N <= 2;
+  const float *xm = (const float *)(const void *)xc;  // mn: d_x·Σq_x per block
   const uint8_t *row[4];
   for (int j = 0; j < N; j++) row[j] = w + (size_t)(n + j) * wrow;
-  const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  __m512 acc[4][4];
+  __m512 acc[4][4], acc2[4][4], accm[4][4], accm2[4][4];
   for (int r = 0; r < M; r++)
-    for (int j = 0; j < N; j++) acc[r][j] = _mm512_setzero_ps();
+    for (int j = 0; j < N; j++) acc[r][j] = acc2[r][j] = accm[r][j] = accm2[r][j] = _mm512_setzero_ps();
   int b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    __m512i wu[4];
-    __m512 wd[4];
-    for (int j = 0; j < N; j++) {
-      const uint8_t *b0 = row[j] + (size_t)b * bb, *b1 = b0 + bb;
-      wu[j] = _mm512_inserti64x4(_mm512_castsi256_si512(LPF(wq32)(WT, b0)), LPF(wq32)(WT, b1), 1);
-      __m128 d01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0) | (uint32_t)tk_load_u16(b1) << 16)));
-      wd[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(d01));
+  if (two)
+    for (; b + 4 <= nb; b += 4) {
+      LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b, acc, accm);
+      LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b + 2, acc2, accm2);
     }
-    for (int r = 0; r < M; r++) {
-      __m512i xv = _mm512_loadu_si512((const void *)(xq + (size_t)r * k + TK_QK * b));
-      __m512 dx = _mm512_permutexvar_ps(pair, _mm512_castpd_ps(_mm512_castpd128_pd512(
-                                                  _mm_load_sd((const double *)(const void *)(xd + (size_t)r * nb + b)))));
-      // The two corrections into lanes 0 and 8 (a permute: vpexpandd from
-      // memory is microcoded on Zen 4).
-      __m512i c0 = _mm512_maskz_permutexvar_epi32(0x0101, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
-                                                                (const __m128i *)(const void *)(xc + (size_t)r * nb + b))));
-      for (int j = 0; j < N; j++) {
-        __m512i s = _mm512_dpbusd_epi32(c0, wu[j], xv);
-        acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[j], dx), acc[r][j]);
-      }
-    }
-  }
+  for (; b + 2 <= nb; b += 2) LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b, acc, two ? accm : acc);
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++)
+      if (two) acc[r][j] = _mm512_add_ps(_mm512_add_ps(acc[r][j], acc2[r][j]), _mm512_add_ps(accm[r][j], accm2[r][j]));
   __m256 t[4][4];
   for (int r = 0; r < M; r++)
     for (int j = 0; j < N; j++)
@@ -132,9 +188,12 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
       __m256 wd = _mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk)));
       for (int r = 0; r < M; r++) {
         __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + (size_t)r * k + TK_QK * b));
-        __m256i c0 = _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
+        __m256i c0 = mn ? _mm256_setzero_si256() : _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
         __m256i s = LP_DOTB(c0, wu, xv);
         t[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd, _mm256_set1_ps(xd[(size_t)r * nb + b])), t[r][j]);
+        if (mn)
+          t[r][j] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk + 2))),
+                                    _mm256_zextps128_ps256(_mm_load_ss(xm + (size_t)r * nb + b)), t[r][j]);
       }
     }
   }
@@ -176,21 +235,105 @@ TK_INLINE LP_TARGET void LPF(mm32_rows)(const int WT, const int N,
   }
 }
 
+// kq_sc16 spreads sixteen int16 per-16 scales s16 over the eight groups
+// of 32: sc[g] holds scale 2g in its low 128 bits and 2g+1 in its high
+// ones (shuffles of the eight scales of each 128-bit half, duplicated).
+TK_INLINE LP_TARGET void LPF(kq_sc16)(__m256i s16, __m256i sc[8]) {
+  __m256i half[2] = {_mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11)};
+  for (int g = 0; g < 8; g++) {
+    int i = 2 * (g % 4);
+    __m256i idx = _mm256_set_m128i(_mm_set1_epi16((short)((2 * i + 3) << 8 | (2 * i + 2))),
+                                   _mm_set1_epi16((short)((2 * i + 1) << 8 | 2 * i)));
+    sc[g] = _mm256_shuffle_epi8(half[g / 4], idx);
+  }
+}
+
+// kq_scales unpacks the scales of K-quant super-block b: *s holds the 16
+// int16 per-16 scales (Q2_K, Q3_K, Q6_K) or, for Q4_K/Q5_K, the 8 per-32
+// scales in words 0..7 (their 8 mins in words 8..15). Types with mins:
+// *mins holds the 16 mins of the bsums of 16 ([m0,m0,..,m7,m7] for
+// Q4_K/Q5_K) and *dmin the min scale; Q3_K and Q6_K: *mins holds the 16
+// scales (for the offset, kq_off).
+TK_INLINE LP_TARGET void LPF(kq_scales)(const int WT, const uint8_t *b, __m256i *s16,
+                                        __m256i *mins, float *d, float *dmin) {
+  if (WT == TK_Q3_K) {
+    // The twelve scale bytes to sixteen 6-bit codes (scale = code − 32):
+    // low nibbles from bytes 0..7 (low then high nibble), top two bits
+    // from the 2-bit fields of bytes 8..11.
+    uint32_t a[3];
+    memcpy(a, b + 96, 12);
+    const uint32_t k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    __m128i c = _mm_set_epi32((int)(((a[1] >> 4) & k2) | (((a[2] >> 6) & k3) << 4)),
+                              (int)(((a[0] >> 4) & k2) | (((a[2] >> 4) & k3) << 4)),
+                              (int)((a[1] & k2) | (((a[2] >> 2) & k3) << 4)),
+                              (int)((a[0] & k2) | ((a[2] & k3) << 4)));
+    *s16 = *mins = _mm256_cvtepi8_epi16(_mm_sub_epi8(c, _mm_set1_epi8(32)));
+    *d = _cvtsh_ss(tk_load_u16(b + 108));
+    *dmin = 0;
+  } else if (WT == TK_Q2_K) {  // byte i: scale (low nibble) and min (high nibble) of sub-block i
+    __m128i s = _mm_loadu_si128((const __m128i *)(const void *)b);
+    *s16 = _mm256_cvtepu8_epi16(_mm_and_si128(s, _mm_set1_epi8(15)));
+    *mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(15)));
+    *d = _cvtsh_ss(tk_load_u16(b + 80));
+    *dmin = _cvtsh_ss(tk_load_u16(b + 82));
+  } else if (WT == TK_Q6_K) {
+    *s16 = *mins = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(b + 192)));
+    *d = _cvtsh_ss(tk_load_u16(b + 208));
+    *dmin = 0;
+  } else {
+    *d = _cvtsh_ss(tk_load_u16(b));
+    *dmin = _cvtsh_ss(tk_load_u16(b + 2));
+    // The twelve scale bytes to eight 6-bit scales then eight mins (ggml's
+    // utmp shuffle; the same values as tk_scale_min_k4).
+    uint32_t u[4];
+    memcpy(u, b + 4, 12);
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+    const uint32_t aux = u[1] & k1;
+    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+    u[2] = aux;
+    u[0] &= k1;
+    // Built in registers: reading u back from the stack as wider loads
+    // than its stores stalls store forwarding (~30 cycles a block).
+    __m256i ms = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
+    *s16 = ms;
+    __m128i mn = _mm256_extracti128_si256(ms, 1);
+    *mins = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
+  }
+}
+
 // kq_decode unpacks K-quant super-block b for the dot: q[g] holds the
 // unsigned quants of elements 32g..32g+31, sc[g] the int16 scale(s) their
-// maddubs pairs take (one per 16 elements for Q6_K, one per 32 otherwise).
-// Q4_K/Q5_K: *mins holds [m0,m0,m1,m1,..,m7,m7] (for the bsums of 16) and
-// *dmin the min scale; Q6_K: *mins holds the 16 scales (for the −32 offset).
+// maddubs pairs take (one per 16 elements for Q2_K, Q3_K and Q6_K, one per
+// 32 for Q4_K/Q5_K); *mins, *d and *dmin as kq_scales.
 TK_INLINE LP_TARGET void LPF(kq_decode)(const int WT, const uint8_t *b,
                                         __m256i q[8], __m256i sc[8],
                                         __m256i *mins, float *d,
                                         float *dmin) {
   const __m256i m4 = _mm256_set1_epi8(15);
+  __m256i s16;
+  LPF(kq_scales)(WT, b, &s16, mins, d, dmin);
+  if (WT == TK_Q2_K || WT == TK_Q3_K) {
+    // Element 128n + 32j + l is 2-bit plane j of byte 32n + l of qs
+    // (Q3_K: its third bit is bit 4n + j of hmask[l]).
+    const int q3 = WT == TK_Q3_K;
+    const uint8_t *qs = b + (q3 ? 32 : 16);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256i hb = q3 ? _mm256_loadu_si256((const __m256i *)(const void *)b) : _mm256_setzero_si256();
+    for (int n = 0; n < 2; n++) {
+      __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * n));
+      for (int j = 0; j < 4; j++) {
+        __m256i t = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
+        if (q3)
+          t = _mm256_or_si256(t, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4 * n + j), _mm256_set1_epi8(1)), 2));
+        q[4 * n + j] = t;
+      }
+    }
+    LPF(kq_sc16)(s16, sc);
+    return;
+  }
   if (WT == TK_Q6_K) {
     const uint8_t *ql = b, *qh = b + 128;
-    const int8_t *s = (const int8_t *)(const void *)(b + 192);
-    *d = _cvtsh_ss(tk_load_u16(b + 208));
-    *dmin = 0;
     const __m256i m3 = _mm256_set1_epi8(3);
     for (int n = 0; n < 2; n++) {
       __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * n));
@@ -204,39 +347,12 @@ TK_INLINE LP_TARGET void LPF(kq_decode)(const int WT, const uint8_t *b,
         q[4 * n + kk] = _mm256_or_si256(lo[kk], _mm256_slli_epi16(hi, 4));
       }
     }
-    *mins = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)s));
-    // Group g takes scales 2g (low half) and 2g+1 (high half): shuffles of
-    // the eight int16 scales of its 128-bit half, duplicated.
-    __m256i half[2] = {_mm256_permute2x128_si256(*mins, *mins, 0x00),
-                       _mm256_permute2x128_si256(*mins, *mins, 0x11)};
-    for (int g = 0; g < 8; g++) {
-      int i = 2 * (g % 4);
-      __m256i idx = _mm256_set_m128i(_mm_set1_epi16((short)((2 * i + 3) << 8 | (2 * i + 2))),
-                                     _mm_set1_epi16((short)((2 * i + 1) << 8 | 2 * i)));
-      sc[g] = _mm256_shuffle_epi8(half[g / 4], idx);
-    }
+    LPF(kq_sc16)(s16, sc);
     return;
   }
   const int q5 = WT == TK_Q5_K;
-  *d = _cvtsh_ss(tk_load_u16(b));
-  *dmin = _cvtsh_ss(tk_load_u16(b + 2));
-  // The twelve scale bytes to eight 6-bit scales then eight mins (ggml's
-  // utmp shuffle; the same values as tk_scale_min_k4).
-  uint32_t u[4];
-  memcpy(u, b + 4, 12);
-  const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
-  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
-  const uint32_t aux = u[1] & k1;
-  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
-  u[2] = aux;
-  u[0] &= k1;
-  // Built in registers: reading u back from the stack as wider loads
-  // than its stores stalls store forwarding (~30 cycles a block).
-  __m256i ms = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
-  __m256i sc2 = _mm256_permute2x128_si256(ms, ms, 0x00);  // the 8 scales, both halves
+  __m256i sc2 = _mm256_permute2x128_si256(s16, s16, 0x00);  // the 8 scales, both halves
   for (int g = 0; g < 8; g++) sc[g] = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)((2 * g + 1) << 8 | 2 * g)));
-  __m128i mn = _mm256_extracti128_si256(ms, 1);
-  *mins = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
   const uint8_t *qs = b + (q5 ? 48 : 16);
   __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(const void *)(b + 16)) : _mm256_setzero_si256();
   const __m256i one = _mm256_set1_epi8(1);
@@ -252,6 +368,77 @@ TK_INLINE LP_TARGET void LPF(kq_decode)(const int WT, const uint8_t *b,
   }
 }
 
+#ifdef LP_ZMM
+// kq_decodez is kq_decode on 512-bit registers: Q[p] holds the quants of
+// groups 2p and 2p+1 (elements 64p..64p+63, the order of x), SC[p] the
+// int16 scales of its 32 maddubs pairs (words 8i..8i+7: sub-block 4p+i of
+// 16). Each pair comes from one 256-bit source broadcast to both halves
+// and shifted per half (vpsrlvw).
+TK_INLINE LP_TARGET void LPF(kq_decodez)(const int WT, const uint8_t *b,
+                                         __m512i Q[4], __m512i SC[4],
+                                         __m256i *mins, float *d, float *dmin) {
+  __m256i s16;
+  LPF(kq_scales)(WT, b, &s16, mins, d, dmin);
+  // w8: word w holds w/8 (its sub-block of 16 within the pair).
+  const __m512i w8 = _mm512_cvtepu8_epi16(_mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                           2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const int per32 = WT == TK_Q4_K || WT == TK_Q5_K;
+  for (int p = 0; p < 4; p++) {  // per-32 scales: word w takes scale 2p + w/16
+    __m512i idx = per32 ? _mm512_add_epi16(_mm512_srli_epi16(w8, 1), _mm512_set1_epi16((short)(2 * p)))
+                        : _mm512_add_epi16(w8, _mm512_set1_epi16((short)(4 * p)));
+    SC[p] = _mm512_permutexvar_epi16(idx, _mm512_castsi256_si512(s16));
+  }
+#define KQ_BC(ptr) _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(ptr)))
+#define KQ_CNT(a, c) _mm512_inserti64x4(_mm512_set1_epi16((short)(a)), _mm256_set1_epi16((short)(c)), 1)
+  const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
+  if (WT == TK_Q2_K || WT == TK_Q3_K) {
+    // Groups 2p, 2p+1: 2-bit planes 2(p%2), 2(p%2)+1 of chunk p/2 (Q3_K:
+    // third bits 2p, 2p+1 of hmask).
+    const int q3 = WT == TK_Q3_K;
+    const uint8_t *qs = b + (q3 ? 32 : 16);
+    __m512i hb = q3 ? KQ_BC(b) : _mm512_setzero_si512();
+    for (int n = 0; n < 2; n++) {
+      __m512i v = KQ_BC(qs + 32 * n);
+      for (int h = 0; h < 2; h++) {
+        int p = 2 * n + h;
+        __m512i t = _mm512_and_si512(_mm512_srlv_epi16(v, KQ_CNT(4 * h, 4 * h + 2)), m3);
+        if (q3)
+          t = _mm512_or_si512(t, _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(hb, KQ_CNT(2 * p, 2 * p + 1)), 2),
+                                                  _mm512_set1_epi8(4)));
+        Q[p] = t;
+      }
+    }
+  } else if (WT == TK_Q6_K) {
+    // Groups 4n..4n+3 are the low/high nibbles of ql's 64 bytes 64n.. with
+    // 2-bit planes 0..3 of qh's 32 bytes 32n.. on top.
+    for (int n = 0; n < 2; n++) {
+      __m512i l = _mm512_loadu_si512((const void *)(b + 64 * n)), h = KQ_BC(b + 128 + 32 * n);
+      for (int hh = 0; hh < 2; hh++) {
+        __m512i lo = _mm512_and_si512(hh ? _mm512_srli_epi16(l, 4) : l, m4);
+        __m512i hi = _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(h, KQ_CNT(4 * hh, 4 * hh + 2)), 4),
+                                      _mm512_set1_epi8(0x30));
+        Q[2 * n + hh] = _mm512_or_si512(lo, hi);
+      }
+    }
+  } else {
+    // Groups 2j, 2j+1: the low, then high nibbles of chunk j (Q5_K: fifth
+    // bits 2j, 2j+1 of qh).
+    const int q5 = WT == TK_Q5_K;
+    const uint8_t *qs = b + (q5 ? 48 : 16);
+    __m512i hb = q5 ? KQ_BC(b + 16) : _mm512_setzero_si512();
+    for (int j = 0; j < 4; j++) {
+      __m512i t = _mm512_and_si512(_mm512_srlv_epi16(KQ_BC(qs + 32 * j), KQ_CNT(0, 4)), m4);
+      if (q5)
+        t = _mm512_or_si512(t, _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(hb, KQ_CNT(2 * j, 2 * j + 1)), 4),
+                                                _mm512_set1_epi8(16)));
+      Q[j] = t;
+    }
+  }
+#undef KQ_BC
+#undef KQ_CNT
+}
+#endif
+
 // mmk computes y[r][n] for r < m (≤ 32), n in [n0, n1) of a K-quant type:
 // each super-block is decoded once and dotted with all m rows, whose float
 // accumulators wait in acc (L1) between super-blocks.
@@ -261,20 +448,41 @@ TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
                                   long ldy, int n0, int n1) {
   const int nsb = k / TK_QKK;
   const size_t bb = tk_blk_bytes(WT);
-  __m256 acc[32];
+  // The scale and min terms in two accumulators: one chain of both FMAs
+  // would bound a one-row GEMV by their latency.
+  __m256 acc[32], accm[32];
   for (int n = n0; n < n1; n++) {
     const uint8_t *row = w + (size_t)n * wrow;
-    for (int r = 0; r < m; r++) acc[r] = _mm256_setzero_ps();
+    for (int r = 0; r < m; r++) acc[r] = accm[r] = _mm256_setzero_ps();
     for (int sb = 0; sb < nsb; sb++) {
-      __m256i q[8], sc[8], mins;
+      __m256i mins;
+#ifndef LP_ZMM
+      __m256i q[8], sc[8];
+#endif
       float d, dmin;
       if (m > 4 && n + 1 < n1)  // the next row's block, a row's time ahead
         for (size_t o = 0; o < bb; o += 64)
           _mm_prefetch((const char *)(row + wrow + (size_t)sb * bb + o), _MM_HINT_T0);
+#ifdef LP_ZMM
+      __m512i Q[4], SC[4];
+      LPF(kq_decodez)(WT, row + (size_t)sb * bb, Q, SC, &mins, &d, &dmin);
+#else
       LPF(kq_decode)(WT, row + (size_t)sb * bb, q, sc, &mins, &d, &dmin);
+#endif
       __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(dmin);
       for (int r = 0; r < m; r++) {
         const int8_t *xr = xq + (size_t)r * k + TK_QKK * sb;
+#ifdef LP_ZMM
+        // Two independent integer chains of two dots of 64 products each.
+        __m512i is2[2];
+        for (int p = 0; p < 2; p++)
+          is2[p] = _mm512_madd_epi16(_mm512_maddubs_epi16(Q[p], _mm512_loadu_si512((const void *)(xr + 64 * p))), SC[p]);
+        for (int p = 2; p < 4; p++)
+          is2[p - 2] = _mm512_dpwssd_epi32(is2[p - 2], _mm512_maddubs_epi16(Q[p], _mm512_loadu_si512((const void *)(xr + 64 * p))),
+                                           SC[p]);
+        __m512i isz = _mm512_add_epi32(is2[0], is2[1]);
+        __m256i is = _mm256_add_epi32(_mm512_castsi512_si256(isz), _mm512_extracti64x4_epi64(isz, 1));
+#else
         // Four independent integer chains: one chain of eight dependent
         // dots would make a one-row GEMV latency-bound.
         __m256i is4[4];
@@ -287,16 +495,19 @@ TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
           is4[g - 4] = LP_DOTW(is4[g - 4], _mm256_maddubs_epi16(q[g], xv), sc[g]);
         }
         __m256i is = _mm256_add_epi32(_mm256_add_epi32(is4[0], is4[1]), _mm256_add_epi32(is4[2], is4[3]));
+#endif
         __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)(xs + (size_t)r * (k / 16) + 16 * sb));
         __m256 dx = _mm256_set1_ps(xd[(size_t)r * nsb + sb]);
-        if (WT == TK_Q6_K)  // Σ sc·(q − 32)·x = Σ sc·q·x − 32·Σ sc·bsum
-          is = _mm256_sub_epi32(is, _mm256_slli_epi32(_mm256_madd_epi16(bs, mins), 5));
+        // Σ sc·(q − off)·x = Σ sc·q·x − off·Σ sc·bsum (off 32 or 4)
+        if (WT == TK_Q6_K || WT == TK_Q3_K)
+          is = _mm256_sub_epi32(is, _mm256_slli_epi32(_mm256_madd_epi16(bs, mins), WT == TK_Q6_K ? 5 : 2));
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(vd, dx), acc[r]);
-        if (WT != TK_Q6_K)
-          acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins)), _mm256_mul_ps(vm, dx), acc[r]);
+        if (WT != TK_Q6_K && WT != TK_Q3_K)
+          accm[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins)), _mm256_mul_ps(vm, dx), accm[r]);
       }
     }
-    for (int r = 0; r < m; r++) y[(size_t)r * ldy + n] = tk_hsum8(acc[r]);
+    for (int r = 0; r < m; r++)
+      y[(size_t)r * ldy + n] = tk_hsum8(WT != TK_Q6_K && WT != TK_Q3_K ? _mm256_add_ps(acc[r], accm[r]) : acc[r]);
   }
 }
 
@@ -309,6 +520,10 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
   switch (wtype) {
 #define LP_KCASE(T)                                                                    \
   case T:                                                                              \
+    if (m == 1) { /* a constant row count keeps the accumulators in registers */       \
+      LPF(mmk)(T, w, wrow, xq, xd, (const int16_t *)aux, 1, k, y, ldy, n0, n1);        \
+      return;                                                                          \
+    }                                                                                  \
     for (int r0 = 0; r0 < m; r0 += 32) {                                               \
       int mm = m - r0 < 32 ? m - r0 : 32;                                              \
       LPF(mmk)(T, w, wrow, xq + (size_t)r0 * k, xd + (size_t)r0 * (k / TK_QKK),        \
@@ -316,6 +531,8 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
                ldy, n0, n1);                                                           \
     }                                                                                  \
     return;
+    LP_KCASE(TK_Q2_K)
+    LP_KCASE(TK_Q3_K)
     LP_KCASE(TK_Q4_K)
     LP_KCASE(TK_Q5_K)
     LP_KCASE(TK_Q6_K)
@@ -338,7 +555,9 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
   }
     LP_LCASE(TK_Q8_0)
     LP_LCASE(TK_Q4_0)
+    LP_LCASE(TK_Q4_1)
     LP_LCASE(TK_Q5_0)
+    LP_LCASE(TK_Q5_1)
 #undef LP_LCASE
   }
 }
