@@ -487,24 +487,27 @@ static TK_TARGET_BF16 void mm_bf16_tile(const uint8_t *w, size_t wrow,
   }
 }
 
+// pack_a_bf16 rounds each MR-row panel's rows a depth chunk at a time into
+// tmp (whose u16 pairs are already the little-endian 32-bit pairs), then
+// interleaves them: per pair index, MR consecutive 32-bit stores.
 static TK_TARGET_BF16 void pack_a_bf16(const float *x, int k, int r0, int r1,
                                        uint32_t *pa) {
   const int kh = k / 2;
-  uint16_t tmp[TK_KC];
+  uint32_t tmp[TK_MR][TK_KC / 2];
   for (int ip = r0; ip < r1; ip += TK_MR) {
     uint32_t *dst = pa + (size_t)ip * kh;
     int rows = r1 - ip < TK_MR ? r1 - ip : TK_MR;
-    for (int r = 0; r < TK_MR; r++) {
-      for (int c0 = 0; c0 < k; c0 += TK_KC) {
-        int len = k - c0 < TK_KC ? k - c0 : TK_KC;
-        if (r < rows) {
-          x_bf16(x + (size_t)(ip + r) * k + c0, 1, len, TK_KC, tmp);
-        } else {
-          memset(tmp, 0, sizeof tmp);
-        }
-        for (int p = 0; p < len / 2; p++)
-          dst[(size_t)(c0 / 2 + p) * TK_MR + r] = (uint32_t)tmp[2 * p] | (uint32_t)tmp[2 * p + 1] << 16;
+    for (int c0 = 0; c0 < k; c0 += TK_KC) {
+      int len = k - c0 < TK_KC ? k - c0 : TK_KC;
+      for (int r = 0; r < TK_MR; r++) {
+        if (r < rows)
+          x_bf16(x + (size_t)(ip + r) * k + c0, 1, len, TK_KC, (uint16_t *)(void *)tmp[r]);
+        else
+          memset(tmp[r], 0, sizeof tmp[r]);
       }
+      uint32_t *d = dst + (size_t)(c0 / 2) * TK_MR;
+      for (int p = 0; p < len / 2; p++)
+        for (int r = 0; r < TK_MR; r++) d[(size_t)p * TK_MR + r] = tmp[r][p];
     }
   }
 }
