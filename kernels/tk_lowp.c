@@ -395,6 +395,32 @@ TK_INLINE TK_TARGET_BF16 void mm_bf16(const int M, const int N,
       for (int r = 0; r < M; r++) a[r][j] = _mm512_dpbf16_ps(a[r][j], (__m512bh)wv, (__m512bh)xv[r]);
     }
   }
+  if (N == 4) {
+    // The 16 sums at once: 128-bit lane r of s holds y[r][n..n+3] (45
+    // shuffles and adds where 16 reductions take 128).
+    __m512 q[4];
+    for (int r = 0; r < 4; r++) {
+      if (r >= M) {
+        q[r] = _mm512_setzero_ps();
+        continue;
+      }
+      __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a[r][0], a[r][1]), _mm512_unpackhi_ps(a[r][0], a[r][1]));
+      __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a[r][2], a[r][3]), _mm512_unpackhi_ps(a[r][2], a[r][3]));
+      q[r] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))),
+                           _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))));
+    }
+    __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], 0x44), _mm512_shuffle_f32x4(q[0], q[1], 0xee));
+    __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(q[2], q[3], 0x44), _mm512_shuffle_f32x4(q[2], q[3], 0xee));
+    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(y01, y23, 0x88), _mm512_shuffle_f32x4(y01, y23, 0xdd));
+    float t[16];
+    _mm512_storeu_ps(t, s);
+    for (int r = 0; r < M; r++) {
+      float *d = y + (size_t)r * ldy + n;
+      __m128 v = _mm_loadu_ps(t + 4 * r);
+      _mm_storeu_ps(d, acc ? _mm_add_ps(v, _mm_loadu_ps(d)) : v);
+    }
+    return;
+  }
   for (int r = 0; r < M; r++)
     for (int j = 0; j < N; j++) {
       float t = _mm512_reduce_add_ps(a[r][j]);
