@@ -173,7 +173,7 @@ func (w *Workers) matmulLowp(kind lowpKind, y, x []float32, m int, W Matrix) {
 	w.job = job{kind: jobPackABF16, w: W, x: x, m: m, nc: per}
 	w.run(ceilDiv(panels, per))
 	nc = min(256, max(32, roundUp(ceilDiv(n, 3*w.n), 32)))
-	w.ensureScratch((nc+32)*gemmKC/2 + 64)
+	w.ensureScratch((nc+32)*C.TK_BF16_GKC/2 + 64)
 	w.job = job{kind: jobGemmBF16, w: W, y: y, m: m, nc: nc}
 	w.run(ceilDiv(n, nc))
 }

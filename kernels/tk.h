@@ -90,8 +90,12 @@ void tk_mm_bf16_tile(const uint8_t *w, size_t wrow, const uint16_t *xb,
 // tk_pack_a_bf16 is tk_pack_a into bf16 pairs: panel i is [k/2][MR] 32-bit
 // pairs (depth 2p low, 2p+1 high) at pa + i*MR*(k/2); k is even.
 void tk_pack_a_bf16(const float *x, int k, int r0, int r1, uint32_t *pa);
+// TK_BF16_GKC is the depth chunk of tk_gemm_tile_bf16, in bf16 columns:
+// k ≤ 1024 (the 110M model's 768) packs each weight row in one piece and
+// never reloads y.
+#define TK_BF16_GKC 1024
 // tk_gemm_tile_bf16 is tk_gemm_tile for BF16 weights and x packed by
-// tk_pack_a_bf16 (k even). pb needs (n1-n0+32)*KC/2 floats.
+// tk_pack_a_bf16 (k even). pb needs (n1-n0+32)*TK_BF16_GKC/2 floats.
 void tk_gemm_tile_bf16(const uint8_t *w, size_t wrow, const uint32_t *pa,
                        float *y, long ldy, int k, int m, int n0, int n1,
                        float *pb);

@@ -439,6 +439,32 @@ TK_INLINE TK_TARGET_BF16 void mm_bf16(const int M, const int N,
       for (int r = 0; r < M; r++) a[r][j] = _mm512_dpbf16_ps(a[r][j], (__m512bh)wv, (__m512bh)xv[r]);
     }
   }
+  if (N == 4) {
+    // The 16 sums at once: 128-bit lane r of s holds y[r][n..n+3] (45
+    // shuffles and adds where 16 reductions take 128).
+    __m512 q[4];
+    for (int r = 0; r < 4; r++) {
+      if (r >= M) {
+        q[r] = _mm512_setzero_ps();
+        continue;
+      }
+      __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a[r][0], a[r][1]), _mm512_unpackhi_ps(a[r][0], a[r][1]));
+      __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a[r][2], a[r][3]), _mm512_unpackhi_ps(a[r][2], a[r][3]));
+      q[r] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))),
+                           _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))));
+    }
+    __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], 0x44), _mm512_shuffle_f32x4(q[0], q[1], 0xee));
+    __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(q[2], q[3], 0x44), _mm512_shuffle_f32x4(q[2], q[3], 0xee));
+    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(y01, y23, 0x88), _mm512_shuffle_f32x4(y01, y23, 0xdd));
+    float t[16];
+    _mm512_storeu_ps(t, s);
+    for (int r = 0; r < M; r++) {
+      float *d = y + (size_t)r * ldy + n;
+      __m128 v = _mm_loadu_ps(t + 4 * r);
+      _mm_storeu_ps(d, acc ? _mm_add_ps(v, _mm_loadu_ps(d)) : v);
+    }
+    return;
+  }
   for (int r = 0; r < M; r++)
     for (int j = 0; j < N; j++) {
       float t = _mm512_reduce_add_ps(a[r][j]);
@@ -447,20 +473,60 @@ TK_INLINE TK_TARGET_BF16 void mm_bf16(const int M, const int N,
     }
 }
 
+// gemv_bf16 computes y[r][n] for r < M ≤ 4 and n in [n0, n1): one weight
+// row at a time over all of k, so the weights are one sequential stream
+// that the hardware prefetcher follows (the depth chunks of mm_bf16_tile
+// made a k = 8192 GEMV two strided passes at 0.56 of read bandwidth), and
+// four chains per x row to hide the vdpbf16ps latency. x rows are kp
+// apart and zero past k.
+TK_INLINE TK_TARGET_BF16 void gemv_bf16(const int M, const uint8_t *w,
+                                        size_t wrow, const uint16_t *x,
+                                        int kp, float *y, long ldy, int k,
+                                        int n0, int n1) {
+  for (int n = n0; n < n1; n++) {
+    const uint16_t *wr = (const uint16_t *)(const void *)(w + (size_t)n * wrow);
+    __m512 a[4][4];
+    for (int r = 0; r < M; r++)
+      for (int u = 0; u < 4; u++) a[r][u] = _mm512_setzero_ps();
+    int c = 0;
+    for (; c + 128 <= k; c += 128)
+      for (int u = 0; u < 4; u++) {
+        __m512i wv = _mm512_loadu_si512((const void *)(wr + c + 32 * u));
+        for (int r = 0; r < M; r++)
+          a[r][u] = _mm512_dpbf16_ps(a[r][u], (__m512bh)wv,
+                                     (__m512bh)_mm512_loadu_si512((const void *)(x + (size_t)r * kp + c + 32 * u)));
+      }
+    for (; c < k; c += 32) {  // the last weight block masked: x is zero past k
+      int left = k - c;
+      __mmask32 mk = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1);
+      __m512i wv = _mm512_maskz_loadu_epi16(mk, wr + c);
+      for (int r = 0; r < M; r++)
+        a[r][0] = _mm512_dpbf16_ps(a[r][0], (__m512bh)wv, (__m512bh)_mm512_loadu_si512((const void *)(x + (size_t)r * kp + c)));
+    }
+    for (int r = 0; r < M; r++)
+      y[(size_t)r * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3])));
+  }
+}
+
 #define TK_BF16_KC 4096  // depth chunk: 4 weight rows' share (32 KiB) in L1
 
 static TK_TARGET_BF16 void mm_bf16_tile(const uint8_t *w, size_t wrow,
                                         const uint16_t *xb, int kp, int m,
                                         float *y, long ldy, int k, int n0,
                                         int n1) {
+  switch (m) {
+    case 1: gemv_bf16(1, w, wrow, xb, kp, y, ldy, k, n0, n1); return;
+    case 2: gemv_bf16(2, w, wrow, xb, kp, y, ldy, k, n0, n1); return;
+    case 3: gemv_bf16(3, w, wrow, xb, kp, y, ldy, k, n0, n1); return;
+    case 4: gemv_bf16(4, w, wrow, xb, kp, y, ldy, k, n0, n1); return;
+  }
   for (int c0 = 0; c0 < k; c0 += TK_BF16_KC) {
     int len = k - c0 < TK_BF16_KC ? k - c0 : TK_BF16_KC, acc = c0 > 0;
     for (int n = n0; n < n1;) {
       // Four weight rows at a time (one for the tail); each stays in L1
       // while the rows of x pass four at a time, prefetching the next
-      // four's chunk. GEMV rows (m ≤ 4) take one weight row at a time: a
-      // sequential read the hardware prefetcher follows.
-      int nn = m > 4 && n1 - n >= 4 ? 4 : 1;
+      // four's chunk.
+      int nn = n1 - n >= 4 ? 4 : 1;
       const uint16_t *wr[4];
       for (int j = 0; j < nn; j++) wr[j] = (const uint16_t *)(const void *)(w + (size_t)(n + j) * wrow);
       int nx = nn == 4 ? (n1 - n - 4 < 4 ? n1 - n - 4 : 4) : 0;
@@ -491,24 +557,27 @@ static TK_TARGET_BF16 void mm_bf16_tile(const uint8_t *w, size_t wrow,
   }
 }
 
+// pack_a_bf16 rounds each MR-row panel's rows a depth chunk at a time into
+// tmp (whose u16 pairs are already the little-endian 32-bit pairs), then
+// interleaves them: per pair index, MR consecutive 32-bit stores.
 static TK_TARGET_BF16 void pack_a_bf16(const float *x, int k, int r0, int r1,
                                        uint32_t *pa) {
   const int kh = k / 2;
-  uint16_t tmp[TK_KC];
+  uint32_t tmp[TK_MR][TK_KC / 2];
   for (int ip = r0; ip < r1; ip += TK_MR) {
     uint32_t *dst = pa + (size_t)ip * kh;
     int rows = r1 - ip < TK_MR ? r1 - ip : TK_MR;
-    for (int r = 0; r < TK_MR; r++) {
-      for (int c0 = 0; c0 < k; c0 += TK_KC) {
-        int len = k - c0 < TK_KC ? k - c0 : TK_KC;
-        if (r < rows) {
-          x_bf16(x + (size_t)(ip + r) * k + c0, 1, len, TK_KC, tmp);
-        } else {
-          memset(tmp, 0, sizeof tmp);
-        }
-        for (int p = 0; p < len / 2; p++)
-          dst[(size_t)(c0 / 2 + p) * TK_MR + r] = (uint32_t)tmp[2 * p] | (uint32_t)tmp[2 * p + 1] << 16;
+    for (int c0 = 0; c0 < k; c0 += TK_KC) {
+      int len = k - c0 < TK_KC ? k - c0 : TK_KC;
+      for (int r = 0; r < TK_MR; r++) {
+        if (r < rows)
+          x_bf16(x + (size_t)(ip + r) * k + c0, 1, len, TK_KC, (uint16_t *)(void *)tmp[r]);
+        else
+          memset(tmp[r], 0, sizeof tmp[r]);
       }
+      uint32_t *d = dst + (size_t)(c0 / 2) * TK_MR;
+      for (int p = 0; p < len / 2; p++)
+        for (int r = 0; r < TK_MR; r++) d[(size_t)p * TK_MR + r] = tmp[r][p];
     }
   }
 }
