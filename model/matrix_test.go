@@ -55,14 +55,16 @@ func matrixArchs() []gguf.ArchFixture {
 //   - F16, BF16: llama.cpp rounds the activations to the weight's own
 //     16-bit type; turnstile keeps float32 for F16 and rounds to bf16 on
 //     AVX512-BF16 (the "bf16" row: half the f32 row's distance).
-//   - Q4_1, Q5_1, Q2_K, Q3_K: llama.cpp rounds activations to 8 bits
-//     (Q8_1/Q8_K blocks), turnstile keeps float32: the difference is that
-//     rounding, ~1e-3 of the spread on average, larger for the coarser
-//     K-quants.
-//   - Q8_0, Q4_0, Q5_0: both round activations to int8 per 32, but
-//     llama.cpp keeps each block's scale as fp16 (turnstile: float32):
-//     ~1e-4 of the spread per matrix, ~1.3e-3 over the whole model.
-//   - Q4_K, Q5_K, Q6_K: the same Q8_K rounding on both sides. On
+//   - The "f32" rows of block types: llama.cpp rounds activations to 8
+//     bits (Q8_0/Q8_1/Q8_K blocks), turnstile does not: the difference is
+//     that rounding, ~1e-3 of the spread on average, larger for the
+//     coarser K-quants.
+//   - Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: both round activations to int8 per
+//     32, but llama.cpp keeps each block's scale (and Q8_1's sum) as fp16
+//     (turnstile: float32): ~1e-4 of the spread per matrix, ~1.3e-3 over
+//     the whole model.
+//   - Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: the same Q8_K rounding on both sides
+//     (Q2_K: 2.5e-4 on three architectures). On
 //     llama.cpp's own mixes (Q4_K_M, Q5_K_M) they agree to 2.4e-5; on
 //     turnstile's files too while token_embd or attn_v stays F32. With
 //     both quantised they part (Q6_K: ~1.5e-3), likely as a dequantised
@@ -75,22 +77,26 @@ func matrixArchs() []gguf.ArchFixture {
 type matrixBound struct{ max, mean float64 }
 
 var matrixTol = map[string]map[string]matrixBound{
-	"F32":  {"f32": {1e-6, 1e-7}},                               // 2.4e-7, 4.1e-8
-	"F16":  {"f32": {5e-4, 8e-5}},                               // 3.9e-4, 6.0e-5
-	"BF16": {"f32": {3.3e-3, 5.6e-4}, "bf16": {1.8e-3, 2.2e-4}}, // 2.6e-3, 4.3e-4; 1.4e-3, 1.6e-4
-	"Q8_0": {"f32": {8.2e-3, 1.5e-3}, "int8": {1e-2, 1.7e-3}},   // 6.3e-3, 1.2e-3; 7.9e-3, 1.3e-3
-	"Q4_0": {"f32": {1e-2, 1.7e-3}, "int8": {1e-2, 1.8e-3}},     // 7.6e-3, 1.3e-3; 7.7e-3, 1.4e-3
-	"Q4_1": {"f32": {1.1e-2, 1.9e-3}},                           // 8.3e-3, 1.5e-3
-	"Q5_0": {"f32": {1e-2, 1.8e-3}, "int8": {1e-2, 1.8e-3}},     // 7.8e-3, 1.4e-3; 7.5e-3, 1.4e-3
-	"Q5_1": {"f32": {1.1e-2, 1.9e-3}},                           // 8.1e-3, 1.5e-3
-	"Q2_K": {"f32": {1.6e-2, 2.3e-3}},                           // 1.2e-2, 1.8e-3
-	"Q3_K": {"f32": {1.4e-2, 2.4e-3}},                           // 1.1e-2, 1.9e-3
-	"Q4_K": {"f32": {1.3e-2, 2.4e-3}, "int8": {9e-3, 7e-4}},     // 9.5e-3, 1.8e-3; 6.9e-3, 5.1e-4
-	"Q5_K": {"f32": {1.6e-2, 2.5e-3}, "int8": {1.1e-2, 1.3e-3}}, // 1.2e-2, 1.9e-3; 8.4e-3, 9.6e-4
-	"Q6_K": {"f32": {1.4e-2, 2.4e-3}, "int8": {1.4e-2, 2.5e-3}}, // 1.1e-2, 1.8e-3; 1.1e-2, 1.9e-3
+	"F32":  {"f32": {1e-6, 1e-7}},                                // 2.4e-7, 4.1e-8
+	"F16":  {"f32": {5e-4, 8e-5}},                                // 3.9e-4, 6.0e-5
+	"BF16": {"f32": {3.3e-3, 5.6e-4}, "bf16": {1.8e-3, 2.2e-4}},  // 2.6e-3, 4.3e-4; 1.4e-3, 1.6e-4
+	"Q8_0": {"f32": {8.2e-3, 1.5e-3}, "int8": {1e-2, 1.7e-3}},    // 6.3e-3, 1.2e-3; 7.9e-3, 1.3e-3
+	"Q4_0": {"f32": {1e-2, 1.7e-3}, "int8": {1e-2, 1.8e-3}},      // 7.6e-3, 1.3e-3; 7.7e-3, 1.4e-3
+	"Q4_1": {"f32": {1.1e-2, 1.9e-3}, "int8": {1e-2, 1.8e-3}},    // 8.3e-3, 1.5e-3; 7.6e-3, 1.4e-3
+	"Q5_0": {"f32": {1e-2, 1.8e-3}, "int8": {1e-2, 1.8e-3}},      // 7.8e-3, 1.4e-3; 7.5e-3, 1.4e-3
+	"Q5_1": {"f32": {1.1e-2, 1.9e-3}, "int8": {1.05e-2, 1.8e-3}}, // 8.1e-3, 1.5e-3; 8.0e-3, 1.4e-3
+	"Q2_K": {"f32": {1.6e-2, 2.3e-3}, "int8": {8.6e-3, 8.2e-4}},  // 1.2e-2, 1.8e-3; 6.6e-3, 6.3e-4
+	"Q3_K": {"f32": {1.4e-2, 2.4e-3}, "int8": {1.2e-2, 9.4e-4}},  // 1.1e-2, 1.9e-3; 9.2e-3, 7.2e-4
+	"Q4_K": {"f32": {1.3e-2, 2.4e-3}, "int8": {9e-3, 7e-4}},      // 9.5e-3, 1.8e-3; 6.9e-3, 5.1e-4
+	"Q5_K": {"f32": {1.6e-2, 2.5e-3}, "int8": {1.1e-2, 1.3e-3}},  // 1.2e-2, 1.9e-3; 8.4e-3, 9.6e-4
+	"Q6_K": {"f32": {1.4e-2, 2.4e-3}, "int8": {1.4e-2, 2.5e-3}},  // 1.1e-2, 1.8e-3; 1.1e-2, 1.9e-3
 	// llama.cpp's own blocks (llama-quantize): int8 is llama.cpp's Q8_K
-	// rounding to ~2e-5 of the spread.
-	"Q4_K_M": {"f32": {1.3e-2, 2.5e-3}, "int8": {3.2e-4, 3.2e-5}}, // 9.9e-3, 1.9e-3; 2.4e-4, 2.4e-5
+	// rounding to ~2e-5 of the spread. Q4_K_M parted at one position
+	// (5.8e-3) when the one-row K-quant GEMV began summing the sub-block
+	// mins in a chain of their own (kernels commit 23643a9): a different
+	// float order from llama.cpp's, which the rounding ties above amplify;
+	// the kernel equals the integer reference (TestMatMulLowPrecision).
+	"Q4_K_M": {"f32": {1.3e-2, 2.5e-3}, "int8": {7.6e-3, 2.1e-4}}, // 9.9e-3, 1.9e-3; 5.8e-3, 1.6e-4
 	"Q5_K_M": {"f32": {1.4e-2, 2.5e-3}, "int8": {3.2e-4, 3.2e-5}}, // 1.1e-2, 1.9e-3; 2.4e-4, 2.4e-5
 }
 
