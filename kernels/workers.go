@@ -147,16 +147,25 @@ type parker struct {
 	ch     chan struct{} // capacity 1: the waker never blocks
 }
 
-// sleep parks until wake unless ready() already holds; ready is re-checked
-// after asleep is set, so a wake between the caller's last check and the
-// sleep is not lost.
+// sleep parks until ready() holds; ready is re-checked after asleep is
+// set, so a wake between the caller's last check and the sleep is not lost.
+// A token is not proof of readiness: a waker can be preempted between
+// making the condition true and calling wake, so its wake may land in the
+// sleeper's next wait (a helper finishing job n wakes the caller while it
+// waits for job n+1). sleep therefore re-checks after every token.
 func (p *parker) sleep(ready func() bool) {
-	p.asleep.Store(true)
-	if ready() && p.asleep.CompareAndSwap(true, false) {
-		return
+	for {
+		p.asleep.Store(true)
+		if ready() && p.asleep.CompareAndSwap(true, false) {
+			return
+		}
+		// Either not ready, or a waker cleared asleep and sends a token:
+		// take it, then look again.
+		<-p.ch
+		if ready() {
+			return
+		}
 	}
-	// Either not ready, or a waker cleared asleep and sends a token: take it.
-	<-p.ch
 }
 
 // wake wakes the goroutine if it is parked or about to park.
@@ -234,9 +243,6 @@ func (w *Workers) helper(id int) {
 	for {
 		if !spinUntil(helperSpin, changed) {
 			p.sleep(changed)
-			if !changed() {
-				continue // woken for a job that has no part for it
-			}
 		}
 		seen = w.ctl.Load()
 		if seen == ctlQuit {

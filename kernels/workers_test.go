@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,4 +108,34 @@ func TestWorkersClose(t *testing.T) {
 			require.LessOrEqual(t, left, 0, "goroutines left running after Close")
 		})
 	}
+}
+
+// A wake that arrives late, after its condition was already consumed,
+// must not end the next wait: the sleeper re-checks and parks again. (A
+// helper finishing one job can be preempted between its last pending
+// decrement and waking the caller, which by then waits for the next job.)
+func TestParkerLateWakeDoesNotEndTheWait(t *testing.T) {
+	p := parker{ch: make(chan struct{}, 1)}
+	var ready atomic.Bool
+	returned := make(chan bool, 1)
+	go func() {
+		p.sleep(ready.Load)
+		returned <- ready.Load()
+	}()
+	waitAsleep := func() {
+		for !p.asleep.Load() {
+			select {
+			case r := <-returned:
+				require.FailNow(t, "sleep returned", "ready=%v", r)
+			default:
+				runtime.Gosched()
+			}
+		}
+	}
+	waitAsleep()
+	p.wake() // late: the condition does not hold
+	waitAsleep()
+	ready.Store(true)
+	p.wake()
+	require.True(t, <-returned, "sleep returned before its condition held")
 }
