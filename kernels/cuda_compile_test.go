@@ -289,13 +289,13 @@ func TestCUDADecodeArgsMatchKernel(t *testing.T) {
 	require.NotEmpty(t, src)
 	kv := CUDAKV{K: 0x3000, V: 0x4000, NumBlocks: 8, KVHeads: 2, BlockSize: 16, HeadDim: 64}
 	const out, q, tables, ctxLens, oPart, mlPart = 0x1000, 0x2000, 0x5000, 0x6000, 0x7000, 0x8000
-	d := DecodeShape{Batch: 3, Heads: 8, MaxBlocks: 9, Splits: 5}
+	d := DecodeShape{Batch: 3, Heads: 8, MaxBlocks: 9, Splits: 5, Window: 4096}
 	scale := float32(0.125)
 	want := map[string]uint64{
 		"o_part": oPart, "ml_part": mlPart, "q": q, "Kc": uint64(kv.K), "Vc": uint64(kv.V),
 		"block_tables": tables, "max_blocks": uint64(d.MaxBlocks), "ctx_lens": ctxLens,
 		"heads": uint64(d.Heads), "kvh": uint64(kv.KVHeads), "bs": uint64(kv.BlockSize), "hd": uint64(kv.HeadDim),
-		"scale": uint64(math.Float32bits(scale)),
+		"scale": uint64(math.Float32bits(scale)), "window": uint64(d.Window),
 		// The plain launch: no start blocks (every row from block 0) and
 		// one partial slot per split.
 		"start_blocks": 0, "slots": uint64(d.Splits),
@@ -409,7 +409,7 @@ func TestCUDAPrefillArgsMatchKernel(t *testing.T) {
 	for _, pk := range []PrefillKernel{PrefillWarp, PrefillTensorCore} {
 		for _, bf16 := range []bool{false, true} {
 			kv.BF16 = bf16
-			p := PrefillShape{Seqs: 3, Heads: 8, MaxQ: 70, MaxBlocks: 9, Kernel: pk}
+			p := PrefillShape{Seqs: 3, Heads: 8, MaxQ: 70, MaxBlocks: 9, Kernel: pk, Window: 4096}
 			name := "ts_paged_prefill" + kv.suffix()
 			if pk == PrefillTensorCore {
 				name = "ts_paged_prefill_tc" + kv.suffix()
@@ -421,7 +421,7 @@ func TestCUDAPrefillArgsMatchKernel(t *testing.T) {
 				"out": out, "q": q, "Kc": uint64(kv.K), "Vc": uint64(kv.V), "q_start": qStart, "num_q": numQ,
 				"ctx_lens": ctxLens, "block_tables": tables, "max_blocks": uint64(p.MaxBlocks), "heads": uint64(p.Heads),
 				"kvh": uint64(kv.KVHeads), "bs": uint64(kv.BlockSize), "hd": uint64(kv.HeadDim),
-				"scale": uint64(math.Float32bits(scale)),
+				"scale": uint64(math.Float32bits(scale)), "window": uint64(p.Window),
 			})
 		}
 	}
