@@ -637,45 +637,13 @@ func TestCUDAEmuCascadeMatchesCPU(t *testing.T) {
 }
 
 // A sliding-window model on the emulated runner matches the CPU runner
-// over contexts longer than the window: decode graphs and eager decode
-// (kernels.DecodeShape.Window) from one-token steps past the window, and
-// the cascade scenario, whose 40-token prefill (eager) crosses the window
-// edge and whose grouped decode rows leave their groups as their context
-// outgrows the window (the emulation refuses a member under a window it
-// does not cover, as the shared pass would not mask it).
+// over contexts longer than the window (cudaWindowScenario); the emulated
+// cascade attention also refuses a member under a window that does not
+// cover its context, as the shared pass would not mask it.
 func TestCUDAEmuSlidingWindowMatchesCPU(t *testing.T) {
-	spec := smallSpec(gguf.TypeF32)
-	spec.Window = 16
-	m := loadSynth(t, spec)
-	require.Equal(t, int32(16), m.attnWindow())
-	for _, noGraphs := range []bool{false, true} {
-		t.Run(fmt.Sprintf("decode/graphs=%v", !noGraphs), func(t *testing.T) {
-			gpu := newCUDAEmuRunner(t, m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, KVType: kernels.F32,
-				KeepLogits: true, NoGraphs: noGraphs})
-			agree, worst := cudaFollowCPU(t, m, gpu, 60, 1e-4)
-			t.Logf("%d/60 greedy tokens equal, worst logits error %.3g", agree, worst)
-		})
-	}
-	t.Run("cascade", func(t *testing.T) {
-		spec := smallSpec(gguf.TypeF32)
-		spec.Window, spec.Vocab = 48, 512
-		m := loadSynth(t, spec)
-		require.Equal(t, int32(48), m.attnWindow())
-		cfg := cudaCascadeConfig(false)
-		cfg.KVType = kernels.F32
-		gpu := newCUDAEmuRunner(t, m, cfg)
-		// Members per decode step: all eight while their contexts (40 and
-		// 28 at the first step) are within the window, then seats 6 and 7
-		// only, then none.
-		var members []int
-		used := cudaCascadeScenario(t, m, gpu, func() bool {
-			members = append(members, len(gpu.r.host.members))
-			return gpu.r.host.layout.MT > 0
-		})
-		require.Equal(t, 30, used, "every grouped decode step takes the cascade layout")
-		require.Equal(t, 8, members[0])
-		require.Contains(t, members, 2)
-		require.Equal(t, 0, members[len(members)-1])
+	cudaWindowScenario(t, func(t *testing.T, m *Llama, cfg CUDARunnerConfig) (cudaPairRunner, *cudaHost) {
+		g := newCUDAEmuRunner(t, m, cfg)
+		return g, g.r.host
 	})
 }
 
