@@ -541,7 +541,8 @@ extern "C" __global__ void ts_paged_prefill_bf16(float *out, const float *q, con
 // prefill_attn_tc has the semantics of prefill_attn for head dims that are a
 // multiple of 16 and at most TS_PFT_MAX_HD. Block (query tile, head, sequence)
 // computes TS_PFT_ROWS query rows of one head: warp w owns rows 16w..16w+15.
-// The key positions 0..last (last: the position of the tile's last query) are
+// The key positions 0..last (last: the position of the tile's last query;
+// with a sliding window, from the first key the tile's first query sees) are
 // walked in tiles of TS_PFT_KEYS; each tile's K and V are gathered from the
 // paged cache into shared memory as bf16, K as Ks[key][dim] and V transposed
 // as Vt[dim][key], rows padded by TS_PFT_PAD elements so that the fragment
@@ -646,11 +647,12 @@ __device__ __forceinline__ void prefill_attn_tc(float *out, const float *q, cons
 	const int wlast = pos0 + min(wr + 16, nq) - 1; // position of its last such row
 	const int lim0 = min(pos0 + r0, last), lim1 = min(pos0 + r1, last);
 	// Sliding window (window > 0): keys ≤ pos − window are masked per row;
-	// tiles wholly before the window of the block's (or the warp's) first
-	// query are skipped. win0/win1/wwin are −1 without a window.
+	// the key tiles start at the first key the block's first query sees (no
+	// key behind every window is read), and a warp skips the tiles wholly
+	// before its first query's window. win0/win1/wwin are −1 without a window.
 	const int win0 = window > 0 ? pos0 + r0 - window : -1, win1 = window > 0 ? pos0 + r1 - window : -1;
 	const int wwin = window > 0 ? pos0 + wr - window : -1;
-	const int tbeg = window > 0 ? max(pos0 + i0 - window + 1, 0) / TS_PFT_KEYS * TS_PFT_KEYS : 0;
+	const int tbeg = window > 0 ? max(pos0 + i0 - window + 1, 0) : 0;
 
 	// Q fragments: A of m16n8k16, k-step kd covers dims 16kd..16kd+15.
 	const float qs = scale * 1.4426950408889634f; // softmax in base 2

@@ -241,7 +241,7 @@ func emuPrefillTCBlock(a *emuPrefillArgs, bx, h, s int) {
 
 	tbeg := 0
 	if a.window > 0 {
-		tbeg = max(pos0+i0-a.window+1, 0) / keys * keys
+		tbeg = max(pos0+i0-a.window+1, 0)
 	}
 	for t0 := tbeg; t0 <= last; t0 += keys {
 		// __syncthreads(); staging by every thread of the block.
