@@ -64,9 +64,9 @@ extern "C" __global__ void ts_kv_write_bf16(ts_bf16 *Kc, ts_bf16 *Vc, const floa
 // for a row with start == 0 split 0 writes those slots neutral, so the
 // combine over all slots is that row's plain attention.
 // window > 0 (a sliding window; 0 = none): the row's query at position
-// ctx−1 sees only positions ≥ ctx − window, so the range starts at that
-// position's block when it lies past start (wstart; its splits cover only
-// live blocks) and earlier positions of that block are masked. A cascade
+// ctx−1 sees only positions ≥ lo = ctx − window, so the range starts at
+// block lo/bs when that lies past start (the splits cover only live
+// blocks) and the positions of that block before lo are masked. A cascade
 // member's window must cover its whole context (the host leaves any other
 // out of its group): the shared run is unmasked.
 // q [B][heads*hd]; block_tables [B][max_blocks]; ctx_lens [B] (0 for a
