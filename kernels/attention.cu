@@ -63,6 +63,12 @@ extern "C" __global__ void ts_kv_write_bf16(ts_bf16 *Kc, ts_bf16 *Vc, const floa
 // partials ts_cascade_shared_* writes into slots [nsplit, slots) of the row;
 // for a row with start == 0 split 0 writes those slots neutral, so the
 // combine over all slots is that row's plain attention.
+// window > 0 (a sliding window; 0 = none): the row's query at position
+// ctx−1 sees only positions ≥ lo = ctx − window, so the range starts at
+// block lo/bs when that lies past start (the splits cover only live
+// blocks) and the positions of that block before lo are masked. A cascade
+// member's window must cover its whole context (the host leaves any other
+// out of its group): the shared run is unmasked.
 // q [B][heads*hd]; block_tables [B][max_blocks]; ctx_lens [B] (0 for a
 // padding row); partial rows have slots ≥ nsplit entries (slots == nsplit
 // without cascade). Grid (kvh, B, nsplit); block 128 threads; dynamic shared
@@ -72,14 +78,16 @@ template <typename T>
 __device__ __forceinline__ void decode_attn(float *o_part, float *ml_part, const float *q, const T *Kc, const T *Vc,
 					    const int *block_tables, int max_blocks, const int *ctx_lens,
 					    const int *start_blocks, int slots, int heads, int kvh, int bs, int hd,
-					    float scale) {
+					    float scale, int window) {
 	extern __shared__ float smem[];
 	const int kv = blockIdx.x, b = blockIdx.y, split = blockIdx.z, nsplit = gridDim.z;
 	const int group = heads / kvh;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
 	const int ctx = max(ctx_lens[b], 0);
 	const int row_blocks = min((ctx + bs - 1) / bs, max_blocks);
-	const int first = start_blocks ? min(max(start_blocks[b], 0), row_blocks) : 0;
+	const int member = start_blocks ? min(max(start_blocks[b], 0), row_blocks) : 0;
+	const int lo = window > 0 ? max(ctx - window, 0) : 0; // first position the window sees
+	const int first = max(member, min(lo / bs, row_blocks));
 	const int tail = row_blocks - first;
 	const int per_split = (tail + nsplit - 1) / nsplit;
 	const int off0 = min(tail, split * per_split);
@@ -115,7 +123,7 @@ __device__ __forceinline__ void decode_attn(float *o_part, float *ml_part, const
 		// Scores: a warp per token; the K row is read once into registers and
 		// dotted with every query head of the group.
 		for (int t = warp; t < bs; t += nwarps) {
-			const bool valid = p0 + t < end;
+			const bool valid = p0 + t < end && p0 + t >= lo;
 			float kr[TS_MAX_HD / 32];
 #pragma unroll
 			for (int j = 0; j < TS_MAX_HD / 32; j++) {
@@ -197,7 +205,7 @@ __device__ __forceinline__ void decode_attn(float *o_part, float *ml_part, const
 	}
 	// A row outside every group: its shared-run slots are neutral (a
 	// member's are written by ts_cascade_shared_*, never here).
-	if (split == 0 && first == 0) {
+	if (split == 0 && member == 0) {
 		for (int g = 0; g < group; g++) {
 			const size_t row0 = ((size_t)b * heads + kv * group + g) * slots;
 			for (int sl = nsplit; sl < slots; sl++) {
@@ -215,17 +223,17 @@ __device__ __forceinline__ void decode_attn(float *o_part, float *ml_part, const
 extern "C" __global__ void ts_paged_decode_f32(float *o_part, float *ml_part, const float *q, const float *Kc,
 					       const float *Vc, const int *block_tables, int max_blocks,
 					       const int *ctx_lens, const int *start_blocks, int slots, int heads, int kvh,
-					       int bs, int hd, float scale) {
+					       int bs, int hd, float scale, int window) {
 	decode_attn(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, ctx_lens, start_blocks, slots, heads, kvh,
-		    bs, hd, scale);
+		    bs, hd, scale, window);
 }
 
 extern "C" __global__ void ts_paged_decode_bf16(float *o_part, float *ml_part, const float *q, const ts_bf16 *Kc,
 						const ts_bf16 *Vc, const int *block_tables, int max_blocks,
 						const int *ctx_lens, const int *start_blocks, int slots, int heads,
-						int kvh, int bs, int hd, float scale) {
+						int kvh, int bs, int hd, float scale, int window) {
 	decode_attn(o_part, ml_part, q, Kc, Vc, block_tables, max_blocks, ctx_lens, start_blocks, slots, heads, kvh,
-		    bs, hd, scale);
+		    bs, hd, scale, window);
 }
 
 // ts_decode_combine merges the nsplit partial results of ts_paged_decode_* into
@@ -436,14 +444,16 @@ extern "C" __global__ void ts_cascade_shared_bf16(float *o_part, float *ml_part,
 // prefill_attn: causal attention for variable-length chunks of queries.
 // Sequence s has queries at q/out rows q_start[s]..q_start[s]+num_q[s]-1, at
 // positions ctx_lens[s]-num_q[s]+i, and attends to positions 0..its own (all
-// already written to the cache). One warp per (query, head): scores for 32 keys
-// at a time, online softmax, V accumulated with lanes across head dims.
+// already written to the cache); with a sliding window (window > 0; 0 =
+// none) only to positions > its own − window, its walk starting there. One
+// warp per (query, head): scores for 32 keys at a time, online softmax, V
+// accumulated with lanes across head dims.
 // Grid (ceil(max_q/4), heads, nseq); block 128 threads.
 template <typename T>
 __device__ __forceinline__ void prefill_attn(float *out, const float *q, const T *Kc, const T *Vc,
 					     const int *q_start, const int *num_q, const int *ctx_lens,
 					     const int *block_tables, int max_blocks, int heads, int kvh, int bs,
-					     int hd, float scale) {
+					     int hd, float scale, int window) {
 	const int s = blockIdx.z, h = blockIdx.y;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int i = blockIdx.x * TS_PREFILL_WARPS + warp;
@@ -463,7 +473,8 @@ __device__ __forceinline__ void prefill_attn(float *out, const float *q, const T
 		acc[j] = 0.0f;
 	}
 	float m = -TS_INF, l = 0.0f;
-	for (int t0 = 0; t0 <= pos; t0 += 32) {
+	// A sliding window (window > 0) starts the walk at the first position it sees.
+	for (int t0 = window > 0 ? max(pos - window + 1, 0) : 0; t0 <= pos; t0 += 32) {
 		const int n = min(32, pos + 1 - t0);
 		float my = -TS_INF;
 		for (int jj = 0; jj < n; jj++) {
@@ -512,15 +523,17 @@ __device__ __forceinline__ void prefill_attn(float *out, const float *q, const T
 extern "C" __global__ void ts_paged_prefill_f32(float *out, const float *q, const float *Kc, const float *Vc,
 						const int *q_start, const int *num_q, const int *ctx_lens,
 						const int *block_tables, int max_blocks, int heads, int kvh, int bs,
-						int hd, float scale) {
-	prefill_attn(out, q, Kc, Vc, q_start, num_q, ctx_lens, block_tables, max_blocks, heads, kvh, bs, hd, scale);
+						int hd, float scale, int window) {
+	prefill_attn(out, q, Kc, Vc, q_start, num_q, ctx_lens, block_tables, max_blocks, heads, kvh, bs, hd, scale,
+		     window);
 }
 
 extern "C" __global__ void ts_paged_prefill_bf16(float *out, const float *q, const ts_bf16 *Kc, const ts_bf16 *Vc,
 						 const int *q_start, const int *num_q, const int *ctx_lens,
 						 const int *block_tables, int max_blocks, int heads, int kvh, int bs,
-						 int hd, float scale) {
-	prefill_attn(out, q, Kc, Vc, q_start, num_q, ctx_lens, block_tables, max_blocks, heads, kvh, bs, hd, scale);
+						 int hd, float scale, int window) {
+	prefill_attn(out, q, Kc, Vc, q_start, num_q, ctx_lens, block_tables, max_blocks, heads, kvh, bs, hd, scale,
+		     window);
 }
 
 // ---- tensor-core prefill attention (FlashAttention-2 style) ----
@@ -528,7 +541,8 @@ extern "C" __global__ void ts_paged_prefill_bf16(float *out, const float *q, con
 // prefill_attn_tc has the semantics of prefill_attn for head dims that are a
 // multiple of 16 and at most TS_PFT_MAX_HD. Block (query tile, head, sequence)
 // computes TS_PFT_ROWS query rows of one head: warp w owns rows 16w..16w+15.
-// The key positions 0..last (last: the position of the tile's last query) are
+// The key positions 0..last (last: the position of the tile's last query;
+// with a sliding window, from the first key the tile's first query sees) are
 // walked in tiles of TS_PFT_KEYS; each tile's K and V are gathered from the
 // paged cache into shared memory as bf16, K as Ks[key][dim] and V transposed
 // as Vt[dim][key], rows padded by TS_PFT_PAD elements so that the fragment
@@ -537,7 +551,8 @@ extern "C" __global__ void ts_paged_prefill_bf16(float *out, const float *q, con
 //                rounded to bf16) is held in registers as A fragments for the
 //                whole kernel, K read as col-major B fragments from Ks;
 //   mask         key > min(row position, last) is −inf (causal, and keys
-//                past the tile's last query were not loaded);
+//                past the tile's last query were not loaded), and with a
+//                sliding window (window > 0) key ≤ row position − window;
 //   softmax      online, base 2, fp32: row max over the quad's 4 lanes by
 //                shuffles; each lane keeps a partial row sum of its columns,
 //                reduced over the quad once at the end;
@@ -606,7 +621,7 @@ template <typename T>
 __device__ __forceinline__ void prefill_attn_tc(float *out, const float *q, const T *Kc, const T *Vc,
 						const int *q_start, const int *num_q, const int *ctx_lens,
 						const int *block_tables, int max_blocks, int heads, int kvh, int bs,
-						int hd, float scale) {
+						int hd, float scale, int window) {
 	extern __shared__ ts_f32x4 pft_smem_raw[]; // 16-byte aligned, used as bf16
 	unsigned short *pft_smem = (unsigned short *)pft_smem_raw;
 	const int s = blockIdx.z, h = blockIdx.y;
@@ -631,6 +646,13 @@ __device__ __forceinline__ void prefill_attn_tc(float *out, const float *q, cons
 	const bool live = wr < nq;		     // the warp has rows to write
 	const int wlast = pos0 + min(wr + 16, nq) - 1; // position of its last such row
 	const int lim0 = min(pos0 + r0, last), lim1 = min(pos0 + r1, last);
+	// Sliding window (window > 0): keys ≤ pos − window are masked per row;
+	// the key tiles start at the first key the block's first query sees (no
+	// key behind every window is read), and a warp skips the tiles wholly
+	// before its first query's window. win0/win1/wwin are −1 without a window.
+	const int win0 = window > 0 ? pos0 + r0 - window : -1, win1 = window > 0 ? pos0 + r1 - window : -1;
+	const int wwin = window > 0 ? pos0 + wr - window : -1;
+	const int tbeg = window > 0 ? max(pos0 + i0 - window + 1, 0) : 0;
 
 	// Q fragments: A of m16n8k16, k-step kd covers dims 16kd..16kd+15.
 	const float qs = scale * 1.4426950408889634f; // softmax in base 2
@@ -664,7 +686,7 @@ __device__ __forceinline__ void prefill_attn_tc(float *out, const float *q, cons
 	float m0 = -TS_INF, m1 = -TS_INF; // running row maxima (base 2)
 	float l0 = 0.0f, l1 = 0.0f;	  // this lane's share of the row sums
 
-	for (int t0 = 0; t0 <= last; t0 += TS_PFT_KEYS) {
+	for (int t0 = tbeg; t0 <= last; t0 += TS_PFT_KEYS) {
 		__syncthreads(); // the previous tile is no longer read
 		for (int c = tid; c < TS_PFT_KEYS * hd / 4; c += 32 * TS_PFT_WARPS) {
 			int kr, d;
@@ -683,7 +705,7 @@ __device__ __forceinline__ void prefill_attn_tc(float *out, const float *q, cons
 			Vt[(d + 3) * vs + kr] = (unsigned short)(vv.y >> 16);
 		}
 		__syncthreads();
-		if (!live || t0 > wlast)
+		if (!live || t0 > wlast || t0 + TS_PFT_KEYS - 1 <= wwin)
 			continue; // warp-uniform: nothing of this tile reaches the warp's rows
 
 		// S = Q·Kᵀ: n-tile nt is keys t0+8nt..t0+8nt+7.
@@ -708,9 +730,9 @@ __device__ __forceinline__ void prefill_attn_tc(float *out, const float *q, cons
 #pragma unroll
 			for (int j = 0; j < 2; j++) {
 				const int kpos = t0 + nt * 8 + 2 * tig + j;
-				if (kpos > lim0)
+				if (kpos > lim0 || kpos <= win0)
 					sc[nt][j] = -TS_INF;
-				if (kpos > lim1)
+				if (kpos > lim1 || kpos <= win1)
 					sc[nt][2 + j] = -TS_INF;
 				mx0 = fmaxf(mx0, sc[nt][j]);
 				mx1 = fmaxf(mx1, sc[nt][2 + j]);
@@ -783,12 +805,14 @@ __device__ __forceinline__ void prefill_attn_tc(float *out, const float *q, cons
 
 extern "C" __global__ void ts_paged_prefill_tc_f32(float *out, const float *q, const float *Kc, const float *Vc, const int *q_start,
 				const int *num_q, const int *ctx_lens, const int *block_tables, int max_blocks,
-				int heads, int kvh, int bs, int hd, float scale) {
-	prefill_attn_tc(out, q, Kc, Vc, q_start, num_q, ctx_lens, block_tables, max_blocks, heads, kvh, bs, hd, scale);
+				int heads, int kvh, int bs, int hd, float scale, int window) {
+	prefill_attn_tc(out, q, Kc, Vc, q_start, num_q, ctx_lens, block_tables, max_blocks, heads, kvh, bs, hd, scale,
+			window);
 }
 
 extern "C" __global__ void ts_paged_prefill_tc_bf16(float *out, const float *q, const ts_bf16 *Kc, const ts_bf16 *Vc,
 				 const int *q_start, const int *num_q, const int *ctx_lens, const int *block_tables,
-				 int max_blocks, int heads, int kvh, int bs, int hd, float scale) {
-	prefill_attn_tc(out, q, Kc, Vc, q_start, num_q, ctx_lens, block_tables, max_blocks, heads, kvh, bs, hd, scale);
+				 int max_blocks, int heads, int kvh, int bs, int hd, float scale, int window) {
+	prefill_attn_tc(out, q, Kc, Vc, q_start, num_q, ctx_lens, block_tables, max_blocks, heads, kvh, bs, hd, scale,
+			window);
 }

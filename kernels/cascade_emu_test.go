@@ -53,6 +53,7 @@ type emuDecodeArgs struct {
 	slots              int
 	heads, kvh, bs, hd int
 	scale              float32
+	window             int // ts_paged_decode_*'s window (0: none)
 }
 
 // emuDecode runs the grid (kvh, batch, nsplit) of ts_paged_decode_*.
@@ -73,10 +74,15 @@ func emuDecodeBlock(a *emuDecodeArgs, kv, b, split, nsplit int) {
 	group := a.heads / a.kvh
 	ctx := max(int(a.ctxLens[b]), 0)
 	rowBlocks := min(ceilDiv(ctx, bs), a.maxBlocks)
-	first := 0
+	member := 0
 	if a.startBlocks != nil {
-		first = min(max(int(a.startBlocks[b]), 0), rowBlocks)
+		member = min(max(int(a.startBlocks[b]), 0), rowBlocks)
 	}
+	lo := 0
+	if a.window > 0 {
+		lo = max(ctx-a.window, 0)
+	}
+	first := max(member, min(lo/bs, rowBlocks))
 	tail := rowBlocks - first
 	perSplit := ceilDiv(tail, nsplit)
 	off0 := min(tail, split*perSplit)
@@ -106,7 +112,7 @@ func emuDecodeBlock(a *emuDecodeArgs, kv, b, split, nsplit int) {
 		base := (int(pages[pi])*a.kvh + kv) * bs * hd
 		for warp := 0; warp < nwarps; warp++ {
 			for t := warp; t < bs; t += nwarps {
-				valid := p0+t < end
+				valid := p0+t < end && p0+t >= lo
 				var kr [32][cudaMaxHeadDim / 32]float32
 				for lane := 0; lane < 32; lane++ {
 					for j := 0; j < cudaMaxHeadDim/32; j++ {
@@ -192,7 +198,7 @@ func emuDecodeBlock(a *emuDecodeArgs, kv, b, split, nsplit int) {
 				a.mlPart[row*2], a.mlPart[row*2+1] = mS[g], lS[g]
 			}
 		}
-		if split == 0 && first == 0 {
+		if split == 0 && member == 0 {
 			for g := 0; g < group; g++ {
 				row0 := (b*a.heads + kv*group + g) * a.slots
 				for sl := nsplit; sl < a.slots; sl++ {
@@ -383,6 +389,7 @@ type emuCascadeCase struct {
 	bs              int
 	splits, cSplits int
 	bf16            bool
+	window          int // sliding window (0: none)
 }
 
 func (c emuCascadeCase) String() string {
@@ -390,8 +397,8 @@ func (c emuCascadeCase) String() string {
 	if c.bf16 {
 		kv = "bf16"
 	}
-	return fmt.Sprintf("groups=%v/loose=%d/pad=%d/hd=%d/qpk=%d/kvh=%d/bs=%d/splits=%d+%d/%s",
-		c.groups, c.loose, c.padding, c.hd, c.qpk, c.kvh, c.bs, c.splits, c.cSplits, kv)
+	return fmt.Sprintf("groups=%v/loose=%d/pad=%d/hd=%d/qpk=%d/kvh=%d/bs=%d/splits=%d+%d/%s/window=%d",
+		c.groups, c.loose, c.padding, c.hd, c.qpk, c.kvh, c.bs, c.splits, c.cSplits, kv, c.window)
 }
 
 // emuCascadeBatch is a random decode batch for a case: rows in shuffled
@@ -408,6 +415,7 @@ type emuCascadeBatch struct {
 	kc, vc           emuCache
 	q                []float32
 	heads, numBlocks int
+	window           int
 }
 
 func newEmuCascadeBatch(r *rand.Rand, tc emuCascadeCase) *emuCascadeBatch {
@@ -419,7 +427,7 @@ func newEmuCascadeBatch(r *rand.Rand, tc emuCascadeCase) *emuCascadeBatch {
 	order := r.Perm(rows)
 	type rowSpec struct{ group, ctx int }
 	specs := make([]rowSpec, rows)
-	eb := &emuCascadeBatch{ctx: make([]int32, rows), start: make([]int32, rows), heads: tc.qpk * tc.kvh}
+	eb := &emuCascadeBatch{ctx: make([]int32, rows), start: make([]int32, rows), heads: tc.qpk * tc.kvh, window: tc.window}
 	next := 0
 	for gi, g := range tc.groups {
 		var m []int32
@@ -507,7 +515,8 @@ func (eb *emuCascadeBatch) want(t *testing.T, scale float32) []float32 {
 	var seqs []AttnSeq
 	for row, c := range eb.ctx {
 		if c > 0 {
-			seqs = append(seqs, AttnSeq{QStart: int32(row), NumQ: 1, ContextLen: c, BlockTable: eb.tables[row*eb.maxBlocks : (row+1)*eb.maxBlocks]})
+			seqs = append(seqs, AttnSeq{QStart: int32(row), NumQ: 1, ContextLen: c, BlockTable: eb.tables[row*eb.maxBlocks : (row+1)*eb.maxBlocks],
+				Window: int32(eb.window)})
 		}
 	}
 	out := make([]float32, len(eb.q))
@@ -547,25 +556,43 @@ func runEmuCascade(t *testing.T, tc emuCascadeCase, seed uint64) {
 		}
 	}
 	base := emuDecodeArgs{q: eb.q, Kc: eb.kc, Vc: eb.vc, tables: eb.tables, maxBlocks: eb.maxBlocks, ctxLens: eb.ctx,
-		heads: heads, kvh: tc.kvh, bs: tc.bs, hd: hd, scale: scale}
+		heads: heads, kvh: tc.kvh, bs: tc.bs, hd: hd, scale: scale, window: tc.window}
 
 	// Plain: today's launches.
 	plain := base
 	plain.slots = tc.splits
-	d := DecodeShape{Batch: batch, Heads: heads, MaxBlocks: eb.maxBlocks, Splits: tc.splits}
+	d := DecodeShape{Batch: batch, Heads: heads, MaxBlocks: eb.maxBlocks, Splits: tc.splits, Window: tc.window}
 	ob, mb := DecodeScratchBytes(d, hd)
 	plain.oPart, plain.mlPart = poison(int(ob/4)), poison(int(mb/4))
 	emuDecode(&plain, batch, tc.splits)
 	got := poison(len(want))
 	emuCombine(got, plain.oPart, plain.mlPart, batch, heads, hd, plain.slots)
 	check("plain", got)
+	for row := 0; row < batch; row++ {
+		for s := 0; s < tc.splits; s++ {
+			sl := row*heads*plain.slots + s // head 0
+			f, e := DecodeWindowSplitRange(int(eb.ctx[row]), 0, tc.window, tc.bs, eb.maxBlocks, tc.splits, s)
+			require.Equal(t, f < e, !math.IsInf(float64(plain.mlPart[2*sl]), -1), "row %d split %d", row, s)
+			if tc.window > 0 && f < e {
+				require.Greater(t, (f+1)*tc.bs, int(eb.ctx[row])-tc.window, "row %d split %d starts at a block the window sees", row, s)
+			}
+		}
+	}
 
 	// Cascade: the host's tile list, the grid sized for the worst case.
 	perTile := CascadeTileMembers(heads, tc.kvh)
 	require.Positive(t, perTile)
 	var tiles, rows []int32
 	start := make([]int32, batch)
-	for gi, m := range eb.members {
+	for gi, all := range eb.members {
+		// The host's rule (cascade.go's seesAll): a member whose window
+		// leaves out part of its context stays a plain row.
+		var m []int32
+		for _, row := range all {
+			if tc.window == 0 || int(eb.ctx[row]) <= tc.window {
+				m = append(m, row)
+			}
+		}
 		tiles, rows = AppendCascadeTiles(tiles, rows, m, eb.shared[gi], perTile)
 		if eb.shared[gi] > 0 {
 			for _, row := range m {
@@ -573,7 +600,9 @@ func runEmuCascade(t *testing.T, tc emuCascadeCase, seed uint64) {
 			}
 		}
 	}
-	require.Equal(t, eb.start, start)
+	if tc.window == 0 {
+		require.Equal(t, eb.start, start)
+	}
 	maxTiles := max(1, CascadeMaxTiles(batch, perTile))
 	require.LessOrEqual(t, len(tiles)/3, maxTiles, "tiles within the grid's bound")
 	c := base
@@ -601,7 +630,7 @@ func runEmuCascade(t *testing.T, tc emuCascadeCase, seed uint64) {
 			}
 			for s := 0; s < tc.splits; s++ {
 				sl := (row*heads+h)*c.slots + s
-				f, e := DecodeTailSplitRange(int(eb.ctx[row]), int(start[row]), tc.bs, eb.maxBlocks, tc.splits, s)
+				f, e := DecodeWindowSplitRange(int(eb.ctx[row]), int(start[row]), tc.window, tc.bs, eb.maxBlocks, tc.splits, s)
 				require.Equal(t, f < e, !math.IsInf(float64(c.mlPart[2*sl]), -1), "row %d head %d tail split %d", row, h, s)
 			}
 		}
@@ -649,6 +678,15 @@ func emuCascadeCases() []emuCascadeCase {
 	for n := 1; n <= 64; n++ {
 		out = append(out, emuCascadeCase{groups: []emuCascadeGroup{{n, n % 17}}, loose: 1, hd: 32, qpk: 2, kvh: 1, bs: 4,
 			splits: 1 + n%3, cSplits: 1 + n%4, bf16: n%2 == 0})
+	}
+	// Sliding windows: smaller than most contexts (1, under a block, a few
+	// blocks), about the contexts' size (some members see their whole
+	// context and keep their group, the rest decode alone), and larger
+	// than every context; f32 and bf16 caches.
+	for i, w := range []int{1, 5, 16, 37, 64, 100, 200, 1000} {
+		c := configs[i%len(configs)]
+		out = append(out, emuCascadeCase{groups: []emuCascadeGroup{{5, 2}, {9, 1}, {3, 0}}, loose: 6, padding: 1,
+			hd: c.hd, qpk: c.qpk, kvh: c.kvh, bs: c.bs, splits: c.splits + 1, cSplits: c.cSplits, bf16: i%2 == 1, window: w})
 	}
 	return out
 }

@@ -274,6 +274,55 @@ func TestDecodeSplitRange(t *testing.T) {
 	}
 }
 
+// Under a sliding window a row's splits cover exactly the blocks from the
+// one holding its window's first position (ctx − window) to its end, evenly,
+// so no split is spent on blocks every position of which is masked; a
+// cascade member's start block wins when it lies later.
+func TestDecodeWindowSplitRange(t *testing.T) {
+	type rng struct{ first, end int }
+	ranges := func(ctx, start, window, bs, maxBlocks, splits int) []rng {
+		var out []rng
+		for s := range splits {
+			f, e := DecodeWindowSplitRange(ctx, start, window, bs, maxBlocks, splits, s)
+			out = append(out, rng{f, e})
+		}
+		return out
+	}
+	cases := []struct {
+		name                                 string
+		ctx, start, window, bs, maxBlocks, n int
+		want                                 []rng
+	}{
+		{"4K row, 1K window: blocks 192..256", 4096, 0, 1024, 16, 8192, 4, []rng{{192, 208}, {208, 224}, {224, 240}, {240, 256}}},
+		{"window edge inside a block", 100, 0, 30, 16, 19, 2, []rng{{4, 6}, {6, 7}}},
+		{"window of one position", 100, 0, 1, 16, 19, 3, []rng{{6, 7}, {7, 7}, {7, 7}}},
+		{"window equal to the context", 100, 0, 100, 16, 19, 2, []rng{{0, 4}, {4, 7}}},
+		{"window past the context", 100, 0, 5000, 16, 19, 2, []rng{{0, 4}, {4, 7}}},
+		{"no window", 100, 0, 0, 16, 19, 2, []rng{{0, 4}, {4, 7}}},
+		{"a member's start block past the window's", 100, 5, 64, 16, 19, 2, []rng{{5, 6}, {6, 7}}},
+		{"the window's block past the start block", 100, 1, 20, 16, 19, 2, []rng{{5, 6}, {6, 7}}},
+		{"a padding row", 0, 0, 8, 16, 19, 2, []rng{{0, 0}, {0, 0}}},
+	}
+	for _, tc := range cases {
+		require.Equal(t, tc.want, ranges(tc.ctx, tc.start, tc.window, tc.bs, tc.maxBlocks, tc.n), tc.name)
+	}
+	for _, bs := range []int{1, 16} {
+		for _, window := range []int{1, 5, 16, 40} {
+			for splits := 1; splits <= 6; splits++ {
+				for ctx := 0; ctx <= 7*bs; ctx++ {
+					rowBlocks := ceilDiv(ctx, bs)
+					next := min(max(ctx-window, 0)/bs, rowBlocks)
+					for s, r := range ranges(ctx, 0, window, bs, 7, splits) {
+						require.Equal(t, next, r.first, "ctx %d bs %d window %d splits %d: split %d", ctx, bs, window, splits, s)
+						next = r.end
+					}
+					require.Equal(t, rowBlocks, next, "ctx %d bs %d window %d splits %d: every live block covered", ctx, bs, window, splits)
+				}
+			}
+		}
+	}
+}
+
 // The decode launch packs exactly the parameter list of ts_paged_decode_*
 // in attention.cu: each parameter at its natural alignment, holding the value
 // its name says (the launch fails at "not loaded", after packing).
@@ -289,13 +338,13 @@ func TestCUDADecodeArgsMatchKernel(t *testing.T) {
 	require.NotEmpty(t, src)
 	kv := CUDAKV{K: 0x3000, V: 0x4000, NumBlocks: 8, KVHeads: 2, BlockSize: 16, HeadDim: 64}
 	const out, q, tables, ctxLens, oPart, mlPart = 0x1000, 0x2000, 0x5000, 0x6000, 0x7000, 0x8000
-	d := DecodeShape{Batch: 3, Heads: 8, MaxBlocks: 9, Splits: 5}
+	d := DecodeShape{Batch: 3, Heads: 8, MaxBlocks: 9, Splits: 5, Window: 4096}
 	scale := float32(0.125)
 	want := map[string]uint64{
 		"o_part": oPart, "ml_part": mlPart, "q": q, "Kc": uint64(kv.K), "Vc": uint64(kv.V),
 		"block_tables": tables, "max_blocks": uint64(d.MaxBlocks), "ctx_lens": ctxLens,
 		"heads": uint64(d.Heads), "kvh": uint64(kv.KVHeads), "bs": uint64(kv.BlockSize), "hd": uint64(kv.HeadDim),
-		"scale": uint64(math.Float32bits(scale)),
+		"scale": uint64(math.Float32bits(scale)), "window": uint64(d.Window),
 		// The plain launch: no start blocks (every row from block 0) and
 		// one partial slot per split.
 		"start_blocks": 0, "slots": uint64(d.Splits),
@@ -409,7 +458,7 @@ func TestCUDAPrefillArgsMatchKernel(t *testing.T) {
 	for _, pk := range []PrefillKernel{PrefillWarp, PrefillTensorCore} {
 		for _, bf16 := range []bool{false, true} {
 			kv.BF16 = bf16
-			p := PrefillShape{Seqs: 3, Heads: 8, MaxQ: 70, MaxBlocks: 9, Kernel: pk}
+			p := PrefillShape{Seqs: 3, Heads: 8, MaxQ: 70, MaxBlocks: 9, Kernel: pk, Window: 4096}
 			name := "ts_paged_prefill" + kv.suffix()
 			if pk == PrefillTensorCore {
 				name = "ts_paged_prefill_tc" + kv.suffix()
@@ -421,7 +470,7 @@ func TestCUDAPrefillArgsMatchKernel(t *testing.T) {
 				"out": out, "q": q, "Kc": uint64(kv.K), "Vc": uint64(kv.V), "q_start": qStart, "num_q": numQ,
 				"ctx_lens": ctxLens, "block_tables": tables, "max_blocks": uint64(p.MaxBlocks), "heads": uint64(p.Heads),
 				"kvh": uint64(kv.KVHeads), "bs": uint64(kv.BlockSize), "hd": uint64(kv.HeadDim),
-				"scale": uint64(math.Float32bits(scale)),
+				"scale": uint64(math.Float32bits(scale)), "window": uint64(p.Window),
 			})
 		}
 	}

@@ -266,14 +266,22 @@ func TestGPUAttention(t *testing.T) {
 		blockSize, splits int   // splits cut each row by its own context (DecodeSplitRange)
 		ctx               []int // per sequence; 0 is a padding row
 		numQ              []int // prefill queries per sequence
+		window            int   // sliding window (0: none)
 	}{
 		// 16 splits of rows of 1, 3, 7 blocks: most splits empty, merged as neutral.
-		{"f32 gqa4 splits", false, 8, 2, 64, 16, 16, []int{1, 37, 100, 0}, []int{1, 5, 33, 0}},
+		{"f32 gqa4 splits", false, 8, 2, 64, 16, 16, []int{1, 37, 100, 0}, []int{1, 5, 33, 0}, 0},
 		// 3 splits of 13 blocks (5, 5, 3) and of a 1-block row (1, 0, 0).
-		{"bf16 gqa8 hd128", true, 16, 2, 128, 16, 3, []int{200, 3}, []int{64, 3}},
-		{"f32 mha hd80 bs32", false, 4, 4, 80, 32, 1, []int{65, 64}, []int{2, 64}},
+		{"bf16 gqa8 hd128", true, 16, 2, 128, 16, 3, []int{200, 3}, []int{64, 3}, 0},
+		{"f32 mha hd80 bs32", false, 4, 4, 80, 32, 1, []int{65, 64}, []int{2, 64}, 0},
 		// Rows of 1, 17 and 300 positions (1, 2, 19 blocks) in 16 splits.
-		{"f32 gqa2 ragged 16 splits", false, 4, 2, 64, 16, 16, []int{1, 17, 300}, []int{1, 17, 40}},
+		{"f32 gqa2 ragged 16 splits", false, 4, 2, 64, 16, 16, []int{1, 17, 300}, []int{1, 17, 40}, 0},
+		// Sliding windows: smaller than most contexts (splits cover only
+		// the blocks the window sees), equal to one, larger than all;
+		// prefill chunks that cross the window's edge.
+		{"f32 gqa4 window 40", false, 8, 2, 64, 16, 4, []int{1, 37, 40, 300, 0}, []int{1, 20, 40, 130, 0}, 40},
+		{"bf16 gqa8 hd128 window 7", true, 16, 2, 128, 16, 3, []int{200, 3, 70}, []int{100, 3, 70}, 7},
+		{"bf16 mha window 100", true, 4, 4, 64, 32, 2, []int{65, 99, 333}, []int{65, 50, 200}, 100},
+		{"f32 gqa2 window 1000", false, 4, 2, 64, 16, 16, []int{1, 17, 300}, []int{1, 17, 40}, 1000},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -341,7 +349,8 @@ func TestGPUAttention(t *testing.T) {
 				var seqs []AttnSeq
 				for i, cl := range tc.ctx {
 					if cl > 0 {
-						seqs = append(seqs, AttnSeq{QStart: int32(i), NumQ: 1, ContextLen: int32(cl), BlockTable: tables[i*maxBlocks : (i+1)*maxBlocks]})
+						seqs = append(seqs, AttnSeq{QStart: int32(i), NumQ: 1, ContextLen: int32(cl), BlockTable: tables[i*maxBlocks : (i+1)*maxBlocks],
+							Window: int32(tc.window)})
 					}
 				}
 				require.NoError(t, RefPagedAttention(want, q, l, seqs, tc.heads, scale))
@@ -349,7 +358,7 @@ func TestGPUAttention(t *testing.T) {
 				for i, cl := range tc.ctx {
 					ctxLens[i] = int32(cl)
 				}
-				d := DecodeShape{Batch: len(tc.ctx), Heads: tc.heads, MaxBlocks: maxBlocks, Splits: tc.splits}
+				d := DecodeShape{Batch: len(tc.ctx), Heads: tc.heads, MaxBlocks: maxBlocks, Splits: tc.splits, Window: tc.window}
 				ob, mb := DecodeScratchBytes(d, tc.hd)
 				out := b.alloc(t, 4*len(q))
 				require.NoError(t, e.k.DecodeAttention(c, s, out, b.f32(t, q), kv, dTables, b.i32(t, ctxLens), d, scale,
@@ -364,7 +373,8 @@ func TestGPUAttention(t *testing.T) {
 					nq := tc.numQ[i]
 					qStart, numQ = append(qStart, int32(rows)), append(numQ, int32(nq))
 					if nq > 0 {
-						seqs = append(seqs, AttnSeq{QStart: int32(rows), NumQ: int32(nq), ContextLen: int32(cl), BlockTable: tables[i*maxBlocks : (i+1)*maxBlocks]})
+						seqs = append(seqs, AttnSeq{QStart: int32(rows), NumQ: int32(nq), ContextLen: int32(cl), BlockTable: tables[i*maxBlocks : (i+1)*maxBlocks],
+							Window: int32(tc.window)})
 					}
 					rows += nq
 					maxQ = max(maxQ, nq)
@@ -373,9 +383,18 @@ func TestGPUAttention(t *testing.T) {
 				wantP := make([]float32, len(qp))
 				require.NoError(t, RefPagedAttention(wantP, qp, l, seqs, tc.heads, scale))
 				outP := b.alloc(t, 4*len(qp))
-				p := PrefillShape{Seqs: len(tc.ctx), Heads: tc.heads, MaxQ: maxQ, MaxBlocks: maxBlocks}
-				require.NoError(t, e.k.PrefillAttention(c, s, outP, b.f32(t, qp), kv, b.i32(t, qStart), b.i32(t, numQ), b.i32(t, ctxLens), dTables, p, scale))
-				requireClose(t, wantP, b.readF32(t, outP, len(qp)), gpuPrefillTol(tc.bf16), "prefill")
+				// Every kernel that takes the shape: the warp kernel (float32
+				// throughout) and, for head dims it handles, the tensor-core
+				// one (bf16 operands, whatever the cache).
+				kernels := []PrefillKernel{PrefillWarp}
+				if prefillTCHeadDim(tc.hd) {
+					kernels = append(kernels, PrefillTensorCore)
+				}
+				for _, pk := range kernels {
+					p := PrefillShape{Seqs: len(tc.ctx), Heads: tc.heads, MaxQ: maxQ, MaxBlocks: maxBlocks, Kernel: pk, Window: tc.window}
+					require.NoError(t, e.k.PrefillAttention(c, s, outP, b.f32(t, qp), kv, b.i32(t, qStart), b.i32(t, numQ), b.i32(t, ctxLens), dTables, p, scale))
+					requireClose(t, wantP, b.readF32(t, outP, len(qp)), gpuPrefillTol(tc.bf16 || pk == PrefillTensorCore), "prefill "+pk.String())
+				}
 			})
 		})
 	}

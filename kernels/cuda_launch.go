@@ -353,6 +353,12 @@ type DecodeShape struct {
 	// (CascadeInputs.Tiles entries) a launch can meet, at least 1 with
 	// cascade (see CascadeMaxTiles).
 	CascadeTiles int
+	// Window is the sliding window in positions (kernels.AttnSeq.Window; 0:
+	// none): a row of context ctx attends to positions ≥ ctx − Window, and
+	// its splits cover only the blocks from that position's on
+	// (DecodeWindowSplitRange). A cascade member's window must cover its
+	// whole context (the shared run is unmasked).
+	Window int
 }
 
 // slots is the number of partial results per (row, head).
@@ -374,8 +380,20 @@ func DecodeSplitRange(ctxLen, blockSize, maxBlocks, splits, split int) (first, e
 // start, per = ceil(n/splits), split s covers start + [s·per, min(n,
 // (s+1)·per)), empty (first == end) past the row's end.
 func DecodeTailSplitRange(ctxLen, startBlock, blockSize, maxBlocks, splits, split int) (first, end int) {
+	return DecodeWindowSplitRange(ctxLen, startBlock, 0, blockSize, maxBlocks, splits, split)
+}
+
+// DecodeWindowSplitRange is DecodeTailSplitRange for a row under a sliding
+// window of window positions (0: none), as the decode kernel computes it:
+// the range starts at the later of startBlock and the block of the first
+// position the window sees, max(ctxLen − window, 0)/blockSize (clamped to
+// rowBlocks).
+func DecodeWindowSplitRange(ctxLen, startBlock, window, blockSize, maxBlocks, splits, split int) (first, end int) {
 	rowBlocks := min(ceilDiv(max(ctxLen, 0), blockSize), maxBlocks)
 	start := min(max(startBlock, 0), rowBlocks)
+	if window > 0 {
+		start = max(start, min(max(ctxLen-window, 0)/blockSize, rowBlocks))
+	}
 	n := rowBlocks - start
 	per := ceilDiv(n, splits)
 	off := min(n, split*per)
@@ -446,6 +464,9 @@ func (k *CUDAKernels) decodeValidate(kv CUDAKV, d DecodeShape) (group, smem int,
 	if err := positive("DecodeAttention batch, heads, maxBlocks, splits", d.Batch, d.Heads, d.MaxBlocks, d.Splits); err != nil {
 		return 0, 0, err
 	}
+	if d.Window < 0 {
+		return 0, 0, fmt.Errorf("kernels: CUDA DecodeAttention window %d must be ≥ 0 (0: none)", d.Window)
+	}
 	if d.Heads%kv.KVHeads != 0 || d.Heads/kv.KVHeads > cudaMaxGroup {
 		return 0, 0, fmt.Errorf("kernels: CUDA DecodeAttention heads %d must be a multiple of kvHeads %d with at most %d per group",
 			d.Heads, kv.KVHeads, cudaMaxGroup)
@@ -486,7 +507,7 @@ func (k *CUDAKernels) launchDecode(c cuda.Ctx, s cuda.Stream, q cuda.DevicePtr, 
 	d DecodeShape, smem int, scale float32, oPart, mlPart cuda.DevicePtr) error {
 	k.args.Reset().Ptr(oPart).Ptr(mlPart).Ptr(q).Ptr(kv.K).Ptr(kv.V).Ptr(tables).I32(int32(d.MaxBlocks)).Ptr(ctxLens).
 		Ptr(startBlocks).I32(int32(d.slots())).I32(int32(d.Heads)).I32(int32(kv.KVHeads)).I32(int32(kv.BlockSize)).
-		I32(int32(kv.HeadDim)).F32(scale)
+		I32(int32(kv.HeadDim)).F32(scale).I32(int32(d.Window))
 	grid := cuda.Dim3{X: uint32(kv.KVHeads), Y: uint32(d.Batch), Z: uint32(d.Splits)}
 	return k.launch(c, "ts_paged_decode"+kv.suffix(), grid, dim1(cudaDecodeThreads), smem, s)
 }
@@ -596,6 +617,9 @@ type PrefillShape struct {
 	MaxBlocks   int // columns of the block-table array
 	// Kernel picks the kernel; the zero value is PrefillAuto.
 	Kernel PrefillKernel
+	// Window is the sliding window in positions (0: none): a query at
+	// position p attends to positions p−Window < k ≤ p.
+	Window int
 }
 
 // prefillTCHeadDim reports whether the tensor-core prefill kernel handles
@@ -640,8 +664,8 @@ func (k *CUDAKernels) prefillKernel(kv CUDAKV, p PrefillShape) (PrefillKernel, e
 
 // PrefillAttention computes causal attention for chunks of queries: sequence
 // i has NumQ[i] queries at q/out rows QStart[i].. (float32 [rows][Heads*HeadDim]),
-// at positions CtxLen[i]-NumQ[i].., attending to positions 0..own, all already
-// in kv. qStart, numQ, ctxLens are int32 [Seqs]; tables int32 [Seqs][MaxBlocks].
+// at positions CtxLen[i]-NumQ[i].., attending to positions 0..own (within
+// p.Window of own when set), all already in kv. qStart, numQ, ctxLens are int32 [Seqs]; tables int32 [Seqs][MaxBlocks].
 // p.Kernel picks the kernel (PrefillAuto: the tensor-core kernel for a bf16
 // cache with headDim a multiple of 16 up to 128, else the warp kernel).
 func (k *CUDAKernels) PrefillAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.DevicePtr, kv CUDAKV, qStart, numQ, ctxLens, tables cuda.DevicePtr,
@@ -655,13 +679,16 @@ func (k *CUDAKernels) PrefillAttention(c cuda.Ctx, s cuda.Stream, out, q cuda.De
 	if p.Heads%kv.KVHeads != 0 {
 		return fmt.Errorf("kernels: CUDA PrefillAttention heads %d is not a multiple of kvHeads %d", p.Heads, kv.KVHeads)
 	}
+	if p.Window < 0 {
+		return fmt.Errorf("kernels: CUDA PrefillAttention window %d must be ≥ 0 (0: none)", p.Window)
+	}
 	pk, err := k.prefillKernel(kv, p)
 	if err != nil {
 		return err
 	}
 	// Both kernels take the same parameters.
 	k.args.Reset().Ptr(out).Ptr(q).Ptr(kv.K).Ptr(kv.V).Ptr(qStart).Ptr(numQ).Ptr(ctxLens).Ptr(tables).I32(int32(p.MaxBlocks)).
-		I32(int32(p.Heads)).I32(int32(kv.KVHeads)).I32(int32(kv.BlockSize)).I32(int32(kv.HeadDim)).F32(scale)
+		I32(int32(p.Heads)).I32(int32(kv.KVHeads)).I32(int32(kv.BlockSize)).I32(int32(kv.HeadDim)).F32(scale).I32(int32(p.Window))
 	if pk == PrefillTensorCore {
 		grid := cuda.Dim3{X: uint32(ceilDiv(p.MaxQ, cudaPrefillTCRows)), Y: uint32(p.Heads), Z: uint32(p.Seqs)}
 		return k.launch(c, "ts_paged_prefill_tc"+kv.suffix(), grid, dim1(32*cudaPrefillTCWarps), prefillTCSmem(kv.HeadDim), s)

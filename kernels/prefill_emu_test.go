@@ -151,6 +151,7 @@ type emuPrefillArgs struct {
 	maxBlocks             int
 	heads, kvh, bs, hd    int
 	scale                 float32
+	window                int // sliding window (0: none)
 }
 
 // emuPrefillTC runs the grid (gridX, heads, seqs) of ts_paged_prefill_tc_*.
@@ -194,13 +195,17 @@ func emuPrefillTCBlock(a *emuPrefillArgs, bx, h, s int) {
 
 	var W [warps]emuWarp
 	var live [warps]bool
-	var wlast [warps]int
-	var r0, r1, lim0, lim1 [warps][32]int
+	var wlast, wwin [warps]int
+	var r0, r1, lim0, lim1, win0, win1 [warps][32]int
 	qs := a.scale * float32(1.4426950408889634)
 	for warp := 0; warp < warps; warp++ {
 		wr := i0 + warp*16
 		live[warp] = wr < nq
 		wlast[warp] = pos0 + min(wr+16, nq) - 1
+		wwin[warp] = -1
+		if a.window > 0 {
+			wwin[warp] = pos0 + wr - a.window
+		}
 		w := &W[warp]
 		for lane := 0; lane < 32; lane++ {
 			g, tig := lane>>2, lane&3
@@ -208,6 +213,10 @@ func emuPrefillTCBlock(a *emuPrefillArgs, bx, h, s int) {
 			r1[warp][lane] = r0[warp][lane] + 8
 			lim0[warp][lane] = min(pos0+r0[warp][lane], last)
 			lim1[warp][lane] = min(pos0+r1[warp][lane], last)
+			win0[warp][lane], win1[warp][lane] = -1, -1
+			if a.window > 0 {
+				win0[warp][lane], win1[warp][lane] = pos0+r0[warp][lane]-a.window, pos0+r1[warp][lane]-a.window
+			}
 			q0 := (int(a.qStart[s])+r0[warp][lane])*qrow + h*hd
 			q1 := q0 + 8*qrow
 			for kd := 0; kd < nkd; kd++ {
@@ -230,7 +239,11 @@ func emuPrefillTCBlock(a *emuPrefillArgs, bx, h, s int) {
 		}
 	}
 
-	for t0 := 0; t0 <= last; t0 += keys {
+	tbeg := 0
+	if a.window > 0 {
+		tbeg = max(pos0+i0-a.window+1, 0)
+	}
+	for t0 := tbeg; t0 <= last; t0 += keys {
 		// __syncthreads(); staging by every thread of the block.
 		for tid := 0; tid < 32*warps; tid++ {
 			for c := tid; c < keys*hd/4; c += 32 * warps {
@@ -252,7 +265,7 @@ func emuPrefillTCBlock(a *emuPrefillArgs, bx, h, s int) {
 		}
 		// __syncthreads(); each warp's math.
 		for warp := 0; warp < warps; warp++ {
-			if !live[warp] || t0 > wlast[warp] {
+			if !live[warp] || t0 > wlast[warp] || t0+keys-1 <= wwin[warp] {
 				continue
 			}
 			w := &W[warp]
@@ -275,10 +288,10 @@ func emuPrefillTCBlock(a *emuPrefillArgs, bx, h, s int) {
 				for nt := 0; nt < keys/8; nt++ {
 					for j := 0; j < 2; j++ {
 						kpos := t0 + nt*8 + 2*tig + j
-						if kpos > lim0[warp][lane] {
+						if kpos > lim0[warp][lane] || kpos <= win0[warp][lane] {
 							sc[nt][lane][j] = -inf
 						}
-						if kpos > lim1[warp][lane] {
+						if kpos > lim1[warp][lane] || kpos <= win1[warp][lane] {
 							sc[nt][lane][2+j] = -inf
 						}
 						mx0[lane] = max32(mx0[lane], sc[nt][lane][j])
@@ -356,6 +369,116 @@ func emuPrefillTCBlock(a *emuPrefillArgs, bx, h, s int) {
 				}
 				if r1[warp][lane] < nq {
 					a.out[o1+dt*8], a.out[o1+dt*8+1] = w.o[dt][lane][2]*inv1, w.o[dt][lane][3]*inv1
+				}
+			}
+		}
+	}
+}
+
+// emuPrefillWarp runs the grid (gridX, heads, seqs) of ts_paged_prefill_*
+// (the warp kernel): warp w of block bx is query bx·TS_PREFILL_WARPS + w.
+func emuPrefillWarp(a *emuPrefillArgs, gridX int) {
+	for s := range a.numQ {
+		for h := 0; h < a.heads; h++ {
+			for bx := 0; bx < gridX; bx++ {
+				for warp := 0; warp < cudaPrefillWarps; warp++ {
+					emuPrefillWarpQuery(a, bx*cudaPrefillWarps+warp, h, s)
+				}
+			}
+		}
+	}
+}
+
+// emuPrefillWarpQuery is one warp of prefill_attn, lanes as arrays.
+func emuPrefillWarpQuery(a *emuPrefillArgs, i, h, s int) {
+	const nj = cudaMaxHeadDim / 32
+	inf := float32(math.Inf(1))
+	hd, bs := a.hd, a.bs
+	nq := int(a.numQ[s])
+	if i >= nq {
+		return
+	}
+	row := int(a.qStart[s]) + i
+	pos := int(a.ctxLens[s]) - nq + i
+	kvi := h / (a.heads / a.kvh)
+	table := a.tables[s*a.maxBlocks:]
+	var qr, acc [32][nj]float32
+	for lane := 0; lane < 32; lane++ {
+		for j := 0; j < nj; j++ {
+			if d := lane + 32*j; d < hd {
+				qr[lane][j] = a.q[row*a.heads*hd+h*hd+d] * a.scale
+			}
+		}
+	}
+	var m, l [32]float32
+	for lane := range m {
+		m[lane] = -inf
+	}
+	t0 := 0
+	if a.window > 0 {
+		t0 = max(pos-a.window+1, 0)
+	}
+	for ; t0 <= pos; t0 += 32 {
+		n := min(32, pos+1-t0)
+		var my [32]float32
+		for lane := range my {
+			my[lane] = -inf
+		}
+		for jj := 0; jj < n; jj++ {
+			t := t0 + jj
+			kr := ((int(table[t/bs])*a.kvh+kvi)*bs + t%bs) * hd
+			var part [32]float32
+			for lane := 0; lane < 32; lane++ {
+				for j := 0; j < nj; j++ {
+					if d := lane + 32*j; d < hd {
+						part[lane] += qr[lane][j] * a.Kc.at(kr+d)
+					}
+				}
+			}
+			my[jj] = emuWarpSum(part)[jj]
+		}
+		mx := my
+		for o := 16; o > 0; o >>= 1 {
+			mx = emuMax(mx, emuShflXor(mx, o))
+		}
+		var p, al [32]float32
+		for lane := 0; lane < 32; lane++ {
+			mn := max32(m[lane], mx[lane])
+			if m[lane] != -inf {
+				al[lane] = emuExp(m[lane] - mn)
+			}
+			if my[lane] != -inf {
+				p[lane] = emuExp(my[lane] - mn)
+			}
+			m[lane] = mn // the kernel sets m after the V loop, which does not read it
+		}
+		ps := emuWarpSum(p)
+		for lane := 0; lane < 32; lane++ {
+			l[lane] = l[lane]*al[lane] + ps[lane]
+			for j := 0; j < nj; j++ {
+				acc[lane][j] *= al[lane]
+			}
+		}
+		for jj := 0; jj < n; jj++ {
+			t := t0 + jj
+			vr := ((int(table[t/bs])*a.kvh+kvi)*bs + t%bs) * hd
+			for lane := 0; lane < 32; lane++ {
+				pj := p[jj]
+				for j := 0; j < nj; j++ {
+					if d := lane + 32*j; d < hd {
+						acc[lane][j] += pj * a.Vc.at(vr+d)
+					}
+				}
+			}
+		}
+	}
+	o := row*a.heads*hd + h*hd
+	for lane := 0; lane < 32; lane++ {
+		for j := 0; j < nj; j++ {
+			if d := lane + 32*j; d < hd {
+				a.out[o+d] = 0
+				if l[lane] > 0 {
+					a.out[o+d] = acc[lane][j] / l[lane]
 				}
 			}
 		}
@@ -467,6 +590,8 @@ type emuPrefillCase struct {
 	seqs          []emuPrefillSeq
 	hd, group, bs int
 	bf16          bool
+	window        int  // sliding window (0: none)
+	warp          bool // the warp kernel instead of the tensor-core one
 }
 
 func (c emuPrefillCase) String() string {
@@ -474,7 +599,11 @@ func (c emuPrefillCase) String() string {
 	if c.bf16 {
 		kv = "bf16"
 	}
-	return fmt.Sprintf("seqs=%v/hd=%d/group=%d/bs=%d/%s", c.seqs, c.hd, c.group, c.bs, kv)
+	k := "tc"
+	if c.warp {
+		k = "warp"
+	}
+	return fmt.Sprintf("seqs=%v/hd=%d/group=%d/bs=%d/%s/window=%d/%s", c.seqs, c.hd, c.group, c.bs, kv, c.window, k)
 }
 
 // emuPrefillTolerance: |got − want| ≤ emuPrefillAbsTol + emuPrefillRelTol·|want|.
@@ -526,7 +655,8 @@ func runEmuPrefillCase(t *testing.T, tc emuPrefillCase, seed uint64) float64 {
 	owned := map[int]bool{}
 	for i, s := range tc.seqs {
 		qStart, numQ, ctxLens = append(qStart, int32(rows)), append(numQ, int32(s.numQ)), append(ctxLens, int32(s.ctx))
-		seqs = append(seqs, AttnSeq{QStart: int32(rows), NumQ: int32(s.numQ), ContextLen: int32(s.ctx), BlockTable: tables[i*maxBlocks : (i+1)*maxBlocks]})
+		seqs = append(seqs, AttnSeq{QStart: int32(rows), NumQ: int32(s.numQ), ContextLen: int32(s.ctx), BlockTable: tables[i*maxBlocks : (i+1)*maxBlocks],
+			Window: int32(tc.window)})
 		for j := 0; j < s.numQ; j++ {
 			owned[rows+j] = true
 		}
@@ -543,9 +673,13 @@ func runEmuPrefillCase(t *testing.T, tc emuPrefillCase, seed uint64) float64 {
 	for i := range got {
 		got[i] = float32(math.NaN())
 	}
-	emuPrefillTC(&emuPrefillArgs{out: got, q: q, Kc: kc, Vc: vc, qStart: qStart, numQ: numQ, ctxLens: ctxLens,
-		tables: tables, maxBlocks: maxBlocks, heads: heads, kvh: kvh, bs: tc.bs, hd: tc.hd, scale: scale},
-		ceilDiv(maxQ, cudaPrefillTCRows))
+	args := &emuPrefillArgs{out: got, q: q, Kc: kc, Vc: vc, qStart: qStart, numQ: numQ, ctxLens: ctxLens,
+		tables: tables, maxBlocks: maxBlocks, heads: heads, kvh: kvh, bs: tc.bs, hd: tc.hd, scale: scale, window: tc.window}
+	if tc.warp {
+		emuPrefillWarp(args, ceilDiv(maxQ, cudaPrefillWarps))
+	} else {
+		emuPrefillTC(args, ceilDiv(maxQ, cudaPrefillTCRows))
+	}
 	worst := 0.0
 	for i := range got {
 		rw := i / row
@@ -597,6 +731,42 @@ func emuPrefillCases() []emuPrefillCase {
 		out = append(out, emuPrefillCase{seqs: []emuPrefillSeq{{70, 90}, {5, 5}}, hd: hd, group: 2, bs: 16, bf16: hd%32 == 0})
 	}
 	return out
+}
+
+// emuPrefillWindowCases are chunks crossing a sliding window's edge: windows
+// of one position, under a key tile, a tile, several tiles, about the
+// context and past it; both kernels, f32 and bf16 caches.
+func emuPrefillWindowCases() []emuPrefillCase {
+	shapes := [][]emuPrefillSeq{
+		{{1, 150}},             // decode-like: one query far past the window
+		{{64, 64}},             // the first chunk: early rows see everything
+		{{17, 90}},             // a chunk after a prefix, edge inside the chunk
+		{{200, 333}},           // several query tiles, tiles skipped before each
+		{{17, 40}, {130, 130}}, // two sequences in one launch
+	}
+	var out []emuPrefillCase
+	for i, w := range []int{1, 7, 64, 100, 150, 400} {
+		for j, s := range shapes {
+			c := []struct {
+				hd, group, bs int
+				bf16          bool
+			}{{64, 1, 16, true}, {128, 4, 32, false}, {32, 2, 16, true}}[(i+j)%3]
+			for _, warp := range []bool{false, true} {
+				out = append(out, emuPrefillCase{seqs: s, hd: c.hd, group: c.group, bs: c.bs, bf16: c.bf16, window: w, warp: warp})
+			}
+		}
+	}
+	return out
+}
+
+// The emulated kernels (tensor-core and warp) mask a sliding window as the
+// CPU reference does.
+func TestEmuPrefillWindowMatchesRef(t *testing.T) {
+	for i, tc := range emuPrefillWindowCases() {
+		t.Run(tc.String(), func(t *testing.T) {
+			runEmuPrefillCase(t, tc, uint64(1000+i))
+		})
+	}
 }
 
 // The emulated tensor-core kernel matches the CPU reference on every case.

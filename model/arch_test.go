@@ -161,35 +161,28 @@ func writeArch(t *testing.T, c gguf.LlamaConfig) string {
 	return path
 }
 
-// A sliding window loads at the file's whole context (the CPU runner
-// masks it, see TestSlidingWindowMatchesReference); the CUDA runner, whose
-// kernels do not mask it, refuses a context that can outgrow the window,
-// naming the window, the context and the ways out, and accepts one capped
-// at the window (it then fails later for want of a GPU, or not at all). An
-// unsupported architecture names itself, the supported list and the path
-// once.
+// A sliding window loads at the file's whole context, and both runners
+// take it (their kernels mask it: TestSlidingWindowMatchesReference,
+// TestCUDAEmuSlidingWindowMatchesCPU); the CUDA runner then fails for want
+// of a GPU, or not at all, never over the window. A window the context
+// cannot outgrow masks nothing. An unsupported architecture names itself,
+// the supported list and the path once.
 func TestLoadArchitectureRefusals(t *testing.T) {
 	c := gguf.LlamaConfig{Dim: 32, Layers: 1, Heads: 4, KVHeads: 2, FFN: 64, Vocab: 16, ContextLength: 128, SlidingWindow: 64}
 	path := writeArch(t, c)
 	cuda := CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVType: DefaultCUDAKVType}
-	m, err := LoadLlama(path, LlamaOptions{})
-	require.NoError(t, err)
-	require.Equal(t, 128, m.MaxContext())
-	require.Equal(t, int32(64), m.attnWindow())
-	_, err = NewCUDARunner(m, cuda)
-	require.ErrorContains(t, err, "llama.attention.sliding_window = 64, but the context can reach 128 tokens and the CUDA runner")
-	require.ErrorContains(t, err, "MaxContext ≤ 64 or use the CPU runner")
-	require.NoError(t, m.Close())
-	m, err = LoadLlama(path, LlamaOptions{MaxContext: 64})
-	require.NoError(t, err)
-	require.Equal(t, 64, m.MaxContext())
-	require.Equal(t, int32(0), m.attnWindow(), "a window the context cannot outgrow masks nothing")
-	if r, err := NewCUDARunner(m, cuda); err == nil {
-		require.NoError(t, r.Close())
-	} else {
-		require.NotContains(t, err.Error(), "sliding_window")
+	for _, tc := range []struct{ maxContext, wantCtx, wantWindow int }{{0, 128, 64}, {64, 64, 0}} {
+		m, err := LoadLlama(path, LlamaOptions{MaxContext: tc.maxContext})
+		require.NoError(t, err)
+		require.Equal(t, tc.wantCtx, m.MaxContext())
+		require.Equal(t, int32(tc.wantWindow), m.attnWindow())
+		if r, err := NewCUDARunner(m, cuda); err == nil {
+			require.NoError(t, r.Close())
+		} else {
+			require.NotContains(t, err.Error(), "sliding_window")
+		}
+		require.NoError(t, m.Close())
 	}
-	require.NoError(t, m.Close())
 
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)

@@ -181,7 +181,7 @@ func NewLlama(f *gguf.File, opts LlamaOptions) (*Llama, error) {
 }
 
 // setContext applies opts.MaxContext. A sliding window needs no cap here:
-// the CPU runner masks it; the CUDA runner checks it (checkSlidingWindow).
+// both runners' attention kernels mask it.
 func (m *Llama) setContext(opts LlamaOptions) error {
 	c := m.cfg
 	if opts.MaxContext < 0 || opts.MaxContext > c.ContextLength {
@@ -232,20 +232,6 @@ func (m *Llama) attnWindow() int32 {
 		return int32(w)
 	}
 	return 0
-}
-
-// checkSlidingWindow refuses, for a runner whose attention kernels do not
-// mask a sliding window (the CUDA runner's attend to every position), a
-// sliding-window model whose context can exceed the window: past the
-// window they would compute a different model. Within the window both are
-// the same.
-func checkSlidingWindow(c gguf.LlamaConfig, maxContext int, runner string) error {
-	if c.SlidingWindow == 0 || maxContext <= c.SlidingWindow {
-		return nil
-	}
-	return fmt.Errorf("model: %s.attention.sliding_window = %d, but the context can reach %d tokens and the %s runner's attention kernels "+
-		"do not mask a sliding window (they attend to every position); load with MaxContext ≤ %d or use the CPU runner",
-		c.Arch, c.SlidingWindow, maxContext, runner, c.SlidingWindow)
 }
 
 // matrix views a 2-D GGUF tensor (Dims [in, out]) as a kernels.Matrix

@@ -217,9 +217,6 @@ func NewCUDARunner(m *Llama, cfg CUDARunnerConfig) (*CUDARunner, error) {
 	if err := cudaCheckTypes(m); err != nil {
 		return nil, err
 	}
-	if err := checkSlidingWindow(m.cfg, m.maxContext, "CUDA"); err != nil {
-		return nil, err
-	}
 	r := &CUDARunner{m: m, cfg: cfg}
 	if r.drv, err = cuda.LoadDriver(); err != nil {
 		return nil, fmt.Errorf("model: CUDA runner needs the CUDA driver: %w", err)
@@ -406,7 +403,7 @@ func (r *CUDARunner) setup(c cuda.Ctx, mods []kernels.CUDAModule, opsMod kernels
 		return err
 	}
 	if len(pl.cascTiles) > 0 {
-		if err := r.host.setCascade(pl.perTile, pl.cascTiles); err != nil {
+		if err := r.host.setCascade(pl.perTile, pl.cascTiles, r.m.attnWindow()); err != nil {
 			return err
 		}
 	}
@@ -735,6 +732,7 @@ func (r *CUDARunner) forward(e cudaExec, l *cudaStepLayout, graph, maxQ int) err
 	N := func(n *cudaNorm) cuda.DevicePtr { return r.weights.Add(n.off) }
 	dim, qd, kvd, ffn := mc.Dim, mc.Heads*mc.HeadDim, mc.KVHeads*mc.HeadDim, mc.FFN
 	scale := float32(1 / math.Sqrt(float64(mc.HeadDim)))
+	window := int(r.m.attnWindow()) // sliding window (0: none), as the CPU runner masks it
 	wrap := func(li int, what string, err error) error {
 		if err != nil {
 			return fmt.Errorf("layer %d %s: %w", li, what, err)
@@ -800,16 +798,16 @@ func (r *CUDARunner) forward(e cudaExec, l *cudaStepLayout, graph, maxQ int) err
 		switch {
 		case graph > 0 && l.MT > 0:
 			d := kernels.DecodeShape{Batch: l.N, Heads: mc.Heads, MaxBlocks: l.MB, Splits: r.splits[graph-1],
-				CascadeSplits: r.cascSplits[graph-1], CascadeTiles: l.MT}
+				CascadeSplits: r.cascSplits[graph-1], CascadeTiles: l.MT, Window: window}
 			err = e.CascadeDecodeAttention(att, q, kv, tables, ctxLen, l.cascade(arena), d, scale, r.buf(b.oPart), r.buf(b.mlPart))
 		case graph > 0:
 			ns := r.splits[graph-1]
 			err = e.DecodeAttention(att, q, kv, tables, ctxLen,
-				kernels.DecodeShape{Batch: l.N, Heads: mc.Heads, MaxBlocks: l.MB, Splits: ns},
+				kernels.DecodeShape{Batch: l.N, Heads: mc.Heads, MaxBlocks: l.MB, Splits: ns, Window: window},
 				scale, r.buf(b.oPart), r.buf(b.mlPart))
 		default:
 			err = e.PrefillAttention(att, q, kv, l.ptr(arena, l.qStart), l.ptr(arena, l.numQ), ctxLen, tables,
-				kernels.PrefillShape{Seqs: l.N, Heads: mc.Heads, MaxQ: maxQ, MaxBlocks: l.MB}, scale)
+				kernels.PrefillShape{Seqs: l.N, Heads: mc.Heads, MaxQ: maxQ, MaxBlocks: l.MB, Window: window}, scale)
 		}
 		if err := wrap(li, "attention", err); err != nil {
 			return err

@@ -196,9 +196,11 @@ func (e *cudaEmu) layer(kv kernels.CUDAKV) *kernels.KVLayer {
 
 // DecodeAttention emulates ts_paged_decode_* and ts_decode_combine: each
 // (row, head, split) partial over the split's blocks of the row's own
-// context (kernels.DecodeSplitRange), written to the oPart/mlPart scratch
-// (so its size is checked), empty splits as the neutral (−inf, 0, 0), then
-// merged skipping empty splits; a padding row gets zeros.
+// context (kernels.DecodeWindowSplitRange: with a sliding window from the
+// block of the first position it sees, earlier positions masked), written
+// to the oPart/mlPart scratch (so its size is checked), empty splits as the
+// neutral (−inf, 0, 0), then merged skipping empty splits; a padding row
+// gets zeros.
 func (e *cudaEmu) DecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tables, ctxLens cuda.DevicePtr, d kernels.DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error {
 	if d.Batch < 1 || d.Heads < 1 || d.MaxBlocks < 1 || d.Splits < 1 || d.Heads%kv.KVHeads != 0 || d.Heads/kv.KVHeads > 16 {
 		return fmt.Errorf("emulated decode attention: bad plan %+v for %d KV heads", d, kv.KVHeads)
@@ -224,8 +226,8 @@ func (e *cudaEmu) DecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tabl
 				acc := op[(r0+s)*hd : (r0+s+1)*hd]
 				clear(acc)
 				m, sum := -inf, float32(0)
-				first, end := kernels.DecodeSplitRange(ctx, bs, d.MaxBlocks, d.Splits, s)
-				for p := first * bs; p < min(ctx, end*bs); p++ {
+				first, end := kernels.DecodeWindowSplitRange(ctx, 0, d.Window, bs, d.MaxBlocks, d.Splits, s)
+				for p := max(first*bs, emuWindowStart(ctx, d.Window)); p < min(ctx, end*bs); p++ {
 					blk := int(tab[b*d.MaxBlocks+p/bs])
 					if blk < 0 || blk >= kv.NumBlocks {
 						return fmt.Errorf("emulated decode attention: row %d position %d in block %d of %d", b, p, blk, kv.NumBlocks)
@@ -277,6 +279,15 @@ func (e *cudaEmu) DecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tabl
 	return nil
 }
 
+// emuWindowStart is the first position a decode row of context ctx sees
+// under a sliding window (0: none).
+func emuWindowStart(ctx, window int) int {
+	if window > 0 {
+		return max(ctx-window, 0)
+	}
+	return 0
+}
+
 // CascadeDecodeAttention emulates kernels.CascadeDecodeAttention from the
 // group layout in emulated device memory: every slot of the scratch is
 // poisoned first and must be written exactly once (each row's tail splits
@@ -285,7 +296,8 @@ func (e *cudaEmu) DecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tabl
 // member's table; the shared slots of rows outside every group neutral),
 // then all slots are merged. It also checks what the kernels assume of the
 // host's layout: tiles within the grid, members' start blocks equal to their
-// tile's run, members' tables equal on that run.
+// tile's run, members' tables equal on that run, members' sliding windows
+// covering their whole context (the shared run is unmasked).
 func (e *cudaEmu) CascadeDecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, tables, ctxLens cuda.DevicePtr, ci kernels.CascadeInputs, d kernels.DecodeShape, scale float32, oPart, mlPart cuda.DevicePtr) error {
 	if d.Batch < 1 || d.Heads < 1 || d.MaxBlocks < 1 || d.Splits < 1 || d.CascadeSplits < 1 || d.CascadeTiles < 1 ||
 		d.Heads%kv.KVHeads != 0 || d.Heads/kv.KVHeads > 16 {
@@ -352,11 +364,14 @@ func (e *cudaEmu) CascadeDecodeAttention(out, q cuda.DevicePtr, kv kernels.CUDAK
 		if ctx < 0 || ctx > d.MaxBlocks*bs || start[b] < 0 || int(start[b])*bs >= max(ctx, 1) && start[b] > 0 {
 			return fmt.Errorf("emulated cascade decode attention: row %d context %d, start block %d, %d-block table", b, ctx, start[b], d.MaxBlocks)
 		}
+		if start[b] > 0 && d.Window > 0 && ctx > d.Window {
+			return fmt.Errorf("emulated cascade decode attention: member row %d of context %d under a window of %d", b, ctx, d.Window)
+		}
 		table := tab[b*d.MaxBlocks : (b+1)*d.MaxBlocks]
 		for h := 0; h < d.Heads; h++ {
 			for s := 0; s < d.Splits; s++ {
-				first, end := kernels.DecodeTailSplitRange(ctx, int(start[b]), bs, d.MaxBlocks, d.Splits, s)
-				if err := partial(b, h, s, table, first*bs, min(ctx, end*bs)); err != nil {
+				first, end := kernels.DecodeWindowSplitRange(ctx, int(start[b]), d.Window, bs, d.MaxBlocks, d.Splits, s)
+				if err := partial(b, h, s, table, max(first*bs, emuWindowStart(ctx, d.Window)), min(ctx, end*bs)); err != nil {
 					return err
 				}
 			}
@@ -442,7 +457,8 @@ func (e *cudaEmu) PrefillAttention(out, q cuda.DevicePtr, kv kernels.CUDAKV, qSt
 			return fmt.Errorf("emulated prefill: seq %d has %d queries, grid sized for %d", i, nq[i], p.MaxQ)
 		}
 		rows = max(rows, int(qs[i]+nq[i]))
-		seqs = append(seqs, kernels.AttnSeq{QStart: qs[i], NumQ: nq[i], ContextLen: lens[i], BlockTable: tab[i*p.MaxBlocks : (i+1)*p.MaxBlocks]})
+		seqs = append(seqs, kernels.AttnSeq{QStart: qs[i], NumQ: nq[i], ContextLen: lens[i], BlockTable: tab[i*p.MaxBlocks : (i+1)*p.MaxBlocks],
+			Window: int32(p.Window)})
 	}
 	row := p.Heads * kv.HeadDim
 	return kernels.RefPagedAttention(e.f32(out, rows*row), e.f32(q, rows*row), e.layer(kv), seqs, p.Heads, scale)
@@ -529,7 +545,7 @@ func newCUDAEmuRunner(tb testing.TB, m *Llama, cfg CUDARunnerConfig) *cudaEmuRun
 	copy(e.bytes(r.buf(r.bufs.arena), 4*pl.dry.total), cudaI32Bytes(r.host.staging[:pl.dry.total]))
 	require.NoError(tb, r.forward(e, &pl.dry, 0, pl.dryQ))
 	if len(pl.cascTiles) > 0 {
-		require.NoError(tb, r.host.setCascade(pl.perTile, pl.cascTiles))
+		require.NoError(tb, r.host.setCascade(pl.perTile, pl.cascTiles, m.attnWindow()))
 	}
 	for i, p := range pl.sizes {
 		warm := []int{0} // the plain graph, then its cascade twin
@@ -618,6 +634,17 @@ func TestCUDAEmuCascadeMatchesCPU(t *testing.T) {
 			require.Equal(t, 30, used, "every grouped decode step takes the cascade layout")
 		})
 	}
+}
+
+// A sliding-window model on the emulated runner matches the CPU runner
+// over contexts longer than the window (cudaWindowScenario); the emulated
+// cascade attention also refuses a member under a window that does not
+// cover its context, as the shared pass would not mask it.
+func TestCUDAEmuSlidingWindowMatchesCPU(t *testing.T) {
+	cudaWindowScenario(t, func(t *testing.T, m *Llama, cfg CUDARunnerConfig) (cudaPairRunner, *cudaHost) {
+		g := newCUDAEmuRunner(t, m, cfg)
+		return g, g.r.host
+	})
 }
 
 // The bf16 paths: a bf16 KV cache, and bf16 GEMMs (activations cast, 16-bit

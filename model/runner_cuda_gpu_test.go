@@ -307,6 +307,61 @@ func cudaCascadeScenario(t *testing.T, m *Llama, gpu cudaPairRunner, grouped fun
 	return used
 }
 
+// cudaWindowScenario runs sliding-window synthetic models on the runner
+// newGPU builds (returning it and its host half) against the CPU runner,
+// over contexts longer than the window: one-token steps to context 60
+// under a window of 16 (decode graphs and eager decode), and the cascade
+// scenario under a window of 48, whose 40-token prefill (eager) crosses the
+// window's edge and whose grouped decode rows leave their groups as their
+// context outgrows the window: all eight members at the first decode step
+// (contexts 40 and 28), then seats 6 and 7 only, then none.
+func cudaWindowScenario(t *testing.T, newGPU func(t *testing.T, m *Llama, cfg CUDARunnerConfig) (cudaPairRunner, *cudaHost)) {
+	spec := smallSpec(gguf.TypeF32)
+	spec.Window = 16
+	m := loadSynth(t, spec)
+	require.Equal(t, int32(16), m.attnWindow())
+	for _, noGraphs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("decode/graphs=%v", !noGraphs), func(t *testing.T) {
+			gpu, _ := newGPU(t, m, CUDARunnerConfig{Seats: 2, BlockSize: 16, MaxBatchTokens: 16, KVBlocks: 8, KVType: kernels.F32,
+				KeepLogits: true, NoGraphs: noGraphs})
+			agree, worst := cudaFollowCPU(t, m, gpu, 60, 1e-3)
+			t.Logf("%d/60 greedy tokens equal, worst logits error %.3g", agree, worst)
+		})
+	}
+	t.Run("cascade", func(t *testing.T) {
+		spec := smallSpec(gguf.TypeF32)
+		spec.Window, spec.Vocab = 48, 512
+		m := loadSynth(t, spec)
+		require.Equal(t, int32(48), m.attnWindow())
+		cfg := cudaCascadeConfig(false)
+		cfg.KVType = kernels.F32
+		gpu, host := newGPU(t, m, cfg)
+		var members []int
+		used := cudaCascadeScenario(t, m, gpu, func() bool {
+			members = append(members, len(host.members))
+			return host.layout.MT > 0
+		})
+		require.Equal(t, 30, used, "every grouped decode step takes the cascade layout")
+		require.Equal(t, 8, members[0])
+		require.Contains(t, members, 2)
+		require.Equal(t, 0, members[len(members)-1])
+	})
+}
+
+// Sliding-window models on the device match the CPU runner past the window.
+func TestCUDARunnerSlidingWindowMatchesCPU(t *testing.T) {
+	ran := 0 // runners built (cudaRunnerOrSkip skips a subtest without a GPU)
+	cudaWindowScenario(t, func(t *testing.T, m *Llama, cfg CUDARunnerConfig) (cudaPairRunner, *cudaHost) {
+		r := cudaRunnerOrSkip(t, m, cfg)
+		ran++
+		return r, r.host
+	})
+	if ran == 3 && !t.Failed() {
+		cudaResult(t, "sliding window 16/48 (synthetic: decode graphs, eager decode and prefill, cascade) = CPU runner",
+			"logits within 1e-3", "= CPU", "met")
+	}
+}
+
 func TestCUDARunnerBatchesMatchCPU(t *testing.T) {
 	m := loadStories(t)
 	cudaBatchScenario(t, m, cudaRunnerOrSkip(t, m, cudaBatchConfig()))

@@ -25,9 +25,13 @@ type cudaHost struct {
 	// shared-prefix tiles of the graph for graphSizes[i] (0: that size has
 	// none), perTile the members one tile holds. tiles and members are the
 	// step's tile list and member rows (kernels.AppendCascadeTiles).
-	cascTiles      []int
-	perTile        int
-	tiles, members []int32
+	// window is the model's sliding window (0: none): a member whose window
+	// leaves out part of its context is no member on the device (the shared
+	// pass is unmasked); kept is its group's remaining members.
+	cascTiles            []int
+	perTile              int
+	window               int32
+	tiles, members, kept []int32
 
 	// staging is the int32 step-input area (pinned in the runner): the plan
 	// writes layout's sections here and the runner uploads staging[:layout.total].
@@ -90,13 +94,17 @@ func newCUDAHost(c step.Capacity, graphSizes []int, graphMB int, keep bool, stag
 
 // setCascade enables cascade decode graphs: maxTiles[i] (parallel to the
 // graph sizes) is the tile bound the graph of size i was captured with, 0
-// where that size has no cascade graph; perTile is the members per tile.
-func (h *cudaHost) setCascade(perTile int, maxTiles []int) error {
+// where that size has no cascade graph; perTile is the members per tile;
+// window the sliding window in positions (0: none).
+func (h *cudaHost) setCascade(perTile int, maxTiles []int, window int32) error {
 	if len(maxTiles) != len(h.graphSizes) || perTile <= 0 {
 		return fmt.Errorf("model: cascade plan of %d tile bounds (%d members per tile) for %d graph sizes", len(maxTiles), perTile, len(h.graphSizes))
 	}
-	h.cascTiles, h.perTile = maxTiles, perTile
-	h.tiles, h.members = make([]int32, 0, 3*h.maxRows), make([]int32, 0, h.maxRows)
+	if window < 0 {
+		return fmt.Errorf("model: cascade plan with sliding window %d, want ≥ 0 (0: none)", window)
+	}
+	h.cascTiles, h.perTile, h.window = maxTiles, perTile, window
+	h.tiles, h.members, h.kept = make([]int32, 0, 3*h.maxRows), make([]int32, 0, h.maxRows), make([]int32, 0, h.maxRows)
 	return nil
 }
 
@@ -112,13 +120,24 @@ func (h *cudaHost) cascadeTiles(p int) int {
 // fillCascade writes b's groups into the cascade sections of l in s: each
 // member row's start block is its group's shared run, every other row's 0,
 // and the tiles of every group over the member rows (batch rows are b.Seqs
-// indices in a decode graph).
+// indices in a decode graph). As on the CPU (kernels' cascade), a member
+// whose sliding window does not cover its whole context stays a plain row:
+// the decode kernel masks its window, the shared pass would not.
 func (h *cudaHost) fillCascade(b *step.Batch, s []int32, l *cudaStepLayout) error {
 	start := s[l.startBlk : l.startBlk+l.N]
 	clear(start)
 	h.tiles, h.members = h.tiles[:0], h.members[:0]
 	for _, g := range b.Groups {
 		m := b.Members(g)
+		if h.window > 0 {
+			h.kept = h.kept[:0]
+			for _, i := range m {
+				if b.Seqs[i].ContextLen <= h.window {
+					h.kept = append(h.kept, i)
+				}
+			}
+			m = h.kept
+		}
 		h.tiles, h.members = kernels.AppendCascadeTiles(h.tiles, h.members, m, g.SharedBlocks, h.perTile)
 		for _, i := range m {
 			start[i] = g.SharedBlocks

@@ -19,7 +19,9 @@
 #     paged attention: prefill at 1, 512 and 8,192 tokens and 512 after
 #     1,000 cached (f32 and bf16 KV; the 8K reference takes ~15 s on 16
 #     cores), decode at contexts 16..32K over 128K-context block tables
-#     with the runner's split rule; cascade (shared-prefix) decode =
+#     with the runner's split rule; sliding windows (smaller, equal and
+#     larger than the contexts) through decode and both prefill kernels
+#     (TestGPUAttention); cascade (shared-prefix) decode =
 #     the reference = plain decode on groups of 2..64 rows over runs of
 #     1..200 blocks, and one captured cascade graph replayed with three
 #     groupings (TestGPUCascadeDecode); argmax on +Inf/NaN rows; sampling;
@@ -29,7 +31,9 @@
 #   CUDA runner (model package)                           ~40 s  [150 s]
 #     stories260K greedy text = the CPU runner's (graphs and eager), mixed
 #     batches, eight rows sharing prompt blocks through the cascade decode
-#     graphs and with NoCascade (TestCUDARunnerCascadeMatchesCPU), the bf16
+#     graphs and with NoCascade (TestCUDARunnerCascadeMatchesCPU),
+#     sliding-window models past the window, cascade members leaving their
+#     groups (TestCUDARunnerSlidingWindowMatchesCPU), the bf16
 #     cache, the memory plan, every weight (block types dequantised on
 #     the device included) read back
 #     after upload and compared byte for byte with the file (or its host

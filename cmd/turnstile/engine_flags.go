@@ -125,8 +125,7 @@ func (e *engineFlags) register(f *pflag.FlagSet, which engineFlag) {
 	if has(flagModel) {
 		f.StringVar(&e.model, "model", e.model, "model: a GGUF file or a Hugging Face directory (config.json, safetensors, tokenizer.json); architectures llama/Mistral, qwen2, qwen3")
 		f.IntVar(&e.maxModelLen, "max-model-len", e.maxModelLen,
-			"longest sequence (prompt + output) the engine accepts, tokens; 0: the model's context length; may only lower it "+
-				"(the CUDA runner takes a model with sliding-window attention only when this is within its window)")
+			"longest sequence (prompt + output) the engine accepts, tokens; 0: the model's context length; may only lower it")
 	}
 	if has(flagDevice) {
 		f.StringVar(&e.dev.device, "device", e.dev.device,
