@@ -69,13 +69,6 @@ TK_INLINE TK_TARGET_AVX2 __m256 hsum8x8(const __m256 v[8]) {
 #define TK_SC_LD1(x) (x)
 #define TK_SC_DOT(a, b, n) dot_avx2(a, b, n)
 #include "tk_scores_body.h"
-#undef TK_SC_NAME
-#undef TK_SC_QUAL
-#undef TK_SC_KT
-#undef TK_SC_ELEM
-#undef TK_SC_LD8
-#undef TK_SC_LD1
-#undef TK_SC_DOT
 
 // pv_avx2: a = a*c + Σ_{j<n} s[j]·V[j], 32 columns at a time held in
 // registers across all n rows (one load and store of a per block).
@@ -350,13 +343,6 @@ TK_INLINE TK_TARGET_AVX2 float dot16_avx2(int kt, const float *a,
 #define TK_SC_LD1(x) kv16_ld1(kt, x)
 #define TK_SC_DOT(a, b, n) dot16_avx2(kt, a, b, n)
 #include "tk_scores_body.h"
-#undef TK_SC_NAME
-#undef TK_SC_QUAL
-#undef TK_SC_KT
-#undef TK_SC_ELEM
-#undef TK_SC_LD8
-#undef TK_SC_LD1
-#undef TK_SC_DOT
 
 // pv16_avx2 is pv_avx2 on a 16-bit cache.
 TK_INLINE TK_TARGET_AVX2 void pv16_avx2(int kt, float *a, float c,

@@ -12,6 +12,7 @@
 //   TK_SC_LD8(p)   eight elements at p as a __m256
 //   TK_SC_LD1(x)   one element x as a float
 //   TK_SC_DOT(a, b, n)  the float dot product of n elements (tail rows)
+//   (all undefined again at the end of this file)
 
 TK_SC_QUAL TK_TARGET_AVX2 float TK_SC_NAME(TK_SC_KT const float *q,
                                            const TK_SC_ELEM *K, int hd, int n,
@@ -53,3 +54,12 @@ TK_SC_QUAL TK_TARGET_AVX2 float TK_SC_NAME(TK_SC_KT const float *q,
   }
   return bm;
 }
+
+// Each inclusion instantiates one loop; the next sets its own parameters.
+#undef TK_SC_NAME
+#undef TK_SC_QUAL
+#undef TK_SC_KT
+#undef TK_SC_ELEM
+#undef TK_SC_LD8
+#undef TK_SC_LD1
+#undef TK_SC_DOT

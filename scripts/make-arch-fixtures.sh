@@ -12,18 +12,8 @@
 # tokenizer (vocab 512), seed 1. `make test` only reads the .bin files; this
 # script needs a llama.cpp build (LLAMA_DIR, default /tmp/llama:
 # bash /work/shared/tools/build-llama-cpp.sh /tmp/llama) and g++.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-LLAMA_DIR=${LLAMA_DIR:-/tmp/llama}
-[ -e "$LLAMA_DIR/build/bin/libllama.so" ] || { echo "no llama.cpp build in $LLAMA_DIR" >&2; exit 1; }
 OUT=testdata/arch
-mkdir -p "$OUT"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-
-go build -o "$tmp/turnstile" ./cmd/turnstile
-g++ -O2 -std=c++17 -o "$tmp/llama-logits" scripts/llama-logits.cpp -I"$LLAMA_DIR/include" \
-  -I"$LLAMA_DIR/ggml/include" -L"$LLAMA_DIR/build/bin" -lllama -lggml -lggml-base \
-  -Wl,-rpath,"$LLAMA_DIR/build/bin"
+source "$(dirname "$0")/llama-logits-lib.sh"
 
 synth() { # NAME FLAGS...
   local name=$1; shift

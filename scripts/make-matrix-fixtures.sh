@@ -17,18 +17,8 @@
 # 1e-5 of the spread; binary16 rounds by at most 2^-11 of a logit, far
 # below the other types' tolerances. `make test` only reads the .bin files;
 # this script needs a llama.cpp build (LLAMA_DIR, default /tmp/llama) and g++.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-LLAMA_DIR=${LLAMA_DIR:-/tmp/llama}
-[ -e "$LLAMA_DIR/build/bin/libllama.so" ] || { echo "no llama.cpp build in $LLAMA_DIR" >&2; exit 1; }
 OUT=testdata/matrix
-mkdir -p "$OUT"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-
-go build -o "$tmp/turnstile" ./cmd/turnstile
-g++ -O2 -std=c++17 -o "$tmp/llama-logits" scripts/llama-logits.cpp -I"$LLAMA_DIR/include" \
-  -I"$LLAMA_DIR/ggml/include" -L"$LLAMA_DIR/build/bin" -lllama -lggml -lggml-base \
-  -Wl,-rpath,"$LLAMA_DIR/build/bin"
+source "$(dirname "$0")/llama-logits-lib.sh"
 
 # The flags of each architecture; model/matrix_test.go's matrixArchs must
 # give the same configurations.
