@@ -322,12 +322,6 @@ static void qmm_portable(int wtype, const uint8_t *w, size_t wrow, act_t a,
 #define LP_XOR8 0
 #define LP_NMAX 2
 #include "tk_lowp_body.h"
-#undef LPF
-#undef LP_TARGET
-#undef LP_DOTB
-#undef LP_DOTW
-#undef LP_XOR8
-#undef LP_NMAX
 
 #define LPF(name) name##_avxvnni
 #define LP_TARGET TK_TARGET_AVXVNNI
@@ -336,12 +330,6 @@ static void qmm_portable(int wtype, const uint8_t *w, size_t wrow, act_t a,
 #define LP_XOR8 1
 #define LP_NMAX 2
 #include "tk_lowp_body.h"
-#undef LPF
-#undef LP_TARGET
-#undef LP_DOTB
-#undef LP_DOTW
-#undef LP_XOR8
-#undef LP_NMAX
 
 #define LPF(name) name##_vnni512
 #define LP_TARGET TK_TARGET_VNNI512
@@ -351,13 +339,6 @@ static void qmm_portable(int wtype, const uint8_t *w, size_t wrow, act_t a,
 #define LP_NMAX 3
 #define LP_ZMM 1
 #include "tk_lowp_body.h"
-#undef LP_ZMM
-#undef LPF
-#undef LP_TARGET
-#undef LP_DOTB
-#undef LP_DOTW
-#undef LP_XOR8
-#undef LP_NMAX
 #endif
 
 void tk_qmm_tile(int lp, int wtype, const uint8_t *w, size_t wrow,

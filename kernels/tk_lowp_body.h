@@ -8,7 +8,9 @@
 //                correction rides in the activation block's corr); 0: the
 //                sign trick |w|·sign(x, w), which keeps maddubs from
 //                saturating,
-//   LP_NMAX      weight rows per register tile (register budget).
+//   LP_NMAX      weight rows per register tile (register budget),
+//   LP_ZMM       (optional) 1: the 512-bit K-quant dot;
+// all undefined again at the end of this file.
 // Every level computes the same integers; only float summation order
 // differs between levels.
 
@@ -563,3 +565,13 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
 }
 #undef LP_N_FOR
 #undef LP_MM32
+
+// Each inclusion instantiates one dot level; the next sets its own
+// parameters (LP_ZMM is optional).
+#undef LPF
+#undef LP_TARGET
+#undef LP_DOTB
+#undef LP_DOTW
+#undef LP_XOR8
+#undef LP_NMAX
+#undef LP_ZMM

@@ -59,9 +59,10 @@ TK_INLINE TK_TARGET_AVX2 __m256 hsum8x8(const __m256 v[8]) {
                        _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// scores_avx2: s[j] = scale·(q·K[j]) for j < n on a float cache (see
-// tk_scores_body.h), returning the max.
+// scores_avx2: s[j] = scale·(q·K[j]) for j < n on a float cache, returning
+// the max; pv_avx2: a = a*c + Σ_{j<n} s[j]·V[j] (see tk_scores_body.h).
 #define TK_SC_NAME scores_avx2
+#define TK_SC_PV pv_avx2
 #define TK_SC_QUAL static inline
 #define TK_SC_KT
 #define TK_SC_ELEM float
@@ -70,43 +71,6 @@ TK_INLINE TK_TARGET_AVX2 __m256 hsum8x8(const __m256 v[8]) {
 #define TK_SC_DOT(a, b, n) dot_avx2(a, b, n)
 #include "tk_scores_body.h"
 
-// pv_avx2: a = a*c + Σ_{j<n} s[j]·V[j], 32 columns at a time held in
-// registers across all n rows (one load and store of a per block).
-static inline TK_TARGET_AVX2 void pv_avx2(float *a, float c, const float *s,
-                                          const float *V, int n, int hd) {
-  const __m256 cv = _mm256_set1_ps(c);
-  int d = 0;
-  for (; d + 32 <= hd; d += 32) {
-    __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d));
-    __m256 a1 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 8));
-    __m256 a2 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 16));
-    __m256 a3 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 24));
-    for (int j = 0; j < n; j++) {
-      const float *v = V + (size_t)j * hd + d;
-      __m256 p = _mm256_broadcast_ss(s + j);
-      a0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v), a0);
-      a1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8), a1);
-      a2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 16), a2);
-      a3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 24), a3);
-    }
-    _mm256_storeu_ps(a + d, a0);
-    _mm256_storeu_ps(a + d + 8, a1);
-    _mm256_storeu_ps(a + d + 16, a2);
-    _mm256_storeu_ps(a + d + 24, a3);
-  }
-  for (; d + 8 <= hd; d += 8) {
-    __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d));
-    for (int j = 0; j < n; j++)
-      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(s + j),
-                           _mm256_loadu_ps(V + (size_t)j * hd + d), a0);
-    _mm256_storeu_ps(a + d, a0);
-  }
-  for (; d < hd; d++) {
-    float t = a[d] * c;
-    for (int j = 0; j < n; j++) t += s[j] * V[(size_t)j * hd + d];
-    a[d] = t;
-  }
-}
 #endif
 
 static float dot(int isa, const float *a, const float *b, int n) {
@@ -333,9 +297,10 @@ TK_INLINE TK_TARGET_AVX2 float dot16_avx2(int kt, const float *a,
   return t;
 }
 
-// scores16_avx2 is scores_avx2 on a 16-bit cache of type kt: the same
-// loop, widening in registers.
+// scores16_avx2 and pv16_avx2 are scores_avx2 and pv_avx2 on a 16-bit
+// cache of type kt: the same loops, widening in registers.
 #define TK_SC_NAME scores16_avx2
+#define TK_SC_PV pv16_avx2
 #define TK_SC_QUAL TK_INLINE
 #define TK_SC_KT int kt,
 #define TK_SC_ELEM uint16_t
@@ -344,43 +309,6 @@ TK_INLINE TK_TARGET_AVX2 float dot16_avx2(int kt, const float *a,
 #define TK_SC_DOT(a, b, n) dot16_avx2(kt, a, b, n)
 #include "tk_scores_body.h"
 
-// pv16_avx2 is pv_avx2 on a 16-bit cache.
-TK_INLINE TK_TARGET_AVX2 void pv16_avx2(int kt, float *a, float c,
-                                        const float *s, const uint16_t *V,
-                                        int n, int hd) {
-  const __m256 cv = _mm256_set1_ps(c);
-  int d = 0;
-  for (; d + 32 <= hd; d += 32) {
-    __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d));
-    __m256 a1 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 8));
-    __m256 a2 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 16));
-    __m256 a3 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 24));
-    for (int j = 0; j < n; j++) {
-      const uint16_t *v = V + (size_t)j * hd + d;
-      __m256 p = _mm256_broadcast_ss(s + j);
-      a0 = _mm256_fmadd_ps(p, kv16_ld8(kt, v), a0);
-      a1 = _mm256_fmadd_ps(p, kv16_ld8(kt, v + 8), a1);
-      a2 = _mm256_fmadd_ps(p, kv16_ld8(kt, v + 16), a2);
-      a3 = _mm256_fmadd_ps(p, kv16_ld8(kt, v + 24), a3);
-    }
-    _mm256_storeu_ps(a + d, a0);
-    _mm256_storeu_ps(a + d + 8, a1);
-    _mm256_storeu_ps(a + d + 16, a2);
-    _mm256_storeu_ps(a + d + 24, a3);
-  }
-  for (; d + 8 <= hd; d += 8) {
-    __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d));
-    for (int j = 0; j < n; j++)
-      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(s + j),
-                           kv16_ld8(kt, V + (size_t)j * hd + d), a0);
-    _mm256_storeu_ps(a + d, a0);
-  }
-  for (; d < hd; d++) {
-    float t = a[d] * c;
-    for (int j = 0; j < n; j++) t += s[j] * kv16_ld1(kt, V[(size_t)j * hd + d]);
-    a[d] = t;
-  }
-}
 #endif
 
 // ---- instances: one body per (path, cache type) ----

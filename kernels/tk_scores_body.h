@@ -1,14 +1,18 @@
-// tk_scores_body.h: the AVX2 score loop of paged attention, included by
-// tk_ops.c once per cache element type (float, and f16/bf16 bits) so the
-// two stay one loop. It defines
+// tk_scores_body.h: the AVX2 score and P·V loops of paged attention,
+// included by tk_ops.c once per cache element type (float, and f16/bf16
+// bits) so each stays one loop. It defines
 //   float TK_SC_NAME(TK_SC_KT const float *q, const TK_SC_ELEM *K, int hd,
 //                    int n, float scale, float *s)
 // which sets s[j] = scale·(q·K[j]) for j < n (K rows hd elements apart),
 // eight positions at a time (eight dot-product accumulators, one
-// transpose-add), and returns max_j s[j]. Macros:
+// transpose-add), and returns max_j s[j], and
+//   void TK_SC_PV(TK_SC_KT float *a, float c, const float *s,
+//                 const TK_SC_ELEM *V, int n, int hd)
+// which sets a = a·c + Σ_{j<n} s[j]·V[j]. Macros:
+//   TK_SC_NAME, TK_SC_PV  the two functions' names
 //   TK_SC_QUAL     storage and inline qualifiers
 //   TK_SC_KT       leading parameters (empty, or `int kt,` for 16-bit)
-//   TK_SC_ELEM     K's element type
+//   TK_SC_ELEM     K's and V's element type
 //   TK_SC_LD8(p)   eight elements at p as a __m256
 //   TK_SC_LD1(x)   one element x as a float
 //   TK_SC_DOT(a, b, n)  the float dot product of n elements (tail rows)
@@ -55,8 +59,51 @@ TK_SC_QUAL TK_TARGET_AVX2 float TK_SC_NAME(TK_SC_KT const float *q,
   return bm;
 }
 
-// Each inclusion instantiates one loop; the next sets its own parameters.
+
+// TK_SC_PV: a = a*c + Σ_{j<n} s[j]·V[j] over hd columns, 32 columns at a
+// time held in registers across all n rows (one load and store of a per
+// block).
+TK_SC_QUAL TK_TARGET_AVX2 void TK_SC_PV(TK_SC_KT float *a, float c,
+                                        const float *s, const TK_SC_ELEM *V,
+                                        int n, int hd) {
+  const __m256 cv = _mm256_set1_ps(c);
+  int d = 0;
+  for (; d + 32 <= hd; d += 32) {
+    __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d));
+    __m256 a1 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 8));
+    __m256 a2 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 16));
+    __m256 a3 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d + 24));
+    for (int j = 0; j < n; j++) {
+      const TK_SC_ELEM *v = V + (size_t)j * hd + d;
+      __m256 p = _mm256_broadcast_ss(s + j);
+      a0 = _mm256_fmadd_ps(p, TK_SC_LD8(v), a0);
+      a1 = _mm256_fmadd_ps(p, TK_SC_LD8(v + 8), a1);
+      a2 = _mm256_fmadd_ps(p, TK_SC_LD8(v + 16), a2);
+      a3 = _mm256_fmadd_ps(p, TK_SC_LD8(v + 24), a3);
+    }
+    _mm256_storeu_ps(a + d, a0);
+    _mm256_storeu_ps(a + d + 8, a1);
+    _mm256_storeu_ps(a + d + 16, a2);
+    _mm256_storeu_ps(a + d + 24, a3);
+  }
+  for (; d + 8 <= hd; d += 8) {
+    __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + d));
+    for (int j = 0; j < n; j++)
+      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(s + j),
+                           TK_SC_LD8(V + (size_t)j * hd + d), a0);
+    _mm256_storeu_ps(a + d, a0);
+  }
+  for (; d < hd; d++) {
+    float t = a[d] * c;
+    for (int j = 0; j < n; j++) t += s[j] * TK_SC_LD1(V[(size_t)j * hd + d]);
+    a[d] = t;
+  }
+}
+
+// Each inclusion instantiates one pair of loops; the next sets its own
+// parameters.
 #undef TK_SC_NAME
+#undef TK_SC_PV
 #undef TK_SC_QUAL
 #undef TK_SC_KT
 #undef TK_SC_ELEM
