@@ -48,9 +48,10 @@ int tk_act_block(int wtype) {
 static int act_has_min(int wtype) { return wtype == TK_Q4_1 || wtype == TK_Q5_1; }
 
 // act_layout carves the activation buffer: qs int8 [m][k], then d float
-// [m][k/B], then aux: int32 corr [m][k/32] (legacy), float d·Σq [m][k/32]
-// (Q4_1, Q5_1) or int16 bsums [m][k/16] (K-quants), each region 64-byte
-// aligned.
+// [m][k/B], then aux: int32 corr [m][k/32] (legacy), float pairs (d, d·Σq)
+// [m][k/32][2] (Q4_1, Q5_1: one 16-byte load gives a block pair's both
+// terms, the order of the weight blocks' (d, m) pairs) or int16 bsums
+// [m][k/16] (K-quants), each region 64-byte aligned.
 typedef struct {
   int8_t *qs;
   float *d;
@@ -73,7 +74,9 @@ static act_t act_layout(int wtype, int m, int k, void *buf) {
 
 size_t tk_act_bytes(int wtype, int m, int k) {
   int be = tk_act_block(wtype);
-  size_t aux = be == TK_QKK ? 2 * (size_t)m * (k / 16) : 4 * (size_t)m * (k / TK_QK);
+  size_t aux = be == TK_QKK          ? 2 * (size_t)m * (k / 16)
+               : act_has_min(wtype) ? 8 * (size_t)m * (k / TK_QK)
+                                    : 4 * (size_t)m * (k / TK_QK);
   return up64((size_t)m * k) + up64(4 * (size_t)m * (k / be)) + up64(aux);
 }
 
@@ -169,7 +172,9 @@ void tk_quant_act(int lp, int wtype, const float *x, int m, int k, int r0,
         int16_t *bs = (int16_t *)a.aux + (size_t)r * (k / 16) + 16 * (size_t)b;
         for (int g = 0; g < 16; g++) bs[g] = (int16_t)s16[g];
       } else if (act_has_min(wtype)) {
-        ((float *)a.aux)[(size_t)r * nb + b] = *d * (float)(s16[0] + s16[1]);
+        float *p = (float *)a.aux + 2 * ((size_t)r * nb + b);
+        p[0] = *d;
+        p[1] = *d * (float)(s16[0] + s16[1]);
       } else {
         ((int32_t *)a.aux)[(size_t)r * nb + b] = -off * (s16[0] + s16[1]);
       }
@@ -289,7 +294,7 @@ static void qmm_portable(int wtype, const uint8_t *w, size_t wrow, act_t a,
           }
           acc += tk_f16_to_f32(tk_load_u16(blk)) * dx * (float)s;
           if (act_has_min(wtype))
-            acc += tk_f16_to_f32(tk_load_u16(blk + 2)) * ((const float *)a.aux)[(size_t)r * nb + b];
+            acc += tk_f16_to_f32(tk_load_u16(blk + 2)) * ((const float *)a.aux)[2 * ((size_t)r * nb + b) + 1];
         } else {
           int q[256], sc[16], mn[16];
           float d, dmin;

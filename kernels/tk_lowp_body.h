@@ -52,7 +52,7 @@ TK_INLINE LP_TARGET void LPF(mm32_step)(const int WT, const int M, const int N,
   const size_t bb = tk_blk_bytes(WT);
   const int sign = WT == TK_Q8_0 && !LP_XOR8;
   const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;
-  const float *xm = (const float *)(const void *)xc;  // mn: d_x·Σq_x per block
+  const float *xm = (const float *)(const void *)xc;  // mn: (d_x, d_x·Σq_x) per block
   __m256i wu[4];
   __m256 wd[4], wm[4];
   for (int j = 0; j < N; j++) {
@@ -66,7 +66,7 @@ TK_INLINE LP_TARGET void LPF(mm32_step)(const int WT, const int M, const int N,
     __m256 dx = _mm256_set1_ps(xd[(size_t)r * nb + b]);
     __m256i c0 = sign || mn ? _mm256_setzero_si256()
                             : _mm256_zextsi128_si256(_mm_cvtsi32_si128(xc[(size_t)r * nb + b]));
-    __m256 xs = mn ? _mm256_zextps128_ps256(_mm_load_ss(xm + (size_t)r * nb + b)) : _mm256_setzero_ps();
+    __m256 xs = mn ? _mm256_zextps128_ps256(_mm_load_ss(xm + 2 * ((size_t)r * nb + b) + 1)) : _mm256_setzero_ps();
     for (int j = 0; j < N; j++) {
       __m256i s = sign ? LP_DOTB(c0, _mm256_sign_epi8(wu[j], wu[j]), _mm256_sign_epi8(xv, wu[j]))
                        : LP_DOTB(c0, wu[j], xv);
@@ -108,42 +108,82 @@ TK_INLINE LP_TARGET void LPF(mm32)(const int WT, const int M, const int N,
 }
 
 #ifdef LP_ZMM
+// wq64 returns the 64 quants of legacy blocks b0 and b1 (bytes 0..31 and
+// 32..63, each as wq32). Q4/Q5: both blocks' 16 nibble bytes in one
+// 256-bit register, its halves spread to 128-bit lanes 0,0,1,1 and the odd
+// lanes shifted by 4; Q5's fifth bits are the two 32-bit qh fields as one
+// 64-bit byte mask.
+TK_INLINE LP_TARGET __m512i LPF(wq64)(const int WT, const uint8_t *b0, const uint8_t *b1) {
+  if (WT == TK_Q8_0) {
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b0 + 2))),
+                                   _mm256_loadu_si256((const __m256i *)(const void *)(b1 + 2)), 1);
+    return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+  }
+  const int q5 = WT == TK_Q5_0 || WT == TK_Q5_1;
+  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;
+  const size_t qo = 2 + 2 * (size_t)mn + (q5 ? 4 : 0);  // the nibbles' offset
+  __m256i t = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(b0 + qo))),
+                                      _mm_loadu_si128((const __m128i *)(const void *)(b1 + qo)), 1);
+  __m512i z = _mm512_shuffle_i64x2(_mm512_castsi256_si512(t), _mm512_castsi256_si512(t), 0x50);
+  const __m512i by4 = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
+                                       0x0004000400040004, 0x0004000400040004, 0, 0);
+  z = _mm512_and_si512(_mm512_srlv_epi16(z, by4), _mm512_set1_epi8(15));
+  if (q5) {
+    uint32_t h0, h1;
+    memcpy(&h0, b0 + 2 + 2 * mn, 4);
+    memcpy(&h1, b1 + 2 + 2 * mn, 4);
+    __mmask64 hk = _mm512_kunpackd(_cvtu32_mask32(h1), _cvtu32_mask32(h0));
+    z = _mm512_mask_add_epi8(z, hk, z, _mm512_set1_epi8(16));
+  }
+  return z;
+}
+
 // mm32z_step accumulates block pair (b, b+1) of the M x N tile into acc
-// (scale terms) and accm (Q4_1/Q5_1 min terms).
+// (scale terms) and accm (Q4_1/Q5_1 min terms, in lanes 1 and 3).
+// The weight blocks' f16 scales (Q4_1/Q5_1: and mins) of the pair are one
+// 4-value conversion [d0, m0, d1, m1]; times the activation pairs
+// [d_x0, d_x0·Σq_x0, d_x1, d_x1·Σq_x1] its odd lanes are the two min
+// terms, so they cost one masked 128-bit FMA per pair.
 TK_INLINE LP_TARGET void LPF(mm32z_step)(const int WT, const int M, const int N,
                                          const uint8_t *const *row, const int8_t *xq,
                                          const float *xd, const int32_t *xc, int k,
-                                         int b, __m512 acc[4][4], __m512 accm[4][4]) {
+                                         int b, __m512 acc[4][4], __m128 accm[4][4]) {
   const int nb = k / TK_QK;
   const size_t bb = tk_blk_bytes(WT);
   const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;
-  const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const float *xa = (const float *)(const void *)xc;  // mn: (d_x, d_x·Σq_x) per block
+  // Lanes 0..7 take element 0 of a 4-value source, lanes 8..15 element 1
+  // (Q4_1/Q5_1 pairs: element 2).
+  const __m512i pair = mn ? _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                          : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   __m512i wu[4];
-  __m512 wd[4], wm[4];
+  __m512 wd[4];
+  __m128 wf[4];
   for (int j = 0; j < N; j++) {
     const uint8_t *b0 = row[j] + (size_t)b * bb, *b1 = b0 + bb;
-    wu[j] = _mm512_inserti64x4(_mm512_castsi256_si512(LPF(wq32)(WT, b0)), LPF(wq32)(WT, b1), 1);
-    __m128 d01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0) | (uint32_t)tk_load_u16(b1) << 16)));
-    wd[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(d01));
-    if (mn) {
-      __m128 m01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(tk_load_u16(b0 + 2) | (uint32_t)tk_load_u16(b1 + 2) << 16)));
-      wm[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(m01));
-    }
+    wu[j] = LPF(wq64)(WT, b0, b1);
+    uint32_t s0, s1;  // d (and m) of each block; !mn: d and a quant byte pair
+    memcpy(&s0, b0, 4);
+    memcpy(&s1, b1, 4);
+    __m128i h = mn ? _mm_insert_epi32(_mm_cvtsi32_si128((int)s0), (int)s1, 1)
+                   : _mm_insert_epi16(_mm_cvtsi32_si128((int)s0), (int)(s1 & 0xffff), 1);
+    wf[j] = _mm_cvtph_ps(h);
+    wd[j] = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(wf[j]));
   }
   for (int r = 0; r < M; r++) {
     __m512i xv = _mm512_loadu_si512((const void *)(xq + (size_t)r * k + TK_QK * b));
-    __m512 dx = _mm512_permutexvar_ps(pair, _mm512_castpd_ps(_mm512_castpd128_pd512(
-                                                _mm_load_sd((const double *)(const void *)(xd + (size_t)r * nb + b)))));
+    __m128 xp = mn ? _mm_loadu_ps(xa + 2 * ((size_t)r * nb + b))
+                   : _mm_castpd_ps(_mm_load_sd((const double *)(const void *)(xd + (size_t)r * nb + b)));
+    __m512 dx = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(xp));
     // The two corrections into lanes 0 and 8 (a permute: vpexpandd from
-    // memory is microcoded on Zen 4); Q4_1/Q5_1: the two blocks' d_x·Σq_x
-    // there instead.
-    __m512i c2 = _mm512_maskz_permutexvar_epi32(0x0101, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
-                                                              (const __m128i *)(const void *)(xc + (size_t)r * nb + b))));
-    __m512i c0 = mn ? _mm512_setzero_si512() : c2;
+    // memory is microcoded on Zen 4).
+    __m512i c0 = mn ? _mm512_setzero_si512()
+                    : _mm512_maskz_permutexvar_epi32(0x0101, pair, _mm512_castsi128_si512(_mm_loadl_epi64(
+                                                                       (const __m128i *)(const void *)(xc + (size_t)r * nb + b))));
     for (int j = 0; j < N; j++) {
       __m512i s = _mm512_dpbusd_epi32(c0, wu[j], xv);
       acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[j], dx), acc[r][j]);
-      if (mn) accm[r][j] = _mm512_fmadd_ps(wm[j], _mm512_castsi512_ps(c2), accm[r][j]);
+      if (mn) accm[r][j] = _mm_mask3_fmadd_ps(wf[j], xp, accm[r][j], 0xa);
     }
   }
 }
@@ -153,8 +193,8 @@ TK_INLINE LP_TARGET void LPF(mm32z_step)(const int WT, const int M, const int N,
 // and per x row and block pair, so one dot, conversion, scale product and
 // FMA cover 64 products instead of 32. An odd last block goes through the
 // 256-bit step. Small tiles (M·N ≤ 2) keep a second set of accumulators
-// for alternate block pairs and the min terms apart: one FMA chain would
-// bound them by its latency.
+// for alternate block pairs: one FMA chain would bound them by its
+// latency. The Q4_1/Q5_1 min terms have their own 128-bit accumulators.
 TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
                                     const uint8_t *w, size_t wrow,
                                     const int8_t *xq, const float *xd,
@@ -163,26 +203,30 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
   const int nb = k / TK_QK;
   const size_t bb = tk_blk_bytes(WT);
   const int mn = WT == TK_Q4_1 || WT == TK_Q5_1, two = M * N <= 2;
-  const float *xm = (const float *)(const void *)xc;  // mn: d_x·Σq_x per block
+  const float *xm = (const float *)(const void *)xc;  // mn: (d_x, d_x·Σq_x) per block
   const uint8_t *row[4];
   for (int j = 0; j < N; j++) row[j] = w + (size_t)(n + j) * wrow;
-  __m512 acc[4][4], acc2[4][4], accm[4][4], accm2[4][4];
+  __m512 acc[4][4], acc2[4][4];
+  __m128 accm[4][4], accm2[4][4];
   for (int r = 0; r < M; r++)
-    for (int j = 0; j < N; j++) acc[r][j] = acc2[r][j] = accm[r][j] = accm2[r][j] = _mm512_setzero_ps();
+    for (int j = 0; j < N; j++) {
+      acc[r][j] = acc2[r][j] = _mm512_setzero_ps();
+      accm[r][j] = accm2[r][j] = _mm_setzero_ps();
+    }
   int b = 0;
   if (two)
     for (; b + 4 <= nb; b += 4) {
       LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b, acc, accm);
       LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b + 2, acc2, accm2);
     }
-  for (; b + 2 <= nb; b += 2) LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b, acc, two ? accm : acc);
-  for (int r = 0; r < M; r++)
-    for (int j = 0; j < N; j++)
-      if (two) acc[r][j] = _mm512_add_ps(_mm512_add_ps(acc[r][j], acc2[r][j]), _mm512_add_ps(accm[r][j], accm2[r][j]));
+  for (; b + 2 <= nb; b += 2) LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b, acc, accm);
   __m256 t[4][4];
   for (int r = 0; r < M; r++)
-    for (int j = 0; j < N; j++)
+    for (int j = 0; j < N; j++) {
+      if (two) acc[r][j] = _mm512_add_ps(acc[r][j], acc2[r][j]);
       t[r][j] = _mm256_add_ps(_mm512_castps512_ps256(acc[r][j]), _mm512_extractf32x8_ps(acc[r][j], 1));
+      if (mn) t[r][j] = _mm256_add_ps(t[r][j], _mm256_zextps128_ps256(two ? _mm_add_ps(accm[r][j], accm2[r][j]) : accm[r][j]));
+    }
   if (b < nb) {
     for (int j = 0; j < N; j++) {
       const uint8_t *blk = row[j] + (size_t)b * bb;
@@ -195,7 +239,7 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
         t[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd, _mm256_set1_ps(xd[(size_t)r * nb + b])), t[r][j]);
         if (mn)
           t[r][j] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(tk_load_u16(blk + 2))),
-                                    _mm256_zextps128_ps256(_mm_load_ss(xm + (size_t)r * nb + b)), t[r][j]);
+                                    _mm256_zextps128_ps256(_mm_load_ss(xm + 2 * ((size_t)r * nb + b) + 1)), t[r][j]);
       }
     }
   }
@@ -226,7 +270,8 @@ TK_INLINE LP_TARGET void LPF(mm32_rows)(const int WT, const int N,
       _mm_prefetch((const char *)(pf + 64 * i), _MM_HINT_T0);
     const int8_t *q = xq + (size_t)r * k;
     const float *d = xd + (size_t)r * nb;
-    const int32_t *c = xc + (size_t)r * nb;
+    // Q4_1/Q5_1: (d_x, d_x·Σq_x) pairs, two words per block.
+    const int32_t *c = xc + (size_t)r * nb * (WT == TK_Q4_1 || WT == TK_Q5_1 ? 2 : 1);
     float *yr = y + (size_t)r * ldy;
     switch (m - r < 4 ? m - r : 4) {
       case 1: LP_MM32(WT, 1, N, w, wrow, q, d, c, k, yr, ldy, n); break;
