@@ -143,8 +143,10 @@ TK_INLINE LP_TARGET __m512i LPF(wq64)(const int WT, const uint8_t *b0, const uin
 // The weight blocks' f16 scales (Q4_1/Q5_1: and mins) of the pair are one
 // 4-value conversion [d0, m0, d1, m1]; times the activation pairs
 // [d_x0, d_x0·Σq_x0, d_x1, d_x1·Σq_x1] its odd lanes are the two min
-// terms, so they cost one masked 128-bit FMA per pair.
-TK_INLINE LP_TARGET void LPF(mm32z_step)(const int WT, const int M, const int N,
+// terms, so they cost one masked 128-bit FMA per pair; into accm when sep
+// (small tiles, whose acc chains are few), else into acc's lanes 1 and 3
+// (large tiles: 12 more accumulators would spill).
+TK_INLINE LP_TARGET void LPF(mm32z_step)(const int WT, const int M, const int N, const int sep,
                                          const uint8_t *const *row, const int8_t *xq,
                                          const float *xd, const int32_t *xc, int k,
                                          int b, __m512 acc[4][4], __m128 accm[4][4]) {
@@ -183,7 +185,10 @@ TK_INLINE LP_TARGET void LPF(mm32z_step)(const int WT, const int M, const int N,
     for (int j = 0; j < N; j++) {
       __m512i s = _mm512_dpbusd_epi32(c0, wu[j], xv);
       acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[j], dx), acc[r][j]);
-      if (mn) accm[r][j] = _mm_mask3_fmadd_ps(wf[j], xp, accm[r][j], 0xa);
+      if (mn && sep)
+        accm[r][j] = _mm_mask3_fmadd_ps(wf[j], xp, accm[r][j], 0xa);
+      else if (mn)
+        acc[r][j] = _mm512_mask3_fmadd_ps(_mm512_castps128_ps512(wf[j]), _mm512_castps128_ps512(xp), acc[r][j], 0xa);
     }
   }
 }
@@ -194,7 +199,7 @@ TK_INLINE LP_TARGET void LPF(mm32z_step)(const int WT, const int M, const int N,
 // FMA cover 64 products instead of 32. An odd last block goes through the
 // 256-bit step. Small tiles (M·N ≤ 2) keep a second set of accumulators
 // for alternate block pairs: one FMA chain would bound them by its
-// latency. The Q4_1/Q5_1 min terms have their own 128-bit accumulators.
+// latency, and the Q4_1/Q5_1 min terms in 128-bit accumulators apart.
 TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
                                     const uint8_t *w, size_t wrow,
                                     const int8_t *xq, const float *xd,
@@ -216,16 +221,16 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
   int b = 0;
   if (two)
     for (; b + 4 <= nb; b += 4) {
-      LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b, acc, accm);
-      LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b + 2, acc2, accm2);
+      LPF(mm32z_step)(WT, M, N, 1, row, xq, xd, xc, k, b, acc, accm);
+      LPF(mm32z_step)(WT, M, N, 1, row, xq, xd, xc, k, b + 2, acc2, accm2);
     }
-  for (; b + 2 <= nb; b += 2) LPF(mm32z_step)(WT, M, N, row, xq, xd, xc, k, b, acc, accm);
+  for (; b + 2 <= nb; b += 2) LPF(mm32z_step)(WT, M, N, two, row, xq, xd, xc, k, b, acc, accm);
   __m256 t[4][4];
   for (int r = 0; r < M; r++)
     for (int j = 0; j < N; j++) {
       if (two) acc[r][j] = _mm512_add_ps(acc[r][j], acc2[r][j]);
       t[r][j] = _mm256_add_ps(_mm512_castps512_ps256(acc[r][j]), _mm512_extractf32x8_ps(acc[r][j], 1));
-      if (mn) t[r][j] = _mm256_add_ps(t[r][j], _mm256_zextps128_ps256(two ? _mm_add_ps(accm[r][j], accm2[r][j]) : accm[r][j]));
+      if (mn && two) t[r][j] = _mm256_add_ps(t[r][j], _mm256_zextps128_ps256(_mm_add_ps(accm[r][j], accm2[r][j])));
     }
   if (b < nb) {
     for (int j = 0; j < N; j++) {
