@@ -319,6 +319,12 @@ static void qmm_portable(int wtype, const uint8_t *w, size_t wrow, act_t a,
 #if TK_X86
 // ---- the SIMD levels ----
 
+static inline uint32_t lp_load_u32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
 #define LPF(name) name##_avx2
 #define LP_TARGET TK_TARGET_AVX2
 #define LP_DOTB(acc, u, s) \

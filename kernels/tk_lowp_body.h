@@ -193,6 +193,64 @@ TK_INLINE LP_TARGET void LPF(mm32z_step)(const int WT, const int M, const int N,
   }
 }
 
+// mm32z_gemv8 accumulates blocks b..b+7 of one weight row and one x row
+// into *acc: four two-block dots, their 64 int32 lanes reduced to the 8
+// block sums (unpacks, shuffles and adds), then one conversion and one FMA
+// with the 8 blocks' scale products, instead of a conversion, scale
+// product and FMA of 16 lanes per pair. Q4_1/Q5_1: sums in the even
+// lanes and 1 in the odd ones, against [d_w·d_x, m_w·d_x·Σq_x] pairs, so
+// the same FMA adds the min terms; the other types add the blocks'
+// integer corrections to the sums.
+TK_INLINE LP_TARGET void LPF(mm32z_gemv8)(const int WT, const uint8_t *row, const int8_t *xq,
+                                          const float *xd, const int32_t *xc, int b,
+                                          __m512 *acc) {
+  const size_t bb = tk_blk_bytes(WT);
+  const int mn = WT == TK_Q4_1 || WT == TK_Q5_1;
+  const uint8_t *b0 = row + (size_t)b * bb;
+  __m512i s[4];
+  for (int p = 0; p < 4; p++)
+    s[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), LPF(wq64)(WT, b0 + 2 * (size_t)p * bb, b0 + (2 * (size_t)p + 1) * bb),
+                               _mm512_loadu_si512((const void *)(xq + TK_QK * (b + 2 * p))));
+  // Per 128-bit lane L: [s0, s1, s2, s3 summed over L], then lanes 0+1 and
+  // 2+3: dwords 0..3 hold the sums of blocks 0, 2, 4, 6, dwords 8..11 those
+  // of blocks 1, 3, 5, 7.
+  __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi64(s[0], s[1]), _mm512_unpackhi_epi64(s[0], s[1]));
+  __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2], s[3]), _mm512_unpackhi_epi64(s[2], s[3]));
+  __m512 a = _mm512_castsi512_ps(u01), c = _mm512_castsi512_ps(u23);
+  __m512i v = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0))),
+                               _mm512_castps_si512(_mm512_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1))));
+  v = _mm512_add_epi32(v, _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  if (mn) {
+    // Lane 2i: block i's sum; lane 2i+1: 1.
+    const __m512i idx = _mm512_set_epi32(0, 11, 0, 3, 0, 10, 0, 2, 0, 9, 0, 1, 0, 8, 0, 0);
+    __m512 f = _mm512_cvtepi32_ps(_mm512_mask_permutexvar_epi32(_mm512_set1_epi32(1), 0x5555, idx, v));
+    __m128i h0 = _mm_cvtsi32_si128((int)lp_load_u32(b0)), h1 = _mm_cvtsi32_si128((int)lp_load_u32(b0 + 4 * bb));
+    h0 = _mm_insert_epi32(h0, (int)lp_load_u32(b0 + bb), 1);
+    h1 = _mm_insert_epi32(h1, (int)lp_load_u32(b0 + 5 * bb), 1);
+    h0 = _mm_insert_epi32(h0, (int)lp_load_u32(b0 + 2 * bb), 2);
+    h1 = _mm_insert_epi32(h1, (int)lp_load_u32(b0 + 6 * bb), 2);
+    h0 = _mm_insert_epi32(h0, (int)lp_load_u32(b0 + 3 * bb), 3);
+    h1 = _mm_insert_epi32(h1, (int)lp_load_u32(b0 + 7 * bb), 3);
+    __m512 wdm = _mm512_cvtph_ps(_mm256_set_m128i(h1, h0));  // [d0, m0, .., d7, m7]
+    const float *xa = (const float *)(const void *)xc;     // (d_x, d_x·Σq_x) per block
+    *acc = _mm512_fmadd_ps(f, _mm512_mul_ps(wdm, _mm512_loadu_ps(xa + 2 * (size_t)b)), *acc);
+    return;
+  }
+  const __m512i idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 11, 3, 10, 2, 9, 1, 8, 0);
+  __m256i t = _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, v));
+  t = _mm256_add_epi32(t, _mm256_loadu_si256((const __m256i *)(const void *)(xc + b)));
+  __m128i h = _mm_cvtsi32_si128((int)tk_load_u16(b0));
+  h = _mm_insert_epi16(h, (int)tk_load_u16(b0 + bb), 1);
+  h = _mm_insert_epi16(h, (int)tk_load_u16(b0 + 2 * bb), 2);
+  h = _mm_insert_epi16(h, (int)tk_load_u16(b0 + 3 * bb), 3);
+  h = _mm_insert_epi16(h, (int)tk_load_u16(b0 + 4 * bb), 4);
+  h = _mm_insert_epi16(h, (int)tk_load_u16(b0 + 5 * bb), 5);
+  h = _mm_insert_epi16(h, (int)tk_load_u16(b0 + 6 * bb), 6);
+  h = _mm_insert_epi16(h, (int)tk_load_u16(b0 + 7 * bb), 7);
+  __m256 sc = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(xd + b));
+  *acc = _mm512_insertf32x8(*acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), sc, _mm512_castps512_ps256(*acc)), 0);
+}
+
 // mm32z is mm32 on 512-bit registers (LP_XOR8 levels only): two blocks
 // per vpdpbusd, their scale pairs [d0 x8, d1 x8] built once per weight row
 // and per x row and block pair, so one dot, conversion, scale product and
@@ -219,6 +277,9 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
       accm[r][j] = accm2[r][j] = _mm_setzero_ps();
     }
   int b = 0;
+  __m512 acc8 = _mm512_setzero_ps();  // M = N = 1: blocks of 8 (mm32z_gemv8)
+  if (M == 1 && N == 1)
+    for (; b + 8 <= nb; b += 8) LPF(mm32z_gemv8)(WT, row[0], xq, xd, xc, b, &acc8);
   if (two)
     for (; b + 4 <= nb; b += 4) {
       LPF(mm32z_step)(WT, M, N, 1, row, xq, xd, xc, k, b, acc, accm);
@@ -228,7 +289,7 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
   __m256 t[4][4];
   for (int r = 0; r < M; r++)
     for (int j = 0; j < N; j++) {
-      if (two) acc[r][j] = _mm512_add_ps(acc[r][j], acc2[r][j]);
+      if (two) acc[r][j] = _mm512_add_ps(acc[r][j], _mm512_add_ps(acc2[r][j], acc8));
       t[r][j] = _mm256_add_ps(_mm512_castps512_ps256(acc[r][j]), _mm512_extractf32x8_ps(acc[r][j], 1));
       if (mn && two) t[r][j] = _mm256_add_ps(t[r][j], _mm256_zextps128_ps256(_mm_add_ps(accm[r][j], accm2[r][j])));
     }
