@@ -677,8 +677,10 @@ TK_INLINE LP_TARGET void LPF(mmkt)(const int WT, const uint8_t *w, size_t wrow, 
 #undef LP_KT_VECS
 
 #define LP_N_FOR(M) ((M) == 1 ? 4 : LP_NMAX)
-// LP_KT_MIN is the fewest rows of x that take the tile kernels (mmkt).
-#define LP_KT_MIN 2
+// LP_KT_MIN is the fewest rows of x that take the tile kernels (mmkt):
+// measured faster from 8 rows up (BenchmarkMatMul m=8, 32, 512); below 5,
+// packing 8 rows per chunk outweighs what the tile saves over mmk's GEMV.
+#define LP_KT_MIN 5
 
 LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
                                const int8_t *xq, const float *xd,
