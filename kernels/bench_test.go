@@ -120,7 +120,7 @@ func BenchmarkReadBandwidth(b *testing.B) {
 }
 
 func BenchmarkMatMul(b *testing.B) {
-	shapes := []struct{ m, k, n int }{{1, 768, 768}, {32, 768, 2048}, {512, 768, 2048}}
+	shapes := []struct{ m, k, n int }{{1, 768, 768}, {8, 768, 2048}, {32, 768, 2048}, {512, 768, 2048}}
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, typ := range []DType{F32, BF16, Q8_0, Q4_K} {
 		for _, s := range shapes {

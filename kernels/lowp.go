@@ -68,8 +68,9 @@ func (w *Workers) Features() Features {
 // weight type (exact: the result differs from RefMatMul by float32
 // summation only) or, the default, rounds them where that is faster:
 // to bf16 for BF16 weights on AVX512-BF16, and to int8 blocks for every
-// block type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K) at up to 32 rows
-// (see LowPrecision).
+// block type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K) at up to 32 rows,
+// and for Q4_K/Q5_K at every row count off the portable path (see
+// LowPrecision).
 func (w *Workers) SetExact(exact bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -107,7 +108,9 @@ const (
 // lowpKind picks the activation rounding for a MatMul. BF16 needs the
 // AVX512 path with AVX512-BF16 (and even k for the packed GEMM). Int8 runs
 // at up to streamMaxRows rows: past that the packed float32 GEMM (whose
-// weight decoding is amortised over the rows) is as fast.
+// weight decoding is amortised over the rows) is as fast, except for
+// Q4_K and Q5_K off the portable path, whose int8 tile kernel (8 weight
+// rows decoded once per depth chunk for every row of x) outruns it.
 func (w *Workers) lowpKind(W Matrix, m int) lowpKind {
 	if w.exact {
 		return lowpNone
@@ -115,11 +118,15 @@ func (w *Workers) lowpKind(W Matrix, m int) lowpKind {
 	if W.Type == BF16 && w.path == AVX512 && w.feat&FeatAVX512BF16 != 0 && (m <= streamMaxRows || W.Cols%2 == 0) {
 		return lowpBF16
 	}
-	if m <= streamMaxRows && C.tk_act_block(C.int(W.Type)) != 0 {
+	if C.tk_act_block(C.int(W.Type)) != 0 && (m <= streamMaxRows || int8Tiled(W.Type) && w.path != Portable) {
 		return lowpInt8
 	}
 	return lowpNone
 }
+
+// int8Tiled reports a type whose int8 kernel at m > 1 is the tile GEMM
+// (mmkt in tk_lowp_body.h).
+func int8Tiled(t DType) bool { return t == Q4_K || t == Q5_K }
 
 // dotLevel is the integer-dot level of the int8 kernels for this pool.
 func (w *Workers) dotLevel() int {
@@ -148,7 +155,13 @@ func (w *Workers) matmulLowp(kind lowpKind, y, x []float32, m int, W Matrix) {
 		if need := ceilDiv(bytes, 4); len(w.act) < need {
 			w.act = make([]float32, need)
 		}
-		C.tk_quant_act(C.int(lp), C.int(W.Type), f32p(x), C.int(m), C.int(k), 0, C.int(m), unsafe.Pointer(f32p(w.act)))
+		if m <= streamMaxRows || w.n == 1 {
+			C.tk_quant_act(C.int(lp), C.int(W.Type), f32p(x), C.int(m), C.int(k), 0, C.int(m), unsafe.Pointer(f32p(w.act)))
+		} else { // prefill: a few % of the matmul on one core
+			per := ceilDiv(m, 2*w.n)
+			w.job = job{kind: jobQuantAct, lp: lp, w: W, x: x, m: m, nc: per}
+			w.run(ceilDiv(m, per))
+		}
 		w.job = job{kind: jobQmm, lp: lp, w: W, y: y, m: m, nc: nc}
 		w.run(ceilDiv(n, nc))
 		return
@@ -191,6 +204,10 @@ func (w *Workers) lowpTile(j *job, t int, s []float32) {
 		n1 := min(n0+j.nc, j.w.Rows)
 		C.tk_mm_bf16_tile(u8p(j.w.Data), C.size_t(j.w.rowBytes()), (*C.uint16_t)(unsafe.Pointer(f32p(w.act))), C.int(j.kp),
 			C.int(j.m), f32p(j.y), C.long(j.w.Rows), C.int(j.w.Cols), C.int(n0), C.int(n1))
+	case jobQuantAct:
+		r0 := t * j.nc
+		C.tk_quant_act(C.int(j.lp), C.int(j.w.Type), f32p(j.x), C.int(j.m), C.int(j.w.Cols), C.int(r0), C.int(min(r0+j.nc, j.m)),
+			unsafe.Pointer(f32p(w.act)))
 	case jobPackABF16:
 		r0 := t * j.nc * gemmMR
 		C.tk_pack_a_bf16(f32p(j.x), C.int(j.w.Cols), C.int(r0), C.int(min(r0+j.nc*gemmMR, j.m)),

@@ -114,7 +114,7 @@ func TestMatMulLowPrecision(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	shapes := []struct{ m, k, n int }{
 		{1, 256, 9}, {1, 768, 40}, {2, 512, 13}, {3, 256, 7}, {4, 768, 11},
-		{5, 256, 30}, {13, 512, 25}, {32, 1024, 50}, {40, 512, 37},
+		{5, 256, 30}, {13, 512, 25}, {9, 1280, 20}, {32, 1024, 50}, {40, 512, 37},
 	}
 	var cases []mmCase
 	for _, typ := range lowpTypes {
@@ -169,7 +169,7 @@ func TestLowPrecisionChoice(t *testing.T) {
 			}
 			return "f32"
 		}
-		if m <= 32 && W.Type != F32 {
+		if W.Type != F32 && (m <= 32 || (W.Type == Q4_K || W.Type == Q5_K) && w.Path() != Portable) {
 			return "int8"
 		}
 		return "f32"
@@ -177,7 +177,7 @@ func TestLowPrecisionChoice(t *testing.T) {
 	for _, c := range []struct {
 		W Matrix
 		m int
-	}{{bf, 1}, {bf, 32}, {bf, 33}, {Matrix{Type: BF16, Rows: 4, Cols: 34}, 33}, {q, 1}, {q, 32}, {q, 33},
+	}{{bf, 1}, {bf, 32}, {bf, 33}, {Matrix{Type: BF16, Rows: 4, Cols: 34}, 33}, {q, 1}, {q, 32}, {q, 33}, {Matrix{Type: Q6_K, Rows: 4, Cols: 256}, 33},
 		{Matrix{Type: Q4_1, Rows: 4, Cols: 32}, 1}, {Matrix{Type: F32, Rows: 4, Cols: 32}, 1}} {
 		require.Equal(t, want(c.m, c.W), w.LowPrecision(c.W, c.m), "%v m=%d k=%d", c.W.Type, c.m, c.W.Cols)
 	}

@@ -624,7 +624,174 @@ TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
   }
 }
 
+// ---- K-quant int8 GEMM over interleaved 8-row tiles (m > 1) ----
+//
+// mmk dots each decoded super-block with one x row per maddubs/madd pair
+// and reduces 8 lanes per row and super-block. The tile kernels instead
+// decode 8 weight rows once per depth chunk into a scratch whose 32-bit
+// lane j holds 4 consecutive quants of row j, so one vpdpbusd against a
+// broadcast of 4 x bytes adds 32 products into the 8 outputs' lanes: no
+// horizontal sums, and the scratch (L1) serves every row of x. Only the
+// per-32-scale types (Q4_K, Q5_K) take it.
+
+// LP_KT_CHUNK is the super-blocks per packed depth chunk (82 vectors, 2.6
+// KB each: 10.5 KB of stack).
+#define LP_KT_CHUNK 4
+// Vector indices in one packed super-block: quants of group c, dword i
+// at 8c + i; the per-32 scales (int32) at LP_KT_SC + c; the mins as int16
+// pairs (m, m), for the per-16 bsum pairs, at LP_KT_MP + c; then d, dmin.
+#define LP_KT_SC 64
+#define LP_KT_MP 72
+#define LP_KT_D 80
+#define LP_KT_DM 81
+#define LP_KT_VECS 82
+
+// kt_tp8 transposes the 8x8 int32 matrix v in place: v[i] lane j = v[j]
+// lane i.
+TK_INLINE LP_TARGET void LPF(kt_tp8)(__m256i v[8]) {
+  __m256i a[8], b[8];
+  for (int i = 0; i < 8; i += 2) {
+    a[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+    a[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; h++) {  // b[i + c] lane 4u + l: v[i + l] lane c + 4u (c < 4)
+      b[i + 2 * h] = _mm256_unpacklo_epi64(a[i + h], a[i + h + 2]);
+      b[i + 2 * h + 1] = _mm256_unpackhi_epi64(a[i + h], a[i + h + 2]);
+    }
+  for (int i = 0; i < 4; i++) {
+    v[i] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x20);
+    v[i + 4] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x31);
+  }
+}
+
+// kt_pack decodes super-blocks [s0, s0+ns) of weight rows n..n+7 into pw.
+TK_INLINE LP_TARGET void LPF(kt_pack)(const int WT, const uint8_t *w, size_t wrow, int n, int s0,
+                                      int ns, __m256i (*pw)[LP_KT_VECS]) {
+  const size_t bb = tk_blk_bytes(WT);
+  for (int s = 0; s < ns; s++) {
+    __m256i q[8][8], scl[8], mns[8];
+    float d[8], dm[8];
+    for (int j = 0; j < 8; j++) {
+      const uint8_t *b = w + (size_t)(n + j) * wrow + (size_t)(s0 + s) * bb;
+      __m256i sc[8], mins, s16;
+      LPF(kq_decode)(WT, b, q[j], sc, &mins, &d[j], &dm[j]);
+      LPF(kq_scales)(WT, b, &s16, &mins, &d[j], &dm[j]);
+      scl[j] = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(s16));
+      mns[j] = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(s16, 1));
+    }
+    __m256i *p = pw[s];
+    for (int c = 0; c < 8; c++) {
+      __m256i v[8];
+      for (int j = 0; j < 8; j++) v[j] = q[j][c];
+      LPF(kt_tp8)(v);
+      for (int i = 0; i < 8; i++) _mm256_store_si256(p + 8 * c + i, v[i]);
+    }
+    LPF(kt_tp8)(scl);
+    LPF(kt_tp8)(mns);
+    for (int c = 0; c < 8; c++) {
+      _mm256_store_si256(p + LP_KT_SC + c, scl[c]);
+      _mm256_store_si256(p + LP_KT_MP + c, _mm256_or_si256(mns[c], _mm256_slli_epi32(mns[c], 16)));
+    }
+    _mm256_store_si256(p + LP_KT_D, _mm256_castps_si256(_mm256_loadu_ps(d)));
+    _mm256_store_si256(p + LP_KT_DM, _mm256_castps_si256(_mm256_loadu_ps(dm)));
+  }
+}
+
+TK_INLINE LP_TARGET __m256i LPF(kt_bc4)(const void *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// kt_rows accumulates the packed chunk pw (ns super-blocks from s0) times
+// R ≤ 4 rows of x into acc[r] (lane j: output n+j of row r).
+TK_INLINE LP_TARGET void LPF(kt_rows)(const int R, const __m256i (*pw)[LP_KT_VECS], int s0, int ns,
+                                      const int8_t *xq, const float *xd, const int16_t *xs, int k,
+                                      __m256 acc[4]) {
+  const int nsb = k / TK_QKK;
+  for (int s = 0; s < ns; s++) {
+    const __m256i *p = pw[s];
+    const int sb = s0 + s;
+    __m256i isb[4], ms[4];
+    for (int r = 0; r < R; r++) isb[r] = ms[r] = _mm256_setzero_si256();
+    for (int c = 0; c < 8; c++) {
+      // Two chains per row (even and odd dwords): R chains alone would
+      // leave vpdpbusd latency-bound.
+      __m256i ia[4], ib[4];
+      for (int r = 0; r < R; r++) ia[r] = ib[r] = _mm256_setzero_si256();
+      for (int i = 0; i < 8; i += 2) {
+        __m256i w0 = _mm256_load_si256(p + 8 * c + i), w1 = _mm256_load_si256(p + 8 * c + i + 1);
+        for (int r = 0; r < R; r++) {
+          const int8_t *xr = xq + (size_t)r * k + TK_QKK * sb + 32 * c + 4 * i;
+          ia[r] = LP_DOTB(ia[r], w0, LPF(kt_bc4)(xr));
+          ib[r] = LP_DOTB(ib[r], w1, LPF(kt_bc4)(xr + 4));
+        }
+      }
+      __m256i sc = _mm256_load_si256(p + LP_KT_SC + c), mp = _mm256_load_si256(p + LP_KT_MP + c);
+      for (int r = 0; r < R; r++) {
+        isb[r] = _mm256_add_epi32(isb[r], _mm256_mullo_epi32(_mm256_add_epi32(ia[r], ib[r]), sc));
+        ms[r] = LP_DOTW(ms[r], mp, LPF(kt_bc4)(xs + (size_t)r * (k / 16) + 16 * sb + 2 * c));
+      }
+    }
+    __m256 d = _mm256_castsi256_ps(_mm256_load_si256(p + LP_KT_D));
+    __m256 dm = _mm256_castsi256_ps(_mm256_load_si256(p + LP_KT_DM));
+    for (int r = 0; r < R; r++) {
+      __m256 dx = _mm256_set1_ps(xd[(size_t)r * nsb + sb]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isb[r]), _mm256_mul_ps(d, dx), acc[r]);
+      acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms[r]), _mm256_mul_ps(dm, dx), acc[r]);
+    }
+  }
+}
+
+// mmkt computes y[r][n] for r < m, n in [n0, n1) of Q4_K or Q5_K: 8-row
+// weight tiles packed per depth chunk (kt_pack) and run over all m rows
+// of x four at a time; rows past the last whole tile go through mmk.
+TK_INLINE LP_TARGET void LPF(mmkt)(const int WT, const uint8_t *w, size_t wrow, const int8_t *xq,
+                                   const float *xd, const int16_t *xs, int m, int k, float *y, long ldy,
+                                   int n0, int n1) {
+  const int nsb = k / TK_QKK;
+  __m256i pw[LP_KT_CHUNK][LP_KT_VECS] __attribute__((aligned(64)));
+  int n = n0;
+  for (; n + 8 <= n1; n += 8)
+    for (int s0 = 0; s0 < nsb; s0 += LP_KT_CHUNK) {
+      const int ns = nsb - s0 < LP_KT_CHUNK ? nsb - s0 : LP_KT_CHUNK;
+      LPF(kt_pack)(WT, w, wrow, n, s0, ns, pw);
+      for (int r = 0; r < m; r += 4) {
+        __m256 acc[4];
+        for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps();
+        const int8_t *q = xq + (size_t)r * k;
+        const float *d = xd + (size_t)r * nsb;
+        const int16_t *bs = xs + (size_t)r * (k / 16);
+        const int rr = m - r < 4 ? m - r : 4;
+        switch (rr) {
+          case 1: LPF(kt_rows)(1, (const __m256i(*)[LP_KT_VECS])pw, s0, ns, q, d, bs, k, acc); break;
+          case 2: LPF(kt_rows)(2, (const __m256i(*)[LP_KT_VECS])pw, s0, ns, q, d, bs, k, acc); break;
+          case 3: LPF(kt_rows)(3, (const __m256i(*)[LP_KT_VECS])pw, s0, ns, q, d, bs, k, acc); break;
+          default: LPF(kt_rows)(4, (const __m256i(*)[LP_KT_VECS])pw, s0, ns, q, d, bs, k, acc); break;
+        }
+        for (int i = 0; i < rr; i++) {
+          float *yr = y + (size_t)(r + i) * ldy + n;
+          _mm256_storeu_ps(yr, s0 ? _mm256_add_ps(_mm256_loadu_ps(yr), acc[i]) : acc[i]);
+        }
+      }
+    }
+  for (int r0 = 0; n < n1 && r0 < m; r0 += 32)
+    LPF(mmk)(WT, w, wrow, xq + (size_t)r0 * k, xd + (size_t)r0 * nsb, xs + (size_t)r0 * (k / 16),
+             m - r0 < 32 ? m - r0 : 32, k, y + (size_t)r0 * ldy, ldy, n, n1);
+}
+#undef LP_KT_CHUNK
+#undef LP_KT_SC
+#undef LP_KT_MP
+#undef LP_KT_D
+#undef LP_KT_DM
+#undef LP_KT_VECS
+
 #define LP_N_FOR(M) ((M) == 1 ? 4 : LP_NMAX)
+// LP_KT_MIN is the fewest rows of x that take the tile kernels (mmkt):
+// measured faster from 8 rows up (BenchmarkMatMul m=8, 32, 512); below 5,
+// packing 8 rows per chunk outweighs what the tile saves over mmk's GEMV.
+#define LP_KT_MIN 5
 
 LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
                                const int8_t *xq, const float *xd,
@@ -635,6 +802,10 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
   case T:                                                                              \
     if (m == 1) { /* a constant row count keeps the accumulators in registers */       \
       LPF(mmk)(T, w, wrow, xq, xd, (const int16_t *)aux, 1, k, y, ldy, n0, n1);        \
+      return;                                                                          \
+    }                                                                                  \
+    if (m >= LP_KT_MIN && (T == TK_Q4_K || T == TK_Q5_K)) {                            \
+      LPF(mmkt)(T, w, wrow, xq, xd, (const int16_t *)aux, m, k, y, ldy, n0, n1);       \
       return;                                                                          \
     }                                                                                  \
     for (int r0 = 0; r0 < m; r0 += 32) {                                               \
@@ -675,6 +846,7 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
   }
 }
 #undef LP_N_FOR
+#undef LP_KT_MIN
 #undef LP_MM32
 
 // Each inclusion instantiates one dot level; the next sets its own

@@ -68,6 +68,7 @@ const (
 	jobMMBF16
 	jobPackABF16
 	jobGemmBF16
+	jobQuantAct
 )
 
 // job holds the arguments of the operation in flight. It is written only by
@@ -343,7 +344,7 @@ func (w *Workers) runTile(id, t int) {
 		cAttnTask(j.path, j.out, j.q, j.l, j.heads, sq.BlockTable, sq, task.kvh, task.i0, task.i1, j.scale, s)
 	case jobCascade:
 		w.cascadeTile(t, s)
-	case jobQmm, jobMMBF16, jobPackABF16, jobGemmBF16:
+	case jobQmm, jobMMBF16, jobPackABF16, jobGemmBF16, jobQuantAct:
 		w.lowpTile(j, t, s)
 	case jobFMA:
 		j.flops[t] = cPeakFMA(j.path, j.iters)
