@@ -56,7 +56,7 @@ func (w *Workers) MatMul(y, x []float32, m int, W Matrix) error {
 		if m > gemvMaxRows {
 			kind = jobStream
 		}
-		w.ensureScratch(3*W.Cols + 64)
+		w.ensureScratch(streamScratch(W.Cols))
 		// About four tiles per worker for balance; a multiple of 24 rows
 		// (the streaming kernel takes weight rows three at a time). One
 		// worker, or a matrix too small to pay for a wake-up, is one tile.
@@ -140,7 +140,7 @@ func (w *Workers) MatMuls(ys [][]float32, x []float32, m int, Ws []Matrix) error
 		kind = jobStream
 	}
 	k := Ws[0].Cols
-	w.ensureScratch(3*k + 64)
+	w.ensureScratch(streamScratch(k))
 	// Tiles as in MatMul, counted over all the matrices' rows; a tile never
 	// spans two matrices.
 	nc := roundUp(ceilDiv(total, 4*w.n), 24)
@@ -158,6 +158,11 @@ func (w *Workers) MatMuls(ys [][]float32, x []float32, m int, Ws []Matrix) error
 	w.run(tiles)
 	return nil
 }
+
+// streamScratch is the per-worker scratch (floats) of a GEMV or streaming
+// tile at depth k: the AVX-512 F16 kernel converts four weight rows' depth
+// chunks (at most k floats each) into it.
+func streamScratch(k int) int { return 4*k + 64 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 func roundUp(a, b int) int { return ceilDiv(a, b) * b }
