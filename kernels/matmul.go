@@ -51,7 +51,7 @@ func (w *Workers) MatMul(y, x []float32, m int, W Matrix) error {
 		return nil
 	}
 	n := W.Rows
-	if m <= streamMaxRows {
+	if w.streams(W, m) {
 		kind := jobGemv
 		if m > gemvMaxRows {
 			kind = jobStream
@@ -121,9 +121,9 @@ func (w *Workers) MatMuls(ys [][]float32, x []float32, m int, Ws []Matrix) error
 		total += W.Rows
 	}
 	w.mu.Lock()
-	fused := !w.closed && m <= streamMaxRows
+	fused := !w.closed
 	for _, W := range Ws {
-		fused = fused && w.lowpKind(W, m) == lowpNone
+		fused = fused && w.streams(W, m) && w.lowpKind(W, m) == lowpNone
 	}
 	if !fused {
 		w.mu.Unlock()
@@ -157,6 +157,22 @@ func (w *Workers) MatMuls(ys [][]float32, x []float32, m int, Ws []Matrix) error
 	w.job = j
 	w.run(tiles)
 	return nil
+}
+
+// f16StreamMaxRows is streamMaxRows for F16 weights on the AVX-512 path:
+// their streaming kernel (16-lane conversion once per weight row chunk,
+// 4x4 register tiles) outran the packed GEMM up to here (one core, k=768,
+// n=2048: m=48 ~160 vs ~130 GFLOP/s, m=128 even); at m=512 the GEMM won
+// (model prefill 0.8x when streamed).
+const f16StreamMaxRows = 64
+
+// streams reports whether a float MatMul of m rows takes the GEMV or
+// streaming path rather than the packed GEMM.
+func (w *Workers) streams(W Matrix, m int) bool {
+	if W.Type == F16 && w.path == AVX512 {
+		return m <= f16StreamMaxRows
+	}
+	return m <= streamMaxRows
 }
 
 // streamScratch is the per-worker scratch (floats) of a GEMV or streaming

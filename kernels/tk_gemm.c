@@ -792,14 +792,14 @@ static TK_TARGET_AVX512 void mm_f16_block(const float *wt, const float *x,
 }
 #undef TK_MMF16_N
 
-// stream_f16_avx512 is stream_avx2 for F16 weights on AVX-512F: weight
-// rows four at a time, each row's depth chunk converted once into tmp
-// (4 x len floats, in L1), then every group of four x rows passes over
-// them with 16-lane FMAs. tmp holds at least 4·k floats.
-static TK_TARGET_AVX512 void stream_f16_avx512(const uint8_t *w, size_t wrow,
-                                               const float *x, int m,
-                                               float *y, long ldy, int k,
-                                               int n0, int n1, float *tmp) {
+// stream_f16_rows is stream_avx2 for F16 weights on AVX-512F: weight rows
+// four at a time, each row's depth chunk converted once into tmp (4 x len
+// floats, in L1), then every group of four x rows passes over them with
+// 16-lane FMAs. tmp holds at least 4·k floats.
+static TK_TARGET_AVX512 void stream_f16_rows(const uint8_t *w, size_t wrow,
+                                             const float *x, int m, float *y,
+                                             long ldy, int k, int n0, int n1,
+                                             float *tmp) {
   // Depth chunks as in stream_avx2 (x's share in L2, a weight row's in L1),
   // multiples of 16 columns.
   int kmax = TK_STREAM_XBYTES / (4 * m);
@@ -828,6 +828,23 @@ static TK_TARGET_AVX512 void stream_f16_avx512(const uint8_t *w, size_t wrow,
                      y + (size_t)r * ldy + n, ldy, c0 > 0);
       }
     }
+  }
+}
+
+// TK_F16_XROWS is the most rows of x one pass of stream_f16_rows takes:
+// more rows (prefill) go in blocks of this many, each a pass over the
+// tile's weight rows (from L2/L3 after the first), so the block's share of
+// x stays in L2 at full depth chunks (MatMul streams F16 up to 64 rows;
+// past that the packed GEMM's outer-product tile won, measured at m=512).
+#define TK_F16_XROWS 64
+
+static TK_TARGET_AVX512 void stream_f16_avx512(const uint8_t *w, size_t wrow,
+                                               const float *x, int m,
+                                               float *y, long ldy, int k,
+                                               int n0, int n1, float *tmp) {
+  for (int r0 = 0; r0 < m; r0 += TK_F16_XROWS) {
+    int mb = m - r0 < TK_F16_XROWS ? m - r0 : TK_F16_XROWS;
+    stream_f16_rows(w, wrow, x + (size_t)r0 * k, mb, y + (size_t)r0 * ldy, ldy, k, n0, n1, tmp);
   }
 }
 #endif
