@@ -270,11 +270,30 @@ void tk_gemm_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
     else
 #endif
       pack_b_portable(nr, wtype, w, wrow, n0, nc, k0, kc, pb, tmp);
+    // F16: the next depth block's weight lines are prefetched into L2, a
+    // share per (row block, panel) step, while this block is computed, so
+    // packing it does not wait on memory (in prefill pack_b read the
+    // weights from DRAM at ~15% of the microkernel's time).
+    size_t plines = 0, pall = 0, psteps = 1, pstep = 0;
+#if TK_X86
+    if (wtype == TK_F16 && isa != TK_PORTABLE && k0 + TK_KC < k) {
+      int kn = k - k0 - TK_KC < TK_KC ? k - k0 - TK_KC : TK_KC;
+      plines = (2 * (size_t)kn + 63) / 64 + 1;
+      pall = plines * (size_t)nc;
+      psteps = (size_t)((m + TK_MC - 1) / TK_MC) * (size_t)((nc + nr - 1) / nr);
+    }
+#endif
     for (int i0 = 0; i0 < m; i0 += TK_MC) {
       int i1 = m - i0 < TK_MC ? m : i0 + TK_MC;
       // One packed B panel (kc x NR, 16 KiB on AVX2) stays in L1 while the
       // A panels of the row block (in L2) stream past it.
-      for (int jp = 0; jp < nc; jp += nr) {
+      for (int jp = 0; jp < nc; jp += nr, pstep++) {
+#if TK_X86
+        for (size_t i = pall * pstep / psteps; i < pall * (pstep + 1) / psteps; i++)
+          _mm_prefetch((const char *)(w + (size_t)(n0 + (int)(i / plines)) * wrow +
+                                      2 * (size_t)(k0 + TK_KC) + 64 * (i % plines)),
+                       _MM_HINT_T1);
+#endif
         const float *bp = pb + (size_t)jp * kc;
         int cols = nc - jp < nr ? nc - jp : nr;
         for (int ip = i0; ip < i1; ip += TK_MR) {
