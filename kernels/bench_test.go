@@ -122,7 +122,7 @@ func BenchmarkReadBandwidth(b *testing.B) {
 func BenchmarkMatMul(b *testing.B) {
 	shapes := []struct{ m, k, n int }{{1, 768, 768}, {8, 768, 2048}, {32, 768, 2048}, {512, 768, 2048}}
 	rng := rand.New(rand.NewPCG(1, 1))
-	for _, typ := range []DType{F32, BF16, Q8_0, Q4_K} {
+	for _, typ := range []DType{F32, F16, BF16, Q8_0, Q4_K} {
 		for _, s := range shapes {
 			W, err := Quantize(typ, s.n, s.k, randFloats(rng, s.n*s.k, 1))
 			if err != nil {
@@ -192,7 +192,7 @@ func BenchmarkGEMVStream(b *testing.B) {
 	for _, s := range []struct {
 		typ DType
 		n   int
-	}{{F32, 8192}, {BF16, 16384}, {Q8_0, 30840}} {
+	}{{F32, 8192}, {F16, 16384}, {BF16, 16384}, {Q8_0, 30840}} {
 		W := streamMatrix(s.typ, s.n, k)
 		x, y := randFloats(rng, k, 1), make([]float32, s.n)
 		for _, cores := range benchCores() {

@@ -51,12 +51,12 @@ func (w *Workers) MatMul(y, x []float32, m int, W Matrix) error {
 		return nil
 	}
 	n := W.Rows
-	if m <= streamMaxRows {
+	if w.streams(W, m) {
 		kind := jobGemv
 		if m > gemvMaxRows {
 			kind = jobStream
 		}
-		w.ensureScratch(3*W.Cols + 64)
+		w.ensureScratch(streamScratch(W.Cols))
 		// About four tiles per worker for balance; a multiple of 24 rows
 		// (the streaming kernel takes weight rows three at a time). One
 		// worker, or a matrix too small to pay for a wake-up, is one tile.
@@ -121,9 +121,9 @@ func (w *Workers) MatMuls(ys [][]float32, x []float32, m int, Ws []Matrix) error
 		total += W.Rows
 	}
 	w.mu.Lock()
-	fused := !w.closed && m <= streamMaxRows
+	fused := !w.closed
 	for _, W := range Ws {
-		fused = fused && w.lowpKind(W, m) == lowpNone
+		fused = fused && w.streams(W, m) && w.lowpKind(W, m) == lowpNone
 	}
 	if !fused {
 		w.mu.Unlock()
@@ -140,7 +140,7 @@ func (w *Workers) MatMuls(ys [][]float32, x []float32, m int, Ws []Matrix) error
 		kind = jobStream
 	}
 	k := Ws[0].Cols
-	w.ensureScratch(3*k + 64)
+	w.ensureScratch(streamScratch(k))
 	// Tiles as in MatMul, counted over all the matrices' rows; a tile never
 	// spans two matrices.
 	nc := roundUp(ceilDiv(total, 4*w.n), 24)
@@ -158,6 +158,27 @@ func (w *Workers) MatMuls(ys [][]float32, x []float32, m int, Ws []Matrix) error
 	w.run(tiles)
 	return nil
 }
+
+// f16StreamMaxRows is streamMaxRows for F16 weights on the AVX-512 path:
+// their streaming kernel (16-lane conversion once per weight row chunk,
+// 4x4 register tiles) outran the packed GEMM up to here (one core, k=768,
+// n=2048: m=48 ~160 vs ~130 GFLOP/s, m=128 even); at m=512 the GEMM won
+// (model prefill 0.8x when streamed).
+const f16StreamMaxRows = 64
+
+// streams reports whether a float MatMul of m rows takes the GEMV or
+// streaming path rather than the packed GEMM.
+func (w *Workers) streams(W Matrix, m int) bool {
+	if W.Type == F16 && w.path == AVX512 {
+		return m <= f16StreamMaxRows
+	}
+	return m <= streamMaxRows
+}
+
+// streamScratch is the per-worker scratch (floats) of a GEMV or streaming
+// tile at depth k: the AVX-512 F16 kernel converts four weight rows' depth
+// chunks (at most k floats each) into it.
+func streamScratch(k int) int { return 4*k + 64 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 func roundUp(a, b int) int { return ceilDiv(a, b) * b }

@@ -46,7 +46,7 @@ void tk_gemv_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
 
 // tk_stream_tile is tk_gemv_tile for any m (meant for 5..32): weight rows
 // are converted in registers (no packed copy) and each is read from memory
-// once while all m rows of x, kept in L2, pass over it. tmp needs 3*k+64
+// once while all m rows of x, kept in L2, pass over it. tmp needs 4*k+64
 // floats.
 void tk_stream_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
                     const float *x, int m, float *y, long ldy, int k, int n0,

@@ -270,11 +270,30 @@ void tk_gemm_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
     else
 #endif
       pack_b_portable(nr, wtype, w, wrow, n0, nc, k0, kc, pb, tmp);
+    // F16: the next depth block's weight lines are prefetched into L2, a
+    // share per (row block, panel) step, while this block is computed, so
+    // packing it does not wait on memory (in prefill pack_b read the
+    // weights from DRAM at ~15% of the microkernel's time).
+    size_t plines = 0, pall = 0, psteps = 1, pstep = 0;
+#if TK_X86
+    if (wtype == TK_F16 && isa != TK_PORTABLE && k0 + TK_KC < k) {
+      int kn = k - k0 - TK_KC < TK_KC ? k - k0 - TK_KC : TK_KC;
+      plines = (2 * (size_t)kn + 63) / 64 + 1;
+      pall = plines * (size_t)nc;
+      psteps = (size_t)((m + TK_MC - 1) / TK_MC) * (size_t)((nc + nr - 1) / nr);
+    }
+#endif
     for (int i0 = 0; i0 < m; i0 += TK_MC) {
       int i1 = m - i0 < TK_MC ? m : i0 + TK_MC;
       // One packed B panel (kc x NR, 16 KiB on AVX2) stays in L1 while the
       // A panels of the row block (in L2) stream past it.
-      for (int jp = 0; jp < nc; jp += nr) {
+      for (int jp = 0; jp < nc; jp += nr, pstep++) {
+#if TK_X86
+        for (size_t i = pall * pstep / psteps; i < pall * (pstep + 1) / psteps; i++)
+          _mm_prefetch((const char *)(w + (size_t)(n0 + (int)(i / plines)) * wrow +
+                                      2 * (size_t)(k0 + TK_KC) + 64 * (i % plines)),
+                       _MM_HINT_T1);
+#endif
         const float *bp = pb + (size_t)jp * kc;
         int cols = nc - jp < nr ? nc - jp : nr;
         for (int ip = i0; ip < i1; ip += TK_MR) {
@@ -674,10 +693,189 @@ static TK_TARGET_AVX2 void stream_avx2(int wtype, const uint8_t *w,
 }
 #endif
 
+#if TK_X86
+// ---- F16 weights on AVX-512F: 16-lane conversions, 4x4 register tiles ----
+
+// f16_cvt_avx512 writes elements [c0, c0+n) of an F16 weight row to out as
+// float32 (vcvtph2ps is exact), 16 at a time with a masked tail.
+static TK_TARGET_AVX512 void f16_cvt_avx512(const uint8_t *row, int c0, int n,
+                                            float *out) {
+  const uint16_t *h = (const uint16_t *)(const void *)row + c0;
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + i))));
+  if (i < n) {
+    __mmask16 mk = (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(out + i, mk, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, h + i)));
+  }
+}
+
+// mm_f16_avx512 computes the M x N block y[r][j] (r < M ≤ 4, j < N ≤ 4)
+// over len columns in dot-product form: x rows k floats apart, weight rows
+// already float32 in wt, ld floats apart (in L1). Per 16 columns M + N
+// loads feed M·N FMAs; the tail is masked. acc adds to y instead of storing.
+TK_INLINE TK_TARGET_AVX512 void mm_f16_avx512(const int M, const int N,
+                                              const float *wt, int ld,
+                                              const float *x, int k, int len,
+                                              float *y, long ldy, int acc) {
+  __m512 a[4][4];
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++) a[r][j] = _mm512_setzero_ps();
+  int c = 0;
+  for (; c + 16 <= len; c += 16) {
+    __m512 xv[4];
+    for (int r = 0; r < M; r++) xv[r] = _mm512_loadu_ps(x + (size_t)r * k + c);
+    for (int j = 0; j < N; j++) {
+      __m512 wv = _mm512_loadu_ps(wt + (size_t)j * ld + c);
+      for (int r = 0; r < M; r++) a[r][j] = _mm512_fmadd_ps(wv, xv[r], a[r][j]);
+    }
+  }
+  if (c < len) {
+    __mmask16 mk = (__mmask16)((1u << (len - c)) - 1);
+    __m512 xv[4];
+    for (int r = 0; r < M; r++) xv[r] = _mm512_maskz_loadu_ps(mk, x + (size_t)r * k + c);
+    for (int j = 0; j < N; j++) {
+      __m512 wv = _mm512_maskz_loadu_ps(mk, wt + (size_t)j * ld + c);
+      for (int r = 0; r < M; r++) a[r][j] = _mm512_fmadd_ps(wv, xv[r], a[r][j]);
+    }
+  }
+  if (N == 4) {
+    // All 4·M sums at once by transposing adds: 128-bit lane r of s ends
+    // up holding y[r][0..3] (far fewer shuffles than 16 reductions).
+    __m512 q[4];
+    for (int r = 0; r < 4; r++) {
+      if (r >= M) {
+        q[r] = _mm512_setzero_ps();
+        continue;
+      }
+      // Per 128-bit lane: [a0+a2, a1+a3] pairs of j=0,1 and of j=2,3, then
+      // [Σj0, Σj1, Σj2, Σj3] partial sums in each of the four lanes.
+      __m512 p01 = _mm512_add_ps(_mm512_unpacklo_ps(a[r][0], a[r][1]), _mm512_unpackhi_ps(a[r][0], a[r][1]));
+      __m512 p23 = _mm512_add_ps(_mm512_unpacklo_ps(a[r][2], a[r][3]), _mm512_unpackhi_ps(a[r][2], a[r][3]));
+      __m512d d01 = _mm512_castps_pd(p01), d23 = _mm512_castps_pd(p23);
+      q[r] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d01, d23)),
+                           _mm512_castpd_ps(_mm512_unpackhi_pd(d01, d23)));
+    }
+    // Fold the four lanes of each q[r] while gathering row r into lane r.
+    __m512 h01 = _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], 0x44), _mm512_shuffle_f32x4(q[0], q[1], 0xee));
+    __m512 h23 = _mm512_add_ps(_mm512_shuffle_f32x4(q[2], q[3], 0x44), _mm512_shuffle_f32x4(q[2], q[3], 0xee));
+    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(h01, h23, 0x88), _mm512_shuffle_f32x4(h01, h23, 0xdd));
+    float t[16];
+    _mm512_storeu_ps(t, s);
+    for (int r = 0; r < M; r++) {
+      float *d = y + (size_t)r * ldy;
+      __m128 v = _mm_loadu_ps(t + 4 * r);
+      _mm_storeu_ps(d, acc ? _mm_add_ps(v, _mm_loadu_ps(d)) : v);
+    }
+    return;
+  }
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++) {
+      float t = _mm512_reduce_add_ps(a[r][j]);
+      float *d = y + (size_t)r * ldy + j;
+      *d = acc ? *d + t : t;
+    }
+}
+
+#define TK_MMF16_N(M)                                              \
+  switch (nn) {                                                    \
+    case 1:                                                        \
+      mm_f16_avx512(M, 1, wt, len, x, k, len, y, ldy, acc);        \
+      return;                                                      \
+    case 2:                                                        \
+      mm_f16_avx512(M, 2, wt, len, x, k, len, y, ldy, acc);        \
+      return;                                                      \
+    case 3:                                                        \
+      mm_f16_avx512(M, 3, wt, len, x, k, len, y, ldy, acc);        \
+      return;                                                      \
+    default:                                                       \
+      mm_f16_avx512(M, 4, wt, len, x, k, len, y, ldy, acc);        \
+      return;                                                      \
+  }
+
+// mm_f16_block dispatches mm_f16_avx512 on the block's rows (mm) and
+// weight rows (nn), each 1..4.
+static TK_TARGET_AVX512 void mm_f16_block(const float *wt, const float *x,
+                                          int k, int len, int mm, int nn,
+                                          float *y, long ldy, int acc) {
+  switch (mm) {
+    case 1:
+      TK_MMF16_N(1);
+    case 2:
+      TK_MMF16_N(2);
+    case 3:
+      TK_MMF16_N(3);
+    default:
+      TK_MMF16_N(4);
+  }
+}
+#undef TK_MMF16_N
+
+// stream_f16_rows is stream_avx2 for F16 weights on AVX-512F: weight rows
+// four at a time, each row's depth chunk converted once into tmp (4 x len
+// floats, in L1), then every group of four x rows passes over them with
+// 16-lane FMAs. tmp holds at least 4·k floats.
+static TK_TARGET_AVX512 void stream_f16_rows(const uint8_t *w, size_t wrow,
+                                             const float *x, int m, float *y,
+                                             long ldy, int k, int n0, int n1,
+                                             float *tmp) {
+  // Depth chunks as in stream_avx2 (x's share in L2, a weight row's in L1),
+  // multiples of 16 columns.
+  int kmax = TK_STREAM_XBYTES / (4 * m);
+  kmax = kmax < 256 ? 256 : kmax > TK_STREAM_KMAX ? TK_STREAM_KMAX : kmax;
+  int nchunks = (k + kmax - 1) / kmax;
+  int kc = (k + nchunks - 1) / nchunks;
+  kc = (kc + 15) / 16 * 16;
+  for (int c0 = 0; c0 < k; c0 += kc) {
+    int len = k - c0 < kc ? k - c0 : kc;
+    for (int n = n0; n < n1; n += 4) {
+      int nn = n1 - n < 4 ? n1 - n : 4;
+      for (int j = 0; j < nn; j++)
+        f16_cvt_avx512(w + (size_t)(n + j) * wrow, c0, len, tmp + (size_t)j * len);
+      // The next four rows' chunk is prefetched, a share per group of x
+      // rows, while this one is computed.
+      int nx = n1 - (n + 4) < 4 ? n1 - (n + 4) : 4;
+      size_t plines = nx > 0 ? (2 * (size_t)len + 63) / 64 + 1 : 0;
+      size_t groups = (size_t)(m + 3) / 4, g = 0;
+      for (int r = 0; r < m; r += 4, g++) {
+        int mm = m - r < 4 ? m - r : 4;
+        for (size_t i = plines * g / groups; i < plines * (g + 1) / groups; i++)
+          for (int j = 0; j < nx; j++)
+            _mm_prefetch((const char *)(w + (size_t)(n + 4 + j) * wrow + 2 * (size_t)c0 + 64 * i),
+                         _MM_HINT_T0);
+        mm_f16_block(tmp, x + (size_t)r * k + c0, k, len, mm, nn,
+                     y + (size_t)r * ldy + n, ldy, c0 > 0);
+      }
+    }
+  }
+}
+
+// TK_F16_XROWS is the most rows of x one pass of stream_f16_rows takes:
+// more rows (prefill) go in blocks of this many, each a pass over the
+// tile's weight rows (from L2/L3 after the first), so the block's share of
+// x stays in L2 at full depth chunks (MatMul streams F16 up to 64 rows;
+// past that the packed GEMM's outer-product tile won, measured at m=512).
+#define TK_F16_XROWS 64
+
+static TK_TARGET_AVX512 void stream_f16_avx512(const uint8_t *w, size_t wrow,
+                                               const float *x, int m,
+                                               float *y, long ldy, int k,
+                                               int n0, int n1, float *tmp) {
+  for (int r0 = 0; r0 < m; r0 += TK_F16_XROWS) {
+    int mb = m - r0 < TK_F16_XROWS ? m - r0 : TK_F16_XROWS;
+    stream_f16_rows(w, wrow, x + (size_t)r0 * k, mb, y + (size_t)r0 * ldy, ldy, k, n0, n1, tmp);
+  }
+}
+#endif
+
 void tk_stream_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
                     const float *x, int m, float *y, long ldy, int k, int n0,
                     int n1, float *tmp) {
 #if TK_X86
+  if (isa == TK_AVX512 && wtype == TK_F16) {
+    stream_f16_avx512(w, wrow, x, m, y, ldy, k, n0, n1, tmp);
+    return;
+  }
   if (isa != TK_PORTABLE) {
     stream_avx2(wtype, w, wrow, x, m, y, ldy, k, n0, n1, tmp);
     return;
