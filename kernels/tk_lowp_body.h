@@ -261,15 +261,17 @@ TK_INLINE LP_TARGET void LPF(kq_scales)(const int WT, const uint8_t *b, __m256i 
   if (WT == TK_Q3_K) {
     // The twelve scale bytes to sixteen 6-bit codes (scale = code − 32):
     // low nibbles from bytes 0..7 (low then high nibble), top two bits
-    // from the 2-bit fields of bytes 8..11.
-    uint32_t a[3];
-    memcpy(a, b + 96, 12);
-    const uint32_t k2 = 0x0f0f0f0f, k3 = 0x03030303;
-    __m128i c = _mm_set_epi32((int)(((a[1] >> 4) & k2) | (((a[2] >> 6) & k3) << 4)),
-                              (int)(((a[0] >> 4) & k2) | (((a[2] >> 4) & k3) << 4)),
-                              (int)((a[1] & k2) | (((a[2] >> 2) & k3) << 4)),
-                              (int)((a[0] & k2) | ((a[2] & k3) << 4)));
-    *s16 = *mins = _mm256_cvtepi8_epi16(_mm_sub_epi8(c, _mm_set1_epi8(32)));
+    // of code i from bits 2(i/4), 2(i/4)+1 of byte 8 + i%4: dword lane
+    // i/4 of the broadcast bytes 8..11 shifted right by 2(i/4). In
+    // registers: scalar unpacking through the stack cost more than the
+    // whole decode.
+    __m128i x = _mm_loadl_epi64((const __m128i *)(const void *)(b + 96));
+    __m128i lo = _mm_and_si128(_mm_unpacklo_epi64(x, _mm_srli_epi16(x, 4)), _mm_set1_epi8(15));
+    uint32_t hb;
+    memcpy(&hb, b + 104, 4);
+    __m128i h = _mm_set1_epi32((int)hb);
+    h = _mm_and_si128(_mm_slli_epi32(_mm_srlv_epi32(h, _mm_setr_epi32(0, 2, 4, 6)), 4), _mm_set1_epi8(0x30));
+    *s16 = *mins = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, h), _mm_set1_epi8(32)));
     *d = _cvtsh_ss(tk_load_u16(b + 108));
     *dmin = 0;
   } else if (WT == TK_Q2_K) {  // byte i: scale (low nibble) and min (high nibble) of sub-block i
