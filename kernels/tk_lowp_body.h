@@ -406,9 +406,13 @@ TK_INLINE LP_TARGET void LPF(kq_decodez)(const int WT, const uint8_t *b,
       for (int h = 0; h < 2; h++) {
         int p = 2 * n + h;
         __m512i t = _mm512_and_si512(_mm512_srlv_epi16(v, KQ_CNT(4 * h, 4 * h + 2)), m3);
-        if (q3)
-          t = _mm512_or_si512(t, _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(hb, KQ_CNT(2 * p, 2 * p + 1)), 2),
-                                                  _mm512_set1_epi8(4)));
+        if (q3) {
+          // Bits 2p, 2p+1 moved straight to bit 2: left by 2, 1 for p = 0,
+          // else right by 2p − 2, 2p − 1 (within each byte of the word:
+          // no count reaches another byte's bit 2).
+          __m512i hh = p == 0 ? _mm512_sllv_epi16(hb, KQ_CNT(2, 1)) : _mm512_srlv_epi16(hb, KQ_CNT(2 * p - 2, 2 * p - 1));
+          t = _mm512_or_si512(t, _mm512_and_si512(hh, _mm512_set1_epi8(4)));
+        }
         Q[p] = t;
       }
     }
