@@ -523,33 +523,31 @@ TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
 }
 
 // mmk1 is mmk for one row of x (the decode GEMV), y[n] for n in [n0, n1).
+// On 512-bit levels the integer dot stays 512 bits wide up to one float
+// accumulator per row and no loop runs over rows of x; the 256-bit levels
+// keep mmk with m = 1 (a copy of it measured 6% slower for Q2_K on AVX2).
 // The rows are read in order, a stream the hardware prefetcher follows (a
 // software prefetch 1-4 KiB ahead cost 2 cycles a super-block from L2 and
-// showed no gain from memory). On 512-bit levels the integer dot stays
-// 512 bits wide up to one float accumulator per row.
+// showed no gain from memory).
 TK_INLINE LP_TARGET void LPF(mmk1)(const int WT, const uint8_t *w, size_t wrow,
                                    const int8_t *xq, const float *xd,
                                    const int16_t *xs, int k, float *y, int n0,
                                    int n1) {
+#ifdef LP_ZMM
   const int nsb = k / TK_QKK;
   const size_t bb = tk_blk_bytes(WT);
   const int off = WT == TK_Q6_K || WT == TK_Q3_K;  // an offset, else mins
   for (int n = n0; n < n1; n++) {
     const uint8_t *row = w + (size_t)n * wrow;
-#ifdef LP_ZMM
     __m512 acc = _mm512_setzero_ps();
-#else
-    __m256 acc = _mm256_setzero_ps();
-#endif
     __m256 accm = _mm256_setzero_ps();
     for (int sb = 0; sb < nsb; sb++) {
-      const uint8_t *blk = row + (size_t)sb * bb;
       const int8_t *xr = xq + TK_QKK * sb;
       __m256i mins;
       float d, dmin;
-#ifdef LP_ZMM
       __m512i Q[4], SC[4];
-      LPF(kq_decodez)(WT, blk, Q, SC, &mins, &d, &dmin);
+      LPF(kq_decodez)(WT, row + (size_t)sb * bb, Q, SC, &mins, &d, &dmin);
+      // Two independent integer chains of two dots of 64 products each.
       __m512i is2[2];
       for (int p = 0; p < 2; p++)
         is2[p] = _mm512_madd_epi16(_mm512_maddubs_epi16(Q[p], _mm512_loadu_si512((const void *)(xr + 64 * p))), SC[p]);
@@ -557,36 +555,19 @@ TK_INLINE LP_TARGET void LPF(mmk1)(const int WT, const uint8_t *w, size_t wrow,
         is2[p - 2] = _mm512_dpwssd_epi32(is2[p - 2], _mm512_maddubs_epi16(Q[p], _mm512_loadu_si512((const void *)(xr + 64 * p))),
                                          SC[p]);
       __m512i is = _mm512_add_epi32(is2[0], is2[1]);
-#else
-      __m256i q[8], sc[8];
-      LPF(kq_decode)(WT, blk, q, sc, &mins, &d, &dmin);
-      __m256i is4[4];
-      for (int g = 0; g < 4; g++)
-        is4[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)(const void *)(xr + 32 * g))), sc[g]);
-      for (int g = 4; g < 8; g++)
-        is4[g - 4] = LP_DOTW(is4[g - 4], _mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)(const void *)(xr + 32 * g))),
-                             sc[g]);
-      __m256i is = _mm256_add_epi32(_mm256_add_epi32(is4[0], is4[1]), _mm256_add_epi32(is4[2], is4[3]));
-#endif
       __m256i c = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(xs + 16 * sb)), mins);
       const float dx = xd[sb];
-#ifdef LP_ZMM
       // Σ sc·(q − off)·x = Σ sc·q·x − off·Σ sc·bsum (off 32 or 4)
       if (off) is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(c, WT == TK_Q6_K ? 5 : 2)));
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * dx), acc);
-#else
-      if (off) is = _mm256_sub_epi32(is, _mm256_slli_epi32(c, WT == TK_Q6_K ? 5 : 2));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * dx), acc);
-#endif
       if (!off) accm = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(dmin * dx), accm);
     }
-#ifdef LP_ZMM
     __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-#else
-    __m256 a8 = acc;
-#endif
     y[n] = tk_hsum8(off ? a8 : _mm256_add_ps(a8, accm));
   }
+#else
+  LPF(mmk)(WT, w, wrow, xq, xd, xs, 1, k, y, 1, n0, n1);
+#endif
 }
 
 #define LP_N_FOR(M) ((M) == 1 ? 4 : LP_NMAX)
