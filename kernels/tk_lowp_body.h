@@ -372,15 +372,17 @@ TK_INLINE LP_TARGET void LPF(kq_scales)(const int WT, const uint8_t *b, __m256i 
   if (WT == TK_Q3_K) {
     // The twelve scale bytes to sixteen 6-bit codes (scale = code − 32):
     // low nibbles from bytes 0..7 (low then high nibble), top two bits
-    // from the 2-bit fields of bytes 8..11.
-    uint32_t a[3];
-    memcpy(a, b + 96, 12);
-    const uint32_t k2 = 0x0f0f0f0f, k3 = 0x03030303;
-    __m128i c = _mm_set_epi32((int)(((a[1] >> 4) & k2) | (((a[2] >> 6) & k3) << 4)),
-                              (int)(((a[0] >> 4) & k2) | (((a[2] >> 4) & k3) << 4)),
-                              (int)((a[1] & k2) | (((a[2] >> 2) & k3) << 4)),
-                              (int)((a[0] & k2) | ((a[2] & k3) << 4)));
-    *s16 = *mins = _mm256_cvtepi8_epi16(_mm_sub_epi8(c, _mm_set1_epi8(32)));
+    // of code i from bits 2(i/4), 2(i/4)+1 of byte 8 + i%4: dword lane
+    // i/4 of the broadcast bytes 8..11 shifted right by 2(i/4). In
+    // registers: scalar unpacking through the stack cost more than the
+    // whole decode.
+    __m128i x = _mm_loadl_epi64((const __m128i *)(const void *)(b + 96));
+    __m128i lo = _mm_and_si128(_mm_unpacklo_epi64(x, _mm_srli_epi16(x, 4)), _mm_set1_epi8(15));
+    uint32_t hb;
+    memcpy(&hb, b + 104, 4);
+    __m128i h = _mm_set1_epi32((int)hb);
+    h = _mm_and_si128(_mm_slli_epi32(_mm_srlv_epi32(h, _mm_setr_epi32(0, 2, 4, 6)), 4), _mm_set1_epi8(0x30));
+    *s16 = *mins = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, h), _mm_set1_epi8(32)));
     *d = _cvtsh_ss(tk_load_u16(b + 108));
     *dmin = 0;
   } else if (WT == TK_Q2_K) {  // byte i: scale (low nibble) and min (high nibble) of sub-block i
@@ -437,8 +439,11 @@ TK_INLINE LP_TARGET void LPF(kq_decode)(const int WT, const uint8_t *b,
       __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * n));
       for (int j = 0; j < 4; j++) {
         __m256i t = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
-        if (q3)
-          t = _mm256_or_si256(t, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4 * n + j), _mm256_set1_epi8(1)), 2));
+        if (q3) {  // bit g = 4n + j moved straight to bit 2 (as kq_decodez)
+          const int g = 4 * n + j;
+          __m256i h = g < 2 ? _mm256_slli_epi16(hb, 2 - g) : g == 2 ? hb : _mm256_srli_epi16(hb, g - 2);
+          t = _mm256_or_si256(t, _mm256_and_si256(h, _mm256_set1_epi8(4)));
+        }
         q[4 * n + j] = t;
       }
     }
@@ -515,9 +520,13 @@ TK_INLINE LP_TARGET void LPF(kq_decodez)(const int WT, const uint8_t *b,
       for (int h = 0; h < 2; h++) {
         int p = 2 * n + h;
         __m512i t = _mm512_and_si512(_mm512_srlv_epi16(v, KQ_CNT(4 * h, 4 * h + 2)), m3);
-        if (q3)
-          t = _mm512_or_si512(t, _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(hb, KQ_CNT(2 * p, 2 * p + 1)), 2),
-                                                  _mm512_set1_epi8(4)));
+        if (q3) {
+          // Bits 2p, 2p+1 moved straight to bit 2: left by 2, 1 for p = 0,
+          // else right by 2p − 2, 2p − 1 (within each byte of the word:
+          // no count reaches another byte's bit 2).
+          __m512i hh = p == 0 ? _mm512_sllv_epi16(hb, KQ_CNT(2, 1)) : _mm512_srlv_epi16(hb, KQ_CNT(2 * p - 2, 2 * p - 1));
+          t = _mm512_or_si512(t, _mm512_and_si512(hh, _mm512_set1_epi8(4)));
+        }
         Q[p] = t;
       }
     }
@@ -787,6 +796,54 @@ TK_INLINE LP_TARGET void LPF(mmkt)(const int WT, const uint8_t *w, size_t wrow, 
 #undef LP_KT_DM
 #undef LP_KT_VECS
 
+// mmk1 is mmk for one row of x (the decode GEMV), y[n] for n in [n0, n1).
+// On 512-bit levels the integer dot stays 512 bits wide up to one float
+// accumulator per row and no loop runs over rows of x; the 256-bit levels
+// keep mmk with m = 1 (a copy of it measured 6% slower for Q2_K on AVX2).
+// The rows are read in order, a stream the hardware prefetcher follows (a
+// software prefetch 1-4 KiB ahead cost 2 cycles a super-block from L2 and
+// showed no gain from memory).
+TK_INLINE LP_TARGET void LPF(mmk1)(const int WT, const uint8_t *w, size_t wrow,
+                                   const int8_t *xq, const float *xd,
+                                   const int16_t *xs, int k, float *y, int n0,
+                                   int n1) {
+#ifdef LP_ZMM
+  const int nsb = k / TK_QKK;
+  const size_t bb = tk_blk_bytes(WT);
+  const int off = WT == TK_Q6_K || WT == TK_Q3_K;  // an offset, else mins
+  for (int n = n0; n < n1; n++) {
+    const uint8_t *row = w + (size_t)n * wrow;
+    __m512 acc = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    for (int sb = 0; sb < nsb; sb++) {
+      const int8_t *xr = xq + TK_QKK * sb;
+      __m256i mins;
+      float d, dmin;
+      __m512i Q[4], SC[4];
+      LPF(kq_decodez)(WT, row + (size_t)sb * bb, Q, SC, &mins, &d, &dmin);
+      // Two independent integer chains of two dots of 64 products each.
+      __m512i is2[2];
+      for (int p = 0; p < 2; p++)
+        is2[p] = _mm512_madd_epi16(_mm512_maddubs_epi16(Q[p], _mm512_loadu_si512((const void *)(xr + 64 * p))), SC[p]);
+      for (int p = 2; p < 4; p++)
+        is2[p - 2] = _mm512_dpwssd_epi32(is2[p - 2], _mm512_maddubs_epi16(Q[p], _mm512_loadu_si512((const void *)(xr + 64 * p))),
+                                         SC[p]);
+      __m512i is = _mm512_add_epi32(is2[0], is2[1]);
+      __m256i c = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(xs + 16 * sb)), mins);
+      const float dx = xd[sb];
+      // Σ sc·(q − off)·x = Σ sc·q·x − off·Σ sc·bsum (off 32 or 4)
+      if (off) is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(c, WT == TK_Q6_K ? 5 : 2)));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * dx), acc);
+      if (!off) accm = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(dmin * dx), accm);
+    }
+    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    y[n] = tk_hsum8(off ? a8 : _mm256_add_ps(a8, accm));
+  }
+#else
+  LPF(mmk)(WT, w, wrow, xq, xd, xs, 1, k, y, 1, n0, n1);
+#endif
+}
+
 #define LP_N_FOR(M) ((M) == 1 ? 4 : LP_NMAX)
 // LP_KT_MIN is the fewest rows of x that take the tile kernels (mmkt):
 // measured faster from 8 rows up (BenchmarkMatMul m=8, 32, 512); below 5,
@@ -801,7 +858,7 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
 #define LP_KCASE(T)                                                                    \
   case T:                                                                              \
     if (m == 1) { /* a constant row count keeps the accumulators in registers */       \
-      LPF(mmk)(T, w, wrow, xq, xd, (const int16_t *)aux, 1, k, y, ldy, n0, n1);        \
+      LPF(mmk1)(T, w, wrow, xq, xd, (const int16_t *)aux, k, y, n0, n1);               \
       return;                                                                          \
     }                                                                                  \
     if (m >= LP_KT_MIN && (T == TK_Q4_K || T == TK_Q5_K)) {                            \

@@ -1,0 +1,57 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestKQuantLevelsAgree runs the int8-activation K-quant kernels of every
+// variant this CPU has against the portable one on random-bit blocks. All
+// levels compute the same integers per super-block and differ only in the
+// order of float32 sums, so they must agree within (k+16)·u·Σ|x·w|: a far
+// tighter bound than the activation rounding TestMatMulLowPrecision allows,
+// and one a single wrong quant bit or scale breaks.
+func TestKQuantLevelsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	shapes := []struct{ m, k, n int }{{1, 256, 5}, {1, 2048, 7}, {3, 768, 9}, {6, 512, 11}}
+	for _, typ := range []DType{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K} {
+		for _, s := range shapes {
+			W := randomBitsMatrix(rng, typ, s.n, s.k)
+			x := randFloats(rng, s.m*s.k, 2)
+			bound := make([]float64, s.m*s.n)
+			wf := make([]float32, s.k)
+			for j := 0; j < s.n; j++ {
+				W.Row(j, wf)
+				for r := 0; r < s.m; r++ {
+					var mag float64
+					for c, v := range wf {
+						mag += math.Abs(float64(v) * float64(x[r*s.k+c]))
+					}
+					bound[r*s.n+j] = float64(s.k+16)*unitRoundoff*mag + 1e-30
+				}
+			}
+			run := func(cfg lowpConfig) []float32 {
+				w := NewWorkers(1)
+				defer w.Close()
+				require.NoError(t, w.SetPath(cfg.path))
+				require.NoError(t, w.SetFeatures(cfg.feat))
+				require.Equal(t, "int8", w.LowPrecision(W, s.m), "%v on %v/%v", typ, cfg.path, cfg.feat)
+				y := make([]float32, s.m*s.n)
+				require.NoError(t, w.MatMul(y, x, s.m, W))
+				return y
+			}
+			ref := run(lowpConfig{Portable, 0})
+			for _, cfg := range lowpConfigs() {
+				t.Run(fmt.Sprintf("%v/m=%d,k=%d/%v/%v", typ, s.m, s.k, cfg.path, cfg.feat), func(t *testing.T) {
+					for i, got := range run(cfg) {
+						require.InDeltaf(t, ref[i], got, bound[i], "y[%d][%d]", i/s.n, i%s.n)
+					}
+				})
+			}
+		}
+	}
+}
