@@ -15,9 +15,11 @@
 // query, are not read. When state is not NULL the pairs' softmax
 // states are written there instead of out: state + (i*heads + h)*(hd+2)
 // holds [max, sum, acc[hd]] (acc unnormalised) for the cascade's merge.
-// prefetch asks for block b+1 while block b is computed. The body is always
-// inlined, so the plain task (b0 = 0, state = NULL, prefetch = 0) compiles
-// to the loop it always was.
+// prefetch > 0 asks for block b+prefetch while block b is computed (and
+// for the first ones on entry): every path passes 1, which takes decode
+// attention of a cache that is not in the CPU's caches from latency bound
+// to near bandwidth bound. The body is always inlined, so each wrapper
+// compiles it with its own constants.
 
 static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
     float *out, const float *q, const TK_KV_T *K, const TK_KV_T *V, int heads,
@@ -50,15 +52,18 @@ static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
     // The K and V block of this kv head is read once for the whole group.
     size_t base = ((size_t)table[b] * kv_heads + kvh) * block * hd;
     const TK_KV_T *Kb = K + base, *Vb = V + base;
-    if (prefetch && b + 1 < nblocks) {
-      // The next block is elsewhere in memory, where the hardware
-      // prefetcher cannot guess it: ask for it (into L2) while this one
-      // is computed.
-      const size_t nb = ((size_t)table[b + 1] * kv_heads + kvh) * block * hd;
-      const char *pk = (const char *)(K + nb), *pv = (const char *)(V + nb);
-      for (size_t o = 0; o < sizeof(TK_KV_T) * (size_t)block * hd; o += 64) {
-        __builtin_prefetch(pk + o, 0, 2);
-        __builtin_prefetch(pv + o, 0, 2);
+    if (prefetch) {
+      // Blocks are elsewhere in memory, where the hardware prefetcher
+      // cannot guess them: ask for the block `prefetch` ahead (into L2)
+      // while this one is computed, and for the ones before it on entry.
+      const int p0 = b == bfirst ? b : b + prefetch;
+      for (int pb = p0; pb <= b + prefetch && pb < nblocks; pb++) {
+        const size_t nb = ((size_t)table[pb] * kv_heads + kvh) * block * hd;
+        const char *pk = (const char *)(K + nb), *pv = (const char *)(V + nb);
+        for (size_t o = 0; o < sizeof(TK_KV_T) * (size_t)block * hd; o += 64) {
+          __builtin_prefetch(pk + o, 0, 2);
+          __builtin_prefetch(pv + o, 0, 2);
+        }
       }
     }
     for (int i = i0; i < i1; i++) {

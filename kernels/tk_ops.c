@@ -309,6 +309,50 @@ TK_INLINE TK_TARGET_AVX2 float dot16_avx2(int kt, const float *a,
 #define TK_SC_DOT(a, b, n) dot16_avx2(kt, a, b, n)
 #include "tk_scores_body.h"
 
+// ---- AVX-512: the same loops 16 lanes wide ----
+
+// tk_mask16 is the mask of the first min(r, 16) lanes (r > 0).
+TK_INLINE __mmask16 tk_mask16(int r) {
+  return r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << r) - 1);
+}
+
+// kv16_ldm16 loads the cache elements at p under mask m (masked lanes
+// zero) as 16 floats: F16C for f16, a 16-bit left shift for bf16.
+TK_INLINE TK_TARGET_AVX512 __m512 kv16_ldm16(int kt, const uint16_t *p,
+                                             __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  if (kt == TK_F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// exps_sub_avx512 is exps_sub_avx2 16 lanes wide (the same exp polynomial,
+// so the two paths' weights agree to the ulp), with a masked tail.
+static inline TK_TARGET_AVX512 float exps_sub_avx512(float *s, int n, float m) {
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 k = tk_mask16(n - j);
+    const __m512 e = exp16_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv));
+    _mm512_mask_storeu_ps(s + j, k, e);
+    sum = _mm512_mask_add_ps(sum, k, sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+#define TK_S5_NAME scores_avx512
+#define TK_S5_PV pv_avx512
+#define TK_S5_KT
+#define TK_S5_ELEM float
+#define TK_S5_LDM(p, m) _mm512_maskz_loadu_ps(m, p)
+#include "tk_scores512_body.h"
+
+#define TK_S5_NAME scores16_avx512
+#define TK_S5_PV pv16_avx512
+#define TK_S5_KT int kt,
+#define TK_S5_ELEM uint16_t
+#define TK_S5_LDM(p, m) kv16_ldm16(kt, p, m)
+#include "tk_scores512_body.h"
+
 #endif
 
 // ---- instances: one body per (path, cache type) ----
@@ -335,10 +379,10 @@ static void attn_portable(
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int win) {
   if (win > 0)
     attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 1, win);
   else  // the unwindowed loop, with the window's tests folded away
     attn_portable_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, 0);
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 1, 0);
 }
 
 static void attn_tail_portable(
@@ -350,29 +394,31 @@ static void attn_tail_portable(
       ctx, kvh, i0, i1, scale, scratch, b0, state, 1, win);
 }
 
-// TK_ATTN_WRAP defines NAME (the plain task) and NAME##_tail (the cascade
-// tail) over body BODY for a 16-bit cache.
-#define TK_ATTN_WRAP(NAME, BODY, ATTR)                                          \
-  static ATTR void NAME(float *out, const float *q, const uint16_t *K,        \
-                        const uint16_t *V, int heads, int kv_heads, int block, \
+// TK_ATTN_WRAPT defines NAME (the plain task) and NAME##_tail (the cascade
+// tail) over body BODY for a cache of elements T; TK_ATTN_WRAP is it for a
+// 16-bit cache.
+#define TK_ATTN_WRAPT(NAME, BODY, ATTR, T)                                        \
+  static ATTR void NAME(float *out, const float *q, const T *K,               \
+                        const T *V, int heads, int kv_heads, int block,        \
                         int hd, const int32_t *table, int qstart, int numq,   \
                         int ctx, int kvh, int i0, int i1, float scale,        \
                         float *scratch, int win) {                            \
     if (win > 0)                                                              \
       BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,     \
-           ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);                \
+           ctx, kvh, i0, i1, scale, scratch, 0, NULL, 1, win);                \
     else /* the unwindowed loop, the window's tests folded away */            \
       BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,     \
-           ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, 0);                  \
+           ctx, kvh, i0, i1, scale, scratch, 0, NULL, 1, 0);                  \
   }                                                                           \
   static ATTR void NAME##_tail(                                               \
-      float *out, const float *q, const uint16_t *K, const uint16_t *V,      \
+      float *out, const float *q, const T *K, const T *V,                    \
       int heads, int kv_heads, int block, int hd, const int32_t *table,      \
       int qstart, int numq, int ctx, int kvh, int i0, int i1, float scale,   \
       float *scratch, int b0, float *state, int win) {                       \
     BODY(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx,  \
          kvh, i0, i1, scale, scratch, b0, state, 1, win);                     \
   }
+#define TK_ATTN_WRAP(NAME, BODY, ATTR) TK_ATTN_WRAPT(NAME, BODY, ATTR, uint16_t)
 
 #define TK_ATTN_ATTR
 #define TK_KV_T uint16_t
@@ -420,10 +466,10 @@ static TK_TARGET_AVX2 void attn_avx2(
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int win) {
   if (win > 0)
     attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, win);
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 1, win);
   else  // the unwindowed loop, with the window's tests folded away
     attn_avx2_body(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
-        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 0, 0);
+        ctx, kvh, i0, i1, scale, scratch, 0, NULL, 1, 0);
 }
 
 static TK_TARGET_AVX2 void attn_tail_avx2(
@@ -457,11 +503,43 @@ static TK_TARGET_AVX2 void attn_tail_avx2(
 #undef TK_EXPS
 TK_ATTN_WRAP(attn_avx2_f16, attn_avx2_f16_body, TK_TARGET_AVX2)
 TK_ATTN_WRAP(attn_avx2_bf16, attn_avx2_bf16_body, TK_TARGET_AVX2)
+
+#define TK_ATTN_ATTR TK_TARGET_AVX512
+#define TK_EXPS exps_sub_avx512
+#define TK_KV_T float
+#define TK_ATTN_NAME attn_avx512_f32_body
+#define TK_SCORES scores_avx512
+#define TK_PV pv_avx512
+#include "tk_attn_body.h"
+#undef TK_ATTN_NAME
+#undef TK_SCORES
+#undef TK_PV
+#undef TK_KV_T
+#define TK_KV_T uint16_t
+#define TK_ATTN_NAME attn_avx512_f16_body
+#define TK_SCORES(q, K, hd, n, sc, s) scores16_avx512(TK_F16, q, K, hd, n, sc, s)
+#define TK_PV(a, c, s, V, n, hd) pv16_avx512(TK_F16, a, c, s, V, n, hd)
+#include "tk_attn_body.h"
+#undef TK_ATTN_NAME
+#undef TK_SCORES
+#undef TK_PV
+#define TK_ATTN_NAME attn_avx512_bf16_body
+#define TK_SCORES(q, K, hd, n, sc, s) scores16_avx512(TK_BF16, q, K, hd, n, sc, s)
+#define TK_PV(a, c, s, V, n, hd) pv16_avx512(TK_BF16, a, c, s, V, n, hd)
+#include "tk_attn_body.h"
+#undef TK_ATTN_NAME
+#undef TK_SCORES
+#undef TK_PV
+#undef TK_ATTN_ATTR
+#undef TK_KV_T
+#undef TK_EXPS
+TK_ATTN_WRAPT(attn_avx512_f32, attn_avx512_f32_body, TK_TARGET_AVX512, float)
+TK_ATTN_WRAP(attn_avx512_f16, attn_avx512_f16_body, TK_TARGET_AVX512)
+TK_ATTN_WRAP(attn_avx512_bf16, attn_avx512_bf16_body, TK_TARGET_AVX512)
 #endif
 
-// AVX-512 machines run the AVX2 bodies (attention is a small share of
-// time; the AVX2 target includes F16C, so the 16-bit widening is in
-// registers there too).
+// AVX-512 machines run the 16-lane bodies: half the instructions per key
+// row of the AVX2 ones, whose loads and FMAs bound decode attention.
 void tk_attn_task(int isa, int kvtype, float *out, const float *q,
                   const void *K, const void *V, int heads, int kv_heads,
                   int block, int hd, const int32_t *table, int qstart,
@@ -471,6 +549,13 @@ void tk_attn_task(int isa, int kvtype, float *out, const float *q,
   out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq, ctx, kvh, \
       i0, i1, scale, scratch
 #if TK_X86
+  if (isa == TK_AVX512) {
+    switch (kvtype) {
+      case TK_F16: attn_avx512_f16(TK_ATTN_ARGS, win); return;
+      case TK_BF16: attn_avx512_bf16(TK_ATTN_ARGS, win); return;
+      default: attn_avx512_f32(TK_ATTN_ARGS, win); return;
+    }
+  }
   if (isa != TK_PORTABLE) {
     switch (kvtype) {
       case TK_F16: attn_avx2_f16(TK_ATTN_ARGS, win); return;
@@ -493,6 +578,13 @@ void tk_attn_tail(int isa, int kvtype, float *out, const float *q,
                   int numq, int ctx, int kvh, int i0, int i1, float scale,
                   float *scratch, int b0, float *state, int win) {
 #if TK_X86
+  if (isa == TK_AVX512) {
+    switch (kvtype) {
+      case TK_F16: attn_avx512_f16_tail(TK_ATTN_ARGS, b0, state, win); return;
+      case TK_BF16: attn_avx512_bf16_tail(TK_ATTN_ARGS, b0, state, win); return;
+      default: attn_avx512_f32_tail(TK_ATTN_ARGS, b0, state, win); return;
+    }
+  }
   if (isa != TK_PORTABLE) {
     switch (kvtype) {
       case TK_F16: attn_avx2_f16_tail(TK_ATTN_ARGS, b0, state, win); return;
