@@ -20,13 +20,14 @@ const tinyMatMulMACs = 32 * 1024
 // MatMul computes y = x·Wᵀ: y [m][W.Rows], x [m][W.Cols], both row-major
 // float32, y[i][n] = Σ_k x[i][k]·W[n][k]. F16/BF16/Q8_0 weights are converted
 // to float32 as they are packed or streamed. 1..4 rows take the GEMV path,
-// 5..32 (batched decode) the streaming path, which reads each weight from
-// memory once with no packed copy; more rows the packed GEMM. y must not
-// overlap x. Unless SetExact(true), activations are rounded where that is
-// faster (Workers.LowPrecision): to bf16 for BF16 weights on AVX512-BF16
-// (vdpbf16ps; every row count), to int8 blocks for every block type at up
-// to 32 rows (integer dot products); the result then
-// differs from RefMatMul by that rounding too. Errors name the mismatched
+// 5..32 (batched decode; F16 on AVX-512 up to 64) the streaming path, which
+// reads each weight from memory once with no packed copy; more rows the
+// packed GEMM. y must not overlap x. Unless SetExact(true), activations are
+// rounded where that is faster (Workers.LowPrecision): to bf16 for BF16
+// weights on AVX512-BF16 (vdpbf16ps; every row count), to int8 blocks for
+// every block type at up to 32 rows and for Q4_K/Q5_K at every row count
+// (integer dot products); the result then differs from RefMatMul by that
+// rounding too. Errors name the mismatched
 // sizes; nothing is written then.
 func (w *Workers) MatMul(y, x []float32, m int, W Matrix) error {
 	if err := W.Validate(); err != nil {
