@@ -294,7 +294,21 @@ func TestEngineRetiringTornDownBeforeIdle(t *testing.T) {
 	out, err := s.Collect(ctx)
 	require.NoError(t, err)
 	require.Equal(t, executor.FinishStop, out.FinishReason, "EOS: a finish seen only when its step is processed")
-	require.Eventually(t, func() bool { return d.Snapshot().IdleWaits > 0 }, 5*time.Second, time.Millisecond)
+	// The deployment may have blocked once before the request arrived, so
+	// an idle wait alone does not mark the end: wait for it together with
+	// every rank's teardown. A deployment that blocked with the seat still
+	// retiring would never step again and this would time out.
+	require.Eventually(t, func() bool {
+		if d.Snapshot().IdleWaits == 0 {
+			return false
+		}
+		for _, er := range ers {
+			if em := er.Engine().Snapshot(); em.Retiring != 0 || em.SeatsRetiring != 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond)
 	m := d.Snapshot()
 	stop()
 	require.NoError(t, testwait.Recv(t, done, "Run to return after its context ended"))
