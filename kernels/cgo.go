@@ -106,13 +106,17 @@ func cRoPE(x []float32, positions []int32, heads, headDim int, theta, freqScale 
 		C.float(theta), C.float(freqScale))
 }
 
-func cRoPEFreqs(x []float32, positions []int32, heads, headDim int, freqs []float64, neox bool) {
+func cRoPETable(cs []float32, positions []int32, freqs []float64) {
+	C.tk_rope_table(f32p(cs), i32p(positions), C.int(len(positions)), C.int(len(freqs)),
+		(*C.double)(unsafe.Pointer(unsafe.SliceData(freqs))))
+}
+
+func cRoPEApply(x, cs []float32, rows, heads, headDim int, neox bool) {
 	n := 0
 	if neox {
 		n = 1
 	}
-	C.tk_rope_freqs(f32p(x), i32p(positions), C.int(len(positions)), C.int(heads), C.int(headDim),
-		(*C.double)(unsafe.Pointer(unsafe.SliceData(freqs))), C.int(n))
+	C.tk_rope_apply(f32p(x), f32p(cs), C.int(rows), C.int(heads), C.int(headDim), C.int(n))
 }
 
 func cSiLUMul(p Path, y, gate, up []float32) {

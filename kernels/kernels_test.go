@@ -228,6 +228,43 @@ func TestRoPE(t *testing.T) {
 	require.ErrorContains(t, RoPE(make([]float32, 7), []int32{0}, 1, 6, 10000, 1), "x has 7 floats")
 }
 
+// A RoPETable built once and applied to tensors of different head counts
+// (the runner's q and k of every layer) gives RoPEFreqs' results bit for
+// bit in both layouts.
+func TestRoPETableApply(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	cases := []struct {
+		name      string
+		heads, hd int
+		neox      bool
+		positions []int32
+	}{
+		{"pair", 1, 2, false, []int32{0, 1, 2}},
+		{"llama", 4, 64, false, []int32{5, 0, 77, 4095}},
+		{"neox", 3, 6, true, []int32{100000, 3}},
+		{"neox wide", 2, 128, true, []int32{7, 8, 9, 10, 11}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			freqs := RopeFreqs(c.hd, 500000, 0.5)
+			freqs[0] *= 1.25 // a per-dimension factor, as llama3 scaling has
+			cs := make([]float32, len(c.positions)*c.hd)
+			require.NoError(t, RoPETable(cs, c.positions, freqs))
+			for _, heads := range []int{c.heads, 1} {
+				a := randFloats(rng, len(c.positions)*heads*c.hd, 1)
+				b := append([]float32(nil), a...)
+				require.NoError(t, RoPEApply(a, cs, len(c.positions), heads, c.hd, c.neox))
+				require.NoError(t, RoPEFreqs(b, c.positions, heads, c.hd, freqs, c.neox))
+				require.Equal(t, b, a)
+			}
+		})
+	}
+	require.ErrorContains(t, RoPETable(make([]float32, 5), []int32{0, 1}, make([]float64, 2)), "cs has 5 floats")
+	require.ErrorContains(t, RoPEApply(make([]float32, 8), make([]float32, 3), 1, 2, 4, false), "cs has 3 floats")
+	require.ErrorContains(t, RoPEApply(make([]float32, 8), make([]float32, 4), 1, 2, 3, false), "headDim=3")
+	require.ErrorContains(t, RoPEApply(make([]float32, 7), make([]float32, 4), 1, 2, 4, false), "x has 7 floats")
+}
+
 func TestSiLUMulSoftmaxArgmax(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, n := range []int{1, 5, 64, 1001} {

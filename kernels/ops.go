@@ -51,7 +51,9 @@ func RoPE(x []float32, positions []int32, heads, headDim int, theta, freqScale f
 // (the model folds its base, linear scaling and per-dimension factors into
 // it once). The pair is (x[2i], x[2i+1]) (GGUF llama layout) or, with neox,
 // (x[i], x[i+headDim/2]) (GPT-NeoX / Hugging Face rotate_half layout).
-// x is [len(positions)][heads*headDim].
+// x is [len(positions)][heads*headDim]. It allocates the angle table; a
+// caller rotating several tensors at the same positions (q and k of every
+// layer) builds it once with RoPETable and calls RoPEApply.
 func RoPEFreqs(x []float32, positions []int32, heads, headDim int, freqs []float64, neox bool) error {
 	if heads <= 0 || headDim <= 0 || headDim%2 != 0 {
 		return fmt.Errorf("kernels: RoPEFreqs needs heads > 0 and an even headDim, got heads=%d headDim=%d", heads, headDim)
@@ -59,14 +61,47 @@ func RoPEFreqs(x []float32, positions []int32, heads, headDim int, freqs []float
 	if len(freqs) != headDim/2 {
 		return fmt.Errorf("kernels: RoPEFreqs has %d frequencies, want headDim/2 = %d", len(freqs), headDim/2)
 	}
-	if len(x) != len(positions)*heads*headDim {
-		return fmt.Errorf("kernels: RoPEFreqs x has %d floats, want %d rows × %d heads × %d = %d",
-			len(x), len(positions), heads, headDim, len(positions)*heads*headDim)
+	cs := make([]float32, len(positions)*headDim)
+	if err := RoPETable(cs, positions, freqs); err != nil {
+		return err
+	}
+	return RoPEApply(x, cs, len(positions), heads, headDim, neox)
+}
+
+// RoPETable fills cs, float32 [len(positions)][len(freqs)][2], with the
+// (cos, sin) of positions[r]·freqs[i] radians, computed in float64 (positions
+// reach 1e5, where float32 angles lose radians) and rounded to float32.
+func RoPETable(cs []float32, positions []int32, freqs []float64) error {
+	if len(cs) != 2*len(positions)*len(freqs) {
+		return fmt.Errorf("kernels: RoPETable cs has %d floats, want 2 × %d positions × %d frequencies = %d",
+			len(cs), len(positions), len(freqs), 2*len(positions)*len(freqs))
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	cRoPETable(cs, positions, freqs)
+	return nil
+}
+
+// RoPEApply rotates, in place, pair i of every head of row r of x
+// [rows][heads*headDim] by the angle of cs[r][i] (a RoPETable of rows
+// positions and headDim/2 frequencies), in RoPEFreqs' pair layouts.
+func RoPEApply(x, cs []float32, rows, heads, headDim int, neox bool) error {
+	if rows < 0 || heads <= 0 || headDim <= 0 || headDim%2 != 0 {
+		return fmt.Errorf("kernels: RoPEApply needs rows ≥ 0, heads > 0 and an even headDim, got rows=%d heads=%d headDim=%d",
+			rows, heads, headDim)
+	}
+	if len(cs) != rows*headDim {
+		return fmt.Errorf("kernels: RoPEApply cs has %d floats, want %d rows × headDim %d = %d", len(cs), rows, headDim, rows*headDim)
+	}
+	if len(x) != rows*heads*headDim {
+		return fmt.Errorf("kernels: RoPEApply x has %d floats, want %d rows × %d heads × %d = %d",
+			len(x), rows, heads, headDim, rows*heads*headDim)
 	}
 	if len(x) == 0 {
 		return nil
 	}
-	cRoPEFreqs(x, positions, heads, headDim, freqs, neox)
+	cRoPEApply(x, cs, rows, heads, headDim, neox)
 	return nil
 }
 

@@ -112,11 +112,15 @@ void tk_rmsnorm(int isa, float *y, const float *x, const float *weight, int r0,
 void tk_rope(float *x, const int32_t *pos, int rows, int heads, int hd,
              float theta, float freq_scale);
 
-// tk_rope_freqs rotates pair i of every head of every row in place by
-// pos[r]*freqs[i] radians (freqs [hd/2]); the pair is (2i, 2i+1), or with
-// neox (i, i+hd/2).
-void tk_rope_freqs(float *x, const int32_t *pos, int rows, int heads, int hd,
-                   const double *freqs, int neox);
+// tk_rope_table writes cs [rows][half][2]: (cos, sin) of pos[r]·freqs[i]
+// radians, computed in double and rounded to float.
+void tk_rope_table(float *cs, const int32_t *pos, int rows, int half,
+                   const double *freqs);
+// tk_rope_apply rotates pair i of every head of row r of x in place by the
+// angle whose (cos, sin) is cs[r][i] (tk_rope_table): pairs (2i, 2i+1), or
+// (i, i+hd/2) with neox.
+void tk_rope_apply(float *x, const float *cs, int rows, int heads, int hd,
+                   int neox);
 
 // tk_silu_mul: y = g/(1+e^−g)·up. The AVX2 path's exp is a polynomial
 // (≤ 2 ulp), so its result may differ from the portable one by a few ulp.

@@ -116,20 +116,29 @@ void tk_rope(float *x, const int32_t *pos, int rows, int heads, int hd,
   }
 }
 
-void tk_rope_freqs(float *x, const int32_t *pos, int rows, int heads, int hd,
-                   const double *freqs, int neox) {
-  const int half = hd / 2;
-  for (int i = 0; i < half; i++) {
-    // NEOX (GPT-NeoX, Hugging Face rotate_half) pairs element i with i+hd/2;
-    // the GGUF llama layout pairs adjacent elements.
-    const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-    for (int r = 0; r < rows; r++) {
-      float *xr = x + (size_t)r * heads * hd;
+void tk_rope_table(float *cs, const int32_t *pos, int rows, int half,
+                   const double *freqs) {
+  for (int r = 0; r < rows; r++)
+    for (int i = 0; i < half; i++) {
+      // Angles in double, as tk_rope: positions reach 1e5.
       double ang = (double)pos[r] * freqs[i];
-      float c = (float)cos(ang), s = (float)sin(ang);
-      for (int h = 0; h < heads; h++) {
-        float *v = xr + (size_t)h * hd;
-        float a = v[ia], b = v[ib];
+      cs[((size_t)r * half + i) * 2] = (float)cos(ang);
+      cs[((size_t)r * half + i) * 2 + 1] = (float)sin(ang);
+    }
+}
+
+void tk_rope_apply(float *x, const float *cs, int rows, int heads, int hd,
+                   int neox) {
+  const int half = hd / 2;
+  for (int r = 0; r < rows; r++) {
+    const float *t = cs + (size_t)r * half * 2;
+    for (int h = 0; h < heads; h++) {
+      float *v = x + ((size_t)r * heads + h) * hd;
+      for (int i = 0; i < half; i++) {
+        // NEOX (GPT-NeoX, Hugging Face rotate_half) pairs element i with
+        // i+hd/2; the GGUF llama layout pairs adjacent elements.
+        const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        float c = t[2 * i], s = t[2 * i + 1], a = v[ia], b = v[ib];
         v[ia] = a * c - b * s;
         v[ib] = a * s + b * c;
       }

@@ -75,6 +75,7 @@ type CPURunner struct {
 	tmp      []float32         // [T][Dim] sublayer output before the residual add
 	q, att   []float32         // [T][Heads*HeadDim]
 	k, v     []float32         // [T][KVHeads*HeadDim]
+	ropeCS   []float32         // [T][HeadDim/2][2] the step's RoPE (cos, sin), shared by every layer's q and k
 	gate, up []float32         // [T][FFN], or sharded [N·T][FFN/N]
 	attnSeqs []kernels.AttnSeq // [S] every sequence's queries
 	lastSeqs []kernels.AttnSeq // [S] the last layer's: one query per sampled sequence
@@ -152,6 +153,7 @@ func NewCPURunner(m *Llama, cfg CPURunnerConfig) (*CPURunner, error) {
 		att:         make([]float32, T*qd),
 		k:           make([]float32, T*kvd),
 		v:           make([]float32, T*kvd),
+		ropeCS:      make([]float32, T*c.HeadDim),
 		gate:        make([]float32, T*c.FFN),
 		up:          make([]float32, T*c.FFN),
 		attnSeqs:    make([]kernels.AttnSeq, 0, S),
@@ -368,6 +370,11 @@ func (r *CPURunner) forward(b *step.Batch, T int) error {
 		if err := r.embed(x, r.tokens[:T]); err != nil {
 			return err
 		}
+		// One angle table per step: every layer rotates q and k at the
+		// same positions (sin/cos per layer cost ~2% of a prefill).
+		if err := kernels.RoPETable(r.ropeCS[:T*c.HeadDim], b.Positions[:T], r.m.ropeFreqs); err != nil {
+			return fmt.Errorf("model: rope table: %w", err)
+		}
 	}
 	for li := range r.m.layers {
 		if T > 0 {
@@ -436,10 +443,11 @@ func (r *CPURunner) layerHead(b *step.Batch, li, T int) error {
 			return fmt.Errorf("model: layer %d k norm: %w", li, err)
 		}
 	}
-	if err := kernels.RoPEFreqs(q, pos, c.Heads, c.HeadDim, r.m.ropeFreqs, c.RopeNeox); err != nil {
+	cs := r.ropeCS[:T*c.HeadDim]
+	if err := kernels.RoPEApply(q, cs, T, c.Heads, c.HeadDim, c.RopeNeox); err != nil {
 		return fmt.Errorf("model: layer %d rope q: %w", li, err)
 	}
-	if err := kernels.RoPEFreqs(k, pos, c.KVHeads, c.HeadDim, r.m.ropeFreqs, c.RopeNeox); err != nil {
+	if err := kernels.RoPEApply(k, cs, T, c.KVHeads, c.HeadDim, c.RopeNeox); err != nil {
 		return fmt.Errorf("model: layer %d rope k: %w", li, err)
 	}
 	for i := range r.attnSeqs {
