@@ -633,7 +633,7 @@ TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
   }
 }
 
-// ---- K-quant int8 GEMM over interleaved 8-row tiles (m > 1) ----
+// ---- K-quant int8 GEMM over interleaved 8- and 16-row tiles (m > 1) ----
 //
 // mmk dots each decoded super-block with one x row per maddubs/madd pair
 // and reduces 8 lanes per row and super-block. The tile kernels instead
@@ -641,12 +641,17 @@ TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
 // lane j holds 4 consecutive quants of row j, so one vpdpbusd against a
 // broadcast of 4 x bytes adds 32 products into the 8 outputs' lanes: no
 // horizontal sums, and the scratch (L1) serves every row of x. Only the
-// per-32-scale types (Q4_K, Q5_K) take it.
+// per-32-scale types (Q4_K, Q5_K) take it. The 512-bit level packs 16 rows
+// (one vpdpbusd adds 64 products into 16 lanes, the broadcast per dot
+// unchanged: twice the products per x load and per dot), measured 1.5x
+// (m = 8) to 2x (m = 512) the 8-row tile on Zen 5; a 32-row tile (two
+// dots per broadcast, two x rows at a time) spilled and ran 0.8x of it.
 
 // LP_KT_CHUNK is the super-blocks per packed depth chunk (82 vectors, 2.6
 // KB each: 10.5 KB of stack).
 #define LP_KT_CHUNK 4
-// LP_KZ_CHUNK: the same for the 16-row tile (82 vectors of 64 bytes).
+// LP_KZ_CHUNK: the same for the 16-row tile (82 vectors of 64 bytes: 21
+// KB of stack; 2 measured slower).
 #define LP_KZ_CHUNK 4
 // Vector indices in one packed super-block: quants of group c, dword i
 // at 8c + i; the per-32 scales (int32) at LP_KT_SC + c; the mins as int16
@@ -778,7 +783,9 @@ TK_INLINE LP_TARGET void LPF(kz_pack)(const int WT, const uint8_t *w, size_t wro
 TK_INLINE LP_TARGET __m512i LPF(kz_bc4)(const void *p) {
   int32_t v;
   memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);  // folds into vpdpbusd's {1to16} operand
+  // gcc emits a vpbroadcastd rather than vpdpbusd's {1to16} operand; an
+  // asm dot with the folded broadcast measured no faster.
+  return _mm512_set1_epi32(v);
 }
 
 // kz_rows is kt_rows on the 16-row tile: one 512-bit vpdpbusd (64
@@ -823,9 +830,10 @@ TK_INLINE LP_TARGET void LPF(kz_rows)(const int R, const __m512i (*pz)[LP_KT_VEC
 }
 #endif
 
-// mmkt computes y[r][n] for r < m, n in [n0, n1) of Q4_K or Q5_K: 8-row
-// weight tiles packed per depth chunk (kt_pack) and run over all m rows
-// of x four at a time; rows past the last whole tile go through mmk.
+// mmkt computes y[r][n] for r < m, n in [n0, n1) of Q4_K or Q5_K: 16-row
+// (LP_ZMM, kz_pack) then 8-row weight tiles packed per depth chunk
+// (kt_pack) and run over all m rows of x four at a time; rows past the
+// last whole 8-row tile go through mmk.
 TK_INLINE LP_TARGET void LPF(mmkt)(const int WT, const uint8_t *w, size_t wrow, const int8_t *xq,
                                    const float *xd, const int16_t *xs, int m, int k, float *y, long ldy,
                                    int n0, int n1) {
