@@ -633,7 +633,7 @@ TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
   }
 }
 
-// ---- K-quant int8 GEMM over interleaved 8-row tiles (m > 1) ----
+// ---- K-quant int8 GEMM over interleaved 8- and 16-row tiles (m > 1) ----
 //
 // mmk dots each decoded super-block with one x row per maddubs/madd pair
 // and reduces 8 lanes per row and super-block. The tile kernels instead
@@ -641,11 +641,18 @@ TK_INLINE LP_TARGET void LPF(mmk)(const int WT, const uint8_t *w, size_t wrow,
 // lane j holds 4 consecutive quants of row j, so one vpdpbusd against a
 // broadcast of 4 x bytes adds 32 products into the 8 outputs' lanes: no
 // horizontal sums, and the scratch (L1) serves every row of x. Only the
-// per-32-scale types (Q4_K, Q5_K) take it.
+// per-32-scale types (Q4_K, Q5_K) take it. The 512-bit level packs 16 rows
+// (one vpdpbusd adds 64 products into 16 lanes, the broadcast per dot
+// unchanged: twice the products per x load and per dot), measured 1.5x
+// (m = 8) to 2x (m = 512) the 8-row tile on Zen 5; a 32-row tile (two
+// dots per broadcast, two x rows at a time) spilled and ran 0.8x of it.
 
 // LP_KT_CHUNK is the super-blocks per packed depth chunk (82 vectors, 2.6
 // KB each: 10.5 KB of stack).
 #define LP_KT_CHUNK 4
+// LP_KZ_CHUNK: the same for the 16-row tile (82 vectors of 64 bytes: 21
+// KB of stack; 2 measured slower).
+#define LP_KZ_CHUNK 4
 // Vector indices in one packed super-block: quants of group c, dword i
 // at 8c + i; the per-32 scales (int32) at LP_KT_SC + c; the mins as int16
 // pairs (m, m), for the per-16 bsum pairs, at LP_KT_MP + c; then d, dmin.
@@ -674,9 +681,12 @@ TK_INLINE LP_TARGET void LPF(kt_tp8)(__m256i v[8]) {
   }
 }
 
-// kt_pack decodes super-blocks [s0, s0+ns) of weight rows n..n+7 into pw.
-TK_INLINE LP_TARGET void LPF(kt_pack)(const int WT, const uint8_t *w, size_t wrow, int n, int s0,
-                                      int ns, __m256i (*pw)[LP_KT_VECS]) {
+// kt_pack8 decodes super-blocks [s0, s0+ns) of weight rows n..n+7 into
+// the packed layout at base: super-block s at base + s·ss, its vector v at
+// base + s·ss + vs·v (vs = 1: the 8-row tile; vs = 2: one 256-bit half of
+// a 16-row tile's 512-bit vectors).
+TK_INLINE LP_TARGET void LPF(kt_pack8)(const int WT, const uint8_t *w, size_t wrow, int n, int s0,
+                                       int ns, __m256i *base, const size_t ss, const int vs) {
   const size_t bb = tk_blk_bytes(WT);
   for (int s = 0; s < ns; s++) {
     __m256i q[8][8], scl[8], mns[8];
@@ -689,22 +699,28 @@ TK_INLINE LP_TARGET void LPF(kt_pack)(const int WT, const uint8_t *w, size_t wro
       scl[j] = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(s16));
       mns[j] = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(s16, 1));
     }
-    __m256i *p = pw[s];
+    __m256i *p = base + (size_t)s * ss;
     for (int c = 0; c < 8; c++) {
       __m256i v[8];
       for (int j = 0; j < 8; j++) v[j] = q[j][c];
       LPF(kt_tp8)(v);
-      for (int i = 0; i < 8; i++) _mm256_store_si256(p + 8 * c + i, v[i]);
+      for (int i = 0; i < 8; i++) _mm256_store_si256(p + vs * (8 * c + i), v[i]);
     }
     LPF(kt_tp8)(scl);
     LPF(kt_tp8)(mns);
     for (int c = 0; c < 8; c++) {
-      _mm256_store_si256(p + LP_KT_SC + c, scl[c]);
-      _mm256_store_si256(p + LP_KT_MP + c, _mm256_or_si256(mns[c], _mm256_slli_epi32(mns[c], 16)));
+      _mm256_store_si256(p + vs * (LP_KT_SC + c), scl[c]);
+      _mm256_store_si256(p + vs * (LP_KT_MP + c), _mm256_or_si256(mns[c], _mm256_slli_epi32(mns[c], 16)));
     }
-    _mm256_store_si256(p + LP_KT_D, _mm256_castps_si256(_mm256_loadu_ps(d)));
-    _mm256_store_si256(p + LP_KT_DM, _mm256_castps_si256(_mm256_loadu_ps(dm)));
+    _mm256_store_si256(p + vs * LP_KT_D, _mm256_castps_si256(_mm256_loadu_ps(d)));
+    _mm256_store_si256(p + vs * LP_KT_DM, _mm256_castps_si256(_mm256_loadu_ps(dm)));
   }
+}
+
+// kt_pack decodes super-blocks [s0, s0+ns) of weight rows n..n+7 into pw.
+TK_INLINE LP_TARGET void LPF(kt_pack)(const int WT, const uint8_t *w, size_t wrow, int n, int s0,
+                                      int ns, __m256i (*pw)[LP_KT_VECS]) {
+  LPF(kt_pack8)(WT, w, wrow, n, s0, ns, pw[0], LP_KT_VECS, 1);
 }
 
 TK_INLINE LP_TARGET __m256i LPF(kt_bc4)(const void *p) {
@@ -753,15 +769,103 @@ TK_INLINE LP_TARGET void LPF(kt_rows)(const int R, const __m256i (*pw)[LP_KT_VEC
   }
 }
 
-// mmkt computes y[r][n] for r < m, n in [n0, n1) of Q4_K or Q5_K: 8-row
-// weight tiles packed per depth chunk (kt_pack) and run over all m rows
-// of x four at a time; rows past the last whole tile go through mmk.
+#ifdef LP_ZMM
+// kz_pack is kt_pack for weight rows n..n+15: rows n..n+7 in the low 256
+// bits of each 512-bit vector, n+8..n+15 in the high ones, so lane j
+// holds row n+j.
+TK_INLINE LP_TARGET void LPF(kz_pack)(const int WT, const uint8_t *w, size_t wrow, int n, int s0,
+                                      int ns, __m512i (*pz)[LP_KT_VECS]) {
+  __m256i *base = (__m256i *)(void *)pz[0];
+  LPF(kt_pack8)(WT, w, wrow, n, s0, ns, base, 2 * LP_KT_VECS, 2);
+  LPF(kt_pack8)(WT, w, wrow, n + 8, s0, ns, base + 1, 2 * LP_KT_VECS, 2);
+}
+
+TK_INLINE LP_TARGET __m512i LPF(kz_bc4)(const void *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  // gcc emits a vpbroadcastd rather than vpdpbusd's {1to16} operand; an
+  // asm dot with the folded broadcast measured no faster.
+  return _mm512_set1_epi32(v);
+}
+
+// kz_rows is kt_rows on the 16-row tile: one 512-bit vpdpbusd (64
+// products into 16 outputs' lanes) per broadcast of 4 x bytes.
+TK_INLINE LP_TARGET void LPF(kz_rows)(const int R, const __m512i (*pz)[LP_KT_VECS], int s0, int ns,
+                                      const int8_t *xq, const float *xd, const int16_t *xs, int k,
+                                      __m512 acc[4]) {
+  const int nsb = k / TK_QKK;
+  for (int s = 0; s < ns; s++) {
+    const __m512i *p = pz[s];
+    const int sb = s0 + s;
+    __m512i isb[4], ms[4];
+    for (int r = 0; r < R; r++) isb[r] = ms[r] = _mm512_setzero_si512();
+    for (int c = 0; c < 8; c++) {
+      // Two chains per row (even and odd dwords), as kt_rows.
+      __m512i ia[4], ib[4];
+      for (int r = 0; r < R; r++) ia[r] = ib[r] = _mm512_setzero_si512();
+      for (int i = 0; i < 8; i += 2) {
+        __m512i w0 = _mm512_load_si512((const void *)(p + 8 * c + i));
+        __m512i w1 = _mm512_load_si512((const void *)(p + 8 * c + i + 1));
+        for (int r = 0; r < R; r++) {
+          const int8_t *xr = xq + (size_t)r * k + TK_QKK * sb + 32 * c + 4 * i;
+          ia[r] = _mm512_dpbusd_epi32(ia[r], w0, LPF(kz_bc4)(xr));
+          ib[r] = _mm512_dpbusd_epi32(ib[r], w1, LPF(kz_bc4)(xr + 4));
+        }
+      }
+      __m512i sc = _mm512_load_si512((const void *)(p + LP_KT_SC + c));
+      __m512i mp = _mm512_load_si512((const void *)(p + LP_KT_MP + c));
+      for (int r = 0; r < R; r++) {
+        isb[r] = _mm512_add_epi32(isb[r], _mm512_mullo_epi32(_mm512_add_epi32(ia[r], ib[r]), sc));
+        ms[r] = _mm512_dpwssd_epi32(ms[r], mp, LPF(kz_bc4)(xs + (size_t)r * (k / 16) + 16 * sb + 2 * c));
+      }
+    }
+    __m512 d = _mm512_castsi512_ps(_mm512_load_si512((const void *)(p + LP_KT_D)));
+    __m512 dm = _mm512_castsi512_ps(_mm512_load_si512((const void *)(p + LP_KT_DM)));
+    for (int r = 0; r < R; r++) {
+      __m512 dx = _mm512_set1_ps(xd[(size_t)r * nsb + sb]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isb[r]), _mm512_mul_ps(d, dx), acc[r]);
+      acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms[r]), _mm512_mul_ps(dm, dx), acc[r]);
+    }
+  }
+}
+#endif
+
+// mmkt computes y[r][n] for r < m, n in [n0, n1) of Q4_K or Q5_K: 16-row
+// (LP_ZMM, kz_pack) then 8-row weight tiles packed per depth chunk
+// (kt_pack) and run over all m rows of x four at a time; rows past the
+// last whole 8-row tile go through mmk.
 TK_INLINE LP_TARGET void LPF(mmkt)(const int WT, const uint8_t *w, size_t wrow, const int8_t *xq,
                                    const float *xd, const int16_t *xs, int m, int k, float *y, long ldy,
                                    int n0, int n1) {
   const int nsb = k / TK_QKK;
   __m256i pw[LP_KT_CHUNK][LP_KT_VECS] __attribute__((aligned(64)));
   int n = n0;
+#ifdef LP_ZMM
+  __m512i pz[LP_KZ_CHUNK][LP_KT_VECS] __attribute__((aligned(64)));
+  for (; n + 16 <= n1; n += 16)
+    for (int s0 = 0; s0 < nsb; s0 += LP_KZ_CHUNK) {
+      const int ns = nsb - s0 < LP_KZ_CHUNK ? nsb - s0 : LP_KZ_CHUNK;
+      LPF(kz_pack)(WT, w, wrow, n, s0, ns, pz);
+      for (int r = 0; r < m; r += 4) {
+        __m512 acc[4];
+        for (int i = 0; i < 4; i++) acc[i] = _mm512_setzero_ps();
+        const int8_t *q = xq + (size_t)r * k;
+        const float *d = xd + (size_t)r * nsb;
+        const int16_t *bs = xs + (size_t)r * (k / 16);
+        const int rr = m - r < 4 ? m - r : 4;
+        switch (rr) {
+          case 1: LPF(kz_rows)(1, (const __m512i(*)[LP_KT_VECS])pz, s0, ns, q, d, bs, k, acc); break;
+          case 2: LPF(kz_rows)(2, (const __m512i(*)[LP_KT_VECS])pz, s0, ns, q, d, bs, k, acc); break;
+          case 3: LPF(kz_rows)(3, (const __m512i(*)[LP_KT_VECS])pz, s0, ns, q, d, bs, k, acc); break;
+          default: LPF(kz_rows)(4, (const __m512i(*)[LP_KT_VECS])pz, s0, ns, q, d, bs, k, acc); break;
+        }
+        for (int i = 0; i < rr; i++) {
+          float *yr = y + (size_t)(r + i) * ldy + n;
+          _mm512_storeu_ps(yr, s0 ? _mm512_add_ps(_mm512_loadu_ps(yr), acc[i]) : acc[i]);
+        }
+      }
+    }
+#endif
   for (; n + 8 <= n1; n += 8)
     for (int s0 = 0; s0 < nsb; s0 += LP_KT_CHUNK) {
       const int ns = nsb - s0 < LP_KT_CHUNK ? nsb - s0 : LP_KT_CHUNK;
@@ -790,6 +894,7 @@ TK_INLINE LP_TARGET void LPF(mmkt)(const int WT, const uint8_t *w, size_t wrow, 
              m - r0 < 32 ? m - r0 : 32, k, y + (size_t)r0 * ldy, ldy, n, n1);
 }
 #undef LP_KT_CHUNK
+#undef LP_KZ_CHUNK
 #undef LP_KT_SC
 #undef LP_KT_MP
 #undef LP_KT_D
