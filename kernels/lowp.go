@@ -146,7 +146,14 @@ func (w *Workers) dotLevel() int {
 // arguments are validated.
 func (w *Workers) matmulLowp(kind lowpKind, y, x []float32, m int, W Matrix) {
 	n, k := W.Rows, W.Cols
-	nc := roundUp(ceilDiv(n, 4*w.n), 24)
+	// Tiles as the float path's, a multiple of 48 rows for int8: the
+	// 512-bit K-quant tile takes 16 weight rows at a time and a tile ending
+	// in 8 spare rows would run them at half width.
+	align := 24
+	if kind == lowpInt8 {
+		align = 48
+	}
+	nc := roundUp(ceilDiv(n, 4*w.n), align)
 	if w.n == 1 || m*n*k <= tinyMatMulMACs {
 		nc = n
 	}
