@@ -64,10 +64,7 @@ static void store_tile(const float *t, int ld, float *c, long ldc, int mr,
     }
 }
 
-// tk_pack_a copies rows [r0, r1) of x (float32 [.][k]) into MR-row panels
-// of pa: panel i holds rows i*MR.. as [k][MR], at pa + i*k*MR. r0 is a
-// multiple of MR; rows past r1 in the last panel are zero.
-void tk_pack_a(const float *x, int k, int r0, int r1, float *pa) {
+static void pack_a_portable(const float *x, int k, int r0, int r1, float *pa) {
   for (int ip = r0; ip < r1; ip += TK_MR) {
     float *dst = pa + (size_t)ip * k;
     int rows = r1 - ip < TK_MR ? r1 - ip : TK_MR;
@@ -80,6 +77,67 @@ void tk_pack_a(const float *x, int k, int r0, int r1, float *pa) {
       }
     }
   }
+}
+
+#if TK_X86
+// pack_a_avx512 is pack_a_portable 16 depths at a time in registers: the
+// 96 floats of [16][MR] are 6 vectors, vector q lane j holding row
+// (16q+j) % 6 at depth (16q+j) / 6. Each comes from three two-row
+// permutes (rows 0/1, 2/3, 4/5 share one index vector) and two blends.
+static TK_TARGET_AVX512 void pack_a_avx512(const float *x, int k, int r0,
+                                           int r1, float *pa) {
+  __m512i idx[TK_MR];
+  __mmask16 m23[TK_MR], m45[TK_MR];
+  for (int q = 0; q < TK_MR; q++) {
+    int iv[16];
+    unsigned b23 = 0, b45 = 0;
+    for (int j = 0; j < 16; j++) {
+      int e = 16 * q + j, r = e % TK_MR;
+      iv[j] = e / TK_MR + 16 * (r & 1);
+      if (r == 2 || r == 3) b23 |= 1u << j;
+      if (r >= 4) b45 |= 1u << j;
+    }
+    idx[q] = _mm512_loadu_si512((const void *)iv);
+    m23[q] = (__mmask16)b23;
+    m45[q] = (__mmask16)b45;
+  }
+  for (int ip = r0; ip < r1; ip += TK_MR) {
+    float *dst = pa + (size_t)ip * k;
+    int rows = r1 - ip < TK_MR ? r1 - ip : TK_MR;
+    const float *src[TK_MR];
+    for (int r = 0; r < TK_MR; r++) src[r] = x + (size_t)(ip + (r < rows ? r : 0)) * k;
+    int p = 0;
+    for (; p + 16 <= k; p += 16) {
+      __m512 v[TK_MR];
+      for (int r = 0; r < TK_MR; r++)
+        v[r] = r < rows ? _mm512_loadu_ps(src[r] + p) : _mm512_setzero_ps();
+      float *d = dst + (size_t)p * TK_MR;
+      for (int q = 0; q < TK_MR; q++) {
+        __m512 t01 = _mm512_permutex2var_ps(v[0], idx[q], v[1]);
+        __m512 t23 = _mm512_permutex2var_ps(v[2], idx[q], v[3]);
+        __m512 t45 = _mm512_permutex2var_ps(v[4], idx[q], v[5]);
+        __m512 o = _mm512_mask_blend_ps(m23[q], t01, t23);
+        _mm512_storeu_ps(d + 16 * q, _mm512_mask_blend_ps(m45[q], o, t45));
+      }
+    }
+    for (; p < k; p++)  // depth tail (k not a multiple of 16)
+      for (int r = 0; r < TK_MR; r++) dst[(size_t)p * TK_MR + r] = r < rows ? src[r][p] : 0.0f;
+  }
+}
+#endif
+
+// tk_pack_a copies rows [r0, r1) of x (float32 [.][k]) into MR-row panels
+// of pa: panel i holds rows i*MR.. as [k][MR], at pa + i*k*MR. r0 is a
+// multiple of MR; rows past r1 in the last panel are zero.
+void tk_pack_a(int isa, const float *x, int k, int r0, int r1, float *pa) {
+#if TK_X86
+  if (isa == TK_AVX512) {
+    pack_a_avx512(x, k, r0, r1, pa);
+    return;
+  }
+#endif
+  (void)isa;
+  pack_a_portable(x, k, r0, r1, pa);
 }
 
 // The microkernels compute an MR x NR tile over depth kc from one packed A
