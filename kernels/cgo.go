@@ -72,8 +72,8 @@ const (
 	gemmMR = C.TK_MR
 )
 
-func cPackA(x []float32, k, r0, r1 int, pa []float32) {
-	C.tk_pack_a(f32p(x), C.int(k), C.int(r0), C.int(r1), f32p(pa))
+func cPackA(p Path, x []float32, k, r0, r1 int, pa []float32) {
+	C.tk_pack_a(C.int(p), f32p(x), C.int(k), C.int(r0), C.int(r1), f32p(pa))
 }
 
 func cGemmTile(p Path, w Matrix, pa []float32, m int, y []float32, n0, n1 int, pb, tmp []float32) {

@@ -125,6 +125,7 @@ func TestMatMul(t *testing.T) {
 		{31, 2100, 7},  // streaming, three depth chunks, the last with a tail
 		{33, 40, 30},   // smallest packed GEMM, partial MR panel
 		{100, 264, 97}, // packed GEMM, two MC row blocks and two KC blocks
+		{200, 520, 70}, // packed GEMM (F16 too), last row block an 8-row AVX-512 12x32 tile
 		{9, 41, 300},   // several column tiles
 	}
 	rng := rand.New(rand.NewPCG(1, 2))

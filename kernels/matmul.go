@@ -77,7 +77,7 @@ func (w *Workers) MatMul(y, x []float32, m int, W Matrix) error {
 		w.packA = make([]float32, need)
 	}
 	per := ceilDiv(panels, 2*w.n)
-	w.job = job{kind: jobPackA, w: W, x: x, m: m, nc: per}
+	w.job = job{kind: jobPackA, path: w.path, w: W, x: x, m: m, nc: per}
 	w.run(ceilDiv(panels, per))
 	// Then each tile owns weight rows [n0, n0+nc) for all of x, so every
 	// weight is converted and packed exactly once. nc ≤ 256 keeps the packed

@@ -28,8 +28,9 @@ int tk_cpu_paths(void);
 
 // tk_pack_a packs rows [r0, r1) of x (float32 [m][k]) into MR-row panels:
 // panel i is [k][MR] at pa + i*MR*k; r0 is a multiple of MR and rows past r1
-// in the last panel are zero. pa holds roundUp(m, MR)*k floats.
-void tk_pack_a(const float *x, int k, int r0, int r1, float *pa);
+// in the last panel are zero. pa holds roundUp(m, MR)*k floats. isa picks
+// the transpose (AVX-512: in registers, 16 depths at a time).
+void tk_pack_a(int isa, const float *x, int k, int r0, int r1, float *pa);
 
 // tk_gemm_tile computes y[0:m][n0:n1] = x[0:m][:] · W[n0:n1][:]ᵀ from x
 // packed by tk_pack_a (pa). y is float32 [m][ldy]; W rows are wrow bytes

@@ -1,5 +1,5 @@
 // tk_gemm.c: y = x·Wᵀ on the CPU. A blocked, packed GEMM with a register
-// tiled microkernel (6x16 AVX2, 6x32 AVX-512, 6x16 portable C) for many
+// tiled microkernel (6x16 AVX2, 12x32 AVX-512, 6x16 portable C) for many
 // rows, a streaming kernel for 5..32 rows (batched decode: 4x3 dot-product
 // register tiles, no packed copies) and a GEMV path for 1..4 rows; the last
 // two read every weight row from memory exactly once.
@@ -64,10 +64,7 @@ static void store_tile(const float *t, int ld, float *c, long ldc, int mr,
     }
 }
 
-// tk_pack_a copies rows [r0, r1) of x (float32 [.][k]) into MR-row panels
-// of pa: panel i holds rows i*MR.. as [k][MR], at pa + i*k*MR. r0 is a
-// multiple of MR; rows past r1 in the last panel are zero.
-void tk_pack_a(const float *x, int k, int r0, int r1, float *pa) {
+static void pack_a_portable(const float *x, int k, int r0, int r1, float *pa) {
   for (int ip = r0; ip < r1; ip += TK_MR) {
     float *dst = pa + (size_t)ip * k;
     int rows = r1 - ip < TK_MR ? r1 - ip : TK_MR;
@@ -80,6 +77,67 @@ void tk_pack_a(const float *x, int k, int r0, int r1, float *pa) {
       }
     }
   }
+}
+
+#if TK_X86
+// pack_a_avx512 is pack_a_portable 16 depths at a time in registers: the
+// 96 floats of [16][MR] are 6 vectors, vector q lane j holding row
+// (16q+j) % 6 at depth (16q+j) / 6. Each comes from three two-row
+// permutes (rows 0/1, 2/3, 4/5 share one index vector) and two blends.
+static TK_TARGET_AVX512 void pack_a_avx512(const float *x, int k, int r0,
+                                           int r1, float *pa) {
+  __m512i idx[TK_MR];
+  __mmask16 m23[TK_MR], m45[TK_MR];
+  for (int q = 0; q < TK_MR; q++) {
+    int iv[16];
+    unsigned b23 = 0, b45 = 0;
+    for (int j = 0; j < 16; j++) {
+      int e = 16 * q + j, r = e % TK_MR;
+      iv[j] = e / TK_MR + 16 * (r & 1);
+      if (r == 2 || r == 3) b23 |= 1u << j;
+      if (r >= 4) b45 |= 1u << j;
+    }
+    idx[q] = _mm512_loadu_si512((const void *)iv);
+    m23[q] = (__mmask16)b23;
+    m45[q] = (__mmask16)b45;
+  }
+  for (int ip = r0; ip < r1; ip += TK_MR) {
+    float *dst = pa + (size_t)ip * k;
+    int rows = r1 - ip < TK_MR ? r1 - ip : TK_MR;
+    const float *src[TK_MR];
+    for (int r = 0; r < TK_MR; r++) src[r] = x + (size_t)(ip + (r < rows ? r : 0)) * k;
+    int p = 0;
+    for (; p + 16 <= k; p += 16) {
+      __m512 v[TK_MR];
+      for (int r = 0; r < TK_MR; r++)
+        v[r] = r < rows ? _mm512_loadu_ps(src[r] + p) : _mm512_setzero_ps();
+      float *d = dst + (size_t)p * TK_MR;
+      for (int q = 0; q < TK_MR; q++) {
+        __m512 t01 = _mm512_permutex2var_ps(v[0], idx[q], v[1]);
+        __m512 t23 = _mm512_permutex2var_ps(v[2], idx[q], v[3]);
+        __m512 t45 = _mm512_permutex2var_ps(v[4], idx[q], v[5]);
+        __m512 o = _mm512_mask_blend_ps(m23[q], t01, t23);
+        _mm512_storeu_ps(d + 16 * q, _mm512_mask_blend_ps(m45[q], o, t45));
+      }
+    }
+    for (; p < k; p++)  // depth tail (k not a multiple of 16)
+      for (int r = 0; r < TK_MR; r++) dst[(size_t)p * TK_MR + r] = r < rows ? src[r][p] : 0.0f;
+  }
+}
+#endif
+
+// tk_pack_a copies rows [r0, r1) of x (float32 [.][k]) into MR-row panels
+// of pa: panel i holds rows i*MR.. as [k][MR], at pa + i*k*MR. r0 is a
+// multiple of MR; rows past r1 in the last panel are zero.
+void tk_pack_a(int isa, const float *x, int k, int r0, int r1, float *pa) {
+#if TK_X86
+  if (isa == TK_AVX512) {
+    pack_a_avx512(x, k, r0, r1, pa);
+    return;
+  }
+#endif
+  (void)isa;
+  pack_a_portable(x, k, r0, r1, pa);
 }
 
 // The microkernels compute an MR x NR tile over depth kc from one packed A
@@ -228,30 +286,77 @@ static TK_TARGET_AVX2 void ukr_avx2(int kc, const float *a, int mr,
   store_tile(t, 16, c, ldc, mr, nr, acc);
 }
 
-static TK_TARGET_AVX512 void ukr_avx512(int kc, const float *a, int mr,
-                                        const float *b, float *c, long ldc,
-                                        int nr, int acc) {
-  __m512 t0[TK_MR], t1[TK_MR];
-  for (int r = 0; r < TK_MR; r++) {
+// ukr512 is the AVX-512 microkernel for np (1 or 2) A panels at once: an
+// (np*MR) x 32 register tile, a0 rows 0..5 and a1 rows 6..11 (a1 is the
+// next panel, unused when np is 1). Two panels give 24 accumulators, so
+// each 32-wide B row loaded from L1 feeds 24 FMAs instead of 12. The valid
+// mr x nr corner goes to c straight from the registers: plain stores for a
+// full tile, masked ones at the edges, no store_tile pass through a
+// temporary. Each output is the same FMA chain over p as the 6x32 tile's,
+// so results are bit-identical to it.
+static inline __attribute__((always_inline)) TK_TARGET_AVX512 void
+ukr512(const int np, int kc, const float *a0, const float *a1, int mr,
+       const float *b, float *c, long ldc, int nr, int acc) {
+  __m512 t0[2 * TK_MR], t1[2 * TK_MR];
+#pragma GCC unroll 12
+  for (int r = 0; r < np * TK_MR; r++) {
     t0[r] = _mm512_setzero_ps();
     t1[r] = _mm512_setzero_ps();
   }
   for (int p = 0; p < kc; p++) {
     __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-    for (int r = 0; r < TK_MR; r++) {
-      __m512 av = _mm512_set1_ps(a[r]);
+#pragma GCC unroll 12
+    for (int r = 0; r < np * TK_MR; r++) {
+      __m512 av = _mm512_set1_ps(r < TK_MR ? a0[r] : a1[r - TK_MR]);
       t0[r] = _mm512_fmadd_ps(av, b0, t0[r]);
       t1[r] = _mm512_fmadd_ps(av, b1, t1[r]);
     }
-    a += TK_MR;
+    a0 += TK_MR;
+    if (np > 1) a1 += TK_MR;
     b += 32;
   }
-  float t[TK_MR * 32];
-  for (int r = 0; r < TK_MR; r++) {
-    _mm512_storeu_ps(t + r * 32, t0[r]);
-    _mm512_storeu_ps(t + r * 32 + 16, t1[r]);
+  if (mr == np * TK_MR && nr == 32) {
+#pragma GCC unroll 12
+    for (int r = 0; r < np * TK_MR; r++) {
+      float *cr = c + (size_t)r * ldc;
+      __m512 v0 = t0[r], v1 = t1[r];
+      if (acc) {
+        v0 = _mm512_add_ps(v0, _mm512_loadu_ps(cr));
+        v1 = _mm512_add_ps(v1, _mm512_loadu_ps(cr + 16));
+      }
+      _mm512_storeu_ps(cr, v0);
+      _mm512_storeu_ps(cr + 16, v1);
+    }
+    return;
   }
-  store_tile(t, 32, c, ldc, mr, nr, acc);
+  const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+  const __mmask16 m1 = nr >= 32 ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+#pragma GCC unroll 12
+  for (int r = 0; r < np * TK_MR; r++) {
+    if (r >= mr) break;
+    float *cr = c + (size_t)r * ldc;
+    __m512 v0 = t0[r], v1 = t1[r];
+    if (acc) {
+      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, cr));
+      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, cr + 16));
+    }
+    _mm512_mask_storeu_ps(cr, m0, v0);
+    _mm512_mask_storeu_ps(cr + 16, m1, v1);
+  }
+}
+
+static TK_TARGET_AVX512 void ukr_avx512(int kc, const float *a, int mr,
+                                        const float *b, float *c, long ldc,
+                                        int nr, int acc) {
+  ukr512(1, kc, a, a, mr, b, c, ldc, nr, acc);
+}
+
+// ukr_avx512x2 is the 12x32 tile: a is panel i, a1 panel i+1 (mr > MR).
+static TK_TARGET_AVX512 void ukr_avx512x2(int kc, const float *a,
+                                          const float *a1, int mr,
+                                          const float *b, float *c, long ldc,
+                                          int nr, int acc) {
+  ukr512(2, kc, a, a1, mr, b, c, ldc, nr, acc);
 }
 #endif
 
@@ -270,15 +375,19 @@ void tk_gemm_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
     else
 #endif
       pack_b_portable(nr, wtype, w, wrow, n0, nc, k0, kc, pb, tmp);
-    // F16: the next depth block's weight lines are prefetched into L2, a
-    // share per (row block, panel) step, while this block is computed, so
-    // packing it does not wait on memory (in prefill pack_b read the
-    // weights from DRAM at ~15% of the microkernel's time).
-    size_t plines = 0, pall = 0, psteps = 1, pstep = 0;
+    // The next depth block's weight lines are prefetched into L2, a share
+    // per (row block, panel) step, while this block is computed, so packing
+    // it does not wait on memory (in prefill pack_b read the weights from
+    // DRAM at ~15% of the microkernel's time on F16, ~12% of the run on
+    // F32). (prow, pline) walks the lines row by row: no division per line.
+    size_t pbeg = 0, plines = 0, pall = 0, psteps = 1, pstep = 0, pdone = 0;
+    size_t prow = 0, pline = 0;
 #if TK_X86
-    if (wtype == TK_F16 && isa != TK_PORTABLE && k0 + TK_KC < k) {
+    if (isa != TK_PORTABLE && k0 + TK_KC < k) {
       int kn = k - k0 - TK_KC < TK_KC ? k - k0 - TK_KC : TK_KC;
-      plines = (2 * (size_t)kn + 63) / 64 + 1;
+      pbeg = tk_row_bytes(wtype, k0 + TK_KC);
+      // + 1: a row's span need not start on a line.
+      plines = (tk_row_bytes(wtype, k0 + TK_KC + kn) - pbeg + 63) / 64 + 1;
       pall = plines * (size_t)nc;
       psteps = (size_t)((m + TK_MC - 1) / TK_MC) * (size_t)((nc + nr - 1) / nr);
     }
@@ -289,22 +398,35 @@ void tk_gemm_tile(int isa, int wtype, const uint8_t *w, size_t wrow,
       // A panels of the row block (in L2) stream past it.
       for (int jp = 0; jp < nc; jp += nr, pstep++) {
 #if TK_X86
-        for (size_t i = pall * pstep / psteps; i < pall * (pstep + 1) / psteps; i++)
-          _mm_prefetch((const char *)(w + (size_t)(n0 + (int)(i / plines)) * wrow +
-                                      2 * (size_t)(k0 + TK_KC) + 64 * (i % plines)),
+        for (size_t pend = pall * (pstep + 1) / psteps; pdone < pend; pdone++) {
+          _mm_prefetch((const char *)(w + (size_t)(n0 + prow) * wrow + pbeg + 64 * pline),
                        _MM_HINT_T1);
+          if (++pline == plines) pline = 0, prow++;
+        }
 #endif
         const float *bp = pb + (size_t)jp * kc;
         int cols = nc - jp < nr ? nc - jp : nr;
+#if TK_X86
+        if (isa == TK_AVX512) {
+          // Two MR-row panels per tile (MC is a multiple of 2*MR); a last
+          // block of at most MR rows takes the 6x32 tile.
+          for (int ip = i0; ip < i1; ip += 2 * TK_MR) {
+            const float *ap = pa + (size_t)ip * k + (size_t)k0 * TK_MR;
+            int rows = i1 - ip < 2 * TK_MR ? i1 - ip : 2 * TK_MR;
+            float *c = y + (size_t)ip * ldy + n0 + jp;
+            if (rows > TK_MR)
+              ukr_avx512x2(kc, ap, ap + (size_t)TK_MR * k, rows, bp, c, ldy, cols, k0 > 0);
+            else
+              ukr_avx512(kc, ap, rows, bp, c, ldy, cols, k0 > 0);
+          }
+          continue;
+        }
+#endif
         for (int ip = i0; ip < i1; ip += TK_MR) {
           const float *ap = pa + (size_t)ip * k + (size_t)k0 * TK_MR;
           int rows = i1 - ip < TK_MR ? i1 - ip : TK_MR;
           float *c = y + (size_t)ip * ldy + n0 + jp;
 #if TK_X86
-          if (isa == TK_AVX512) {
-            ukr_avx512(kc, ap, rows, bp, c, ldy, cols, k0 > 0);
-            continue;
-          }
           if (isa == TK_AVX2) {
             ukr_avx2(kc, ap, rows, bp, c, ldy, cols, k0 > 0);
             continue;

@@ -310,7 +310,7 @@ func (w *Workers) runTile(id, t int) {
 	switch j.kind {
 	case jobPackA:
 		r0 := t * j.nc * gemmMR
-		cPackA(j.x, j.w.Cols, r0, min(r0+j.nc*gemmMR, j.m), w.packA)
+		cPackA(j.path, j.x, j.w.Cols, r0, min(r0+j.nc*gemmMR, j.m), w.packA)
 	case jobGemm:
 		n0 := t * j.nc
 		n1 := min(n0+j.nc, j.w.Rows)
