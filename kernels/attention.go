@@ -199,7 +199,9 @@ type attnTask struct {
 
 // attnQueryTile is the most queries of one sequence in one task: small
 // enough to split long prefills across cores, large enough that a K/V block
-// is reused by many queries while it is in cache.
+// is reused by many queries while it is in cache. It is also the AVX-512
+// tile body's lane count (one query per float32 lane), which takes tasks
+// of 8 or more queries; it must stay ≤ 16.
 const attnQueryTile = 16
 
 // PagedAttention computes causal multi-head attention for every sequence:
