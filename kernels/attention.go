@@ -199,7 +199,9 @@ type attnTask struct {
 
 // attnQueryTile is the most queries of one sequence in one task: small
 // enough to split long prefills across cores, large enough that a K/V block
-// is reused by many queries while it is in cache.
+// is reused by many queries while it is in cache. It is also the AVX-512
+// tile body's lane count (one query per float32 lane), which takes tasks
+// of 8 or more queries; it must stay ≤ 16.
 const attnQueryTile = 16
 
 // PagedAttention computes causal multi-head attention for every sequence:
@@ -281,7 +283,12 @@ func appendAttnTasks(tasks []attnTask, i int, s AttnSeq, kvHeads int) []attnTask
 	return tasks
 }
 
-// attnScratch is the floats one attention task needs (see tk_attn_task).
+// attnScratch is the floats one attention task needs (see tk_attn_task):
+// the per-query loops' [tile·group][hd+2] state and one block's scores, or
+// the AVX-512 tile body's transposed queries and outputs, [group][hd][16]
+// each, its max and sum rows, one run's weights and one block of K and V
+// widened to float32 (TK_S5_TILE).
 func attnScratch(l *KVLayer, group int) int {
-	return attnQueryTile*group*(l.HeadDim+2) + l.BlockSize
+	tile := group*(2*l.HeadDim*16+32) + 256 + 2*l.BlockSize*l.HeadDim
+	return max(attnQueryTile*group*(l.HeadDim+2)+l.BlockSize, tile)
 }

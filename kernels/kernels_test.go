@@ -464,8 +464,9 @@ func (c attnCase) check(t *testing.T, w *Workers) {
 
 func TestPagedAttention(t *testing.T) {
 	// Decode (1 query), a whole prefill, a chunk of a prefill, a prefill
-	// longer than one query tile, and contexts spanning many blocks.
-	mixed := []attnSeqShape{{1, 1}, {1, 37}, {20, 20}, {5, 70}, {1, 130}}
+	// longer than one query tile, and contexts spanning many blocks; 11
+	// queries are an AVX-512 lane tile with lanes to spare.
+	mixed := []attnSeqShape{{1, 1}, {1, 37}, {20, 20}, {5, 70}, {1, 130}, {11, 50}}
 	rng := rand.New(rand.NewPCG(13, 14))
 	var cases []attnCase
 	for _, bs := range []int{1, 16, 64} {

@@ -141,7 +141,7 @@ const kvTol16 = 1e-5
 // path it equals RefPagedAttention on the rounded K/V, and its error
 // against the float32 cache (the cost of the rounding) is reported.
 func TestPagedAttentionKVTypes(t *testing.T) {
-	mixed := []attnSeqShape{{1, 1}, {1, 37}, {20, 20}, {5, 70}, {1, 130}}
+	mixed := []attnSeqShape{{1, 1}, {1, 37}, {20, 20}, {5, 70}, {1, 130}, {11, 50}}
 	rng := rand.New(rand.NewPCG(33, 34))
 	var cases []attnCase
 	for _, bs := range []int{1, 16} {

@@ -20,12 +20,24 @@
 // attention of a cache that is not in the CPU's caches from latency bound
 // to near bandwidth bound. The body is always inlined, so each wrapper
 // compiles it with its own constants.
+//
+// Optional: TK_ATTN_TILE(args) is a body of the same contract for a task of
+// TK_ATTN_TILE_MIN..16 queries (see TK_S5_TILE), which the loops below
+// hand such tasks to; fewer queries stay here, where a key row's widening
+// and sums are not shared by enough queries to pay for the lane layout.
 
 static inline __attribute__((always_inline)) TK_ATTN_ATTR void TK_ATTN_NAME(
     float *out, const float *q, const TK_KV_T *K, const TK_KV_T *V, int heads,
     int kv_heads, int block, int hd, const int32_t *table, int qstart, int numq,
     int ctx, int kvh, int i0, int i1, float scale, float *scratch, int b0,
     float *state, int prefetch, int win) {
+#ifdef TK_ATTN_TILE
+  if (i1 - i0 >= TK_ATTN_TILE_MIN && i1 - i0 <= 16) {
+    TK_ATTN_TILE(out, q, K, V, heads, kv_heads, block, hd, table, qstart, numq,
+                 ctx, kvh, i0, i1, scale, scratch, b0, state, prefetch, win);
+    return;
+  }
+#endif
   const int group = heads / kv_heads;
   const int nq = (i1 - i0) * group;  // (query, head) pairs of this task
   const long ld = (long)heads * hd;  // row stride of q and out

@@ -353,6 +353,8 @@ static inline TK_TARGET_AVX512 float exps_sub_avx512(float *s, int n, float m) {
 #define TK_S5_KT
 #define TK_S5_ELEM float
 #define TK_S5_LDM(p, m) _mm512_maskz_loadu_ps(m, p)
+#define TK_S5_TILE attn_tile_avx512
+#define TK_S5_WIDE 0
 #include "tk_scores512_body.h"
 
 #define TK_S5_NAME scores16_avx512
@@ -360,6 +362,8 @@ static inline TK_TARGET_AVX512 float exps_sub_avx512(float *s, int n, float m) {
 #define TK_S5_KT int kt,
 #define TK_S5_ELEM uint16_t
 #define TK_S5_LDM(p, m) kv16_ldm16(kt, p, m)
+#define TK_S5_TILE attn_tile16_avx512
+#define TK_S5_WIDE 1
 #include "tk_scores512_body.h"
 
 #endif
@@ -513,32 +517,43 @@ static TK_TARGET_AVX2 void attn_tail_avx2(
 TK_ATTN_WRAP(attn_avx2_f16, attn_avx2_f16_body, TK_TARGET_AVX2)
 TK_ATTN_WRAP(attn_avx2_bf16, attn_avx2_bf16_body, TK_TARGET_AVX2)
 
+// AVX-512 tasks of 8 or more queries (prefill tiles) take the lane-layout
+// tile body (TK_S5_TILE); decode's one query per task stays on the
+// per-query loops.
 #define TK_ATTN_ATTR TK_TARGET_AVX512
 #define TK_EXPS exps_sub_avx512
+#define TK_ATTN_TILE_MIN 8
 #define TK_KV_T float
 #define TK_ATTN_NAME attn_avx512_f32_body
 #define TK_SCORES scores_avx512
 #define TK_PV pv_avx512
+#define TK_ATTN_TILE attn_tile_avx512
 #include "tk_attn_body.h"
 #undef TK_ATTN_NAME
 #undef TK_SCORES
 #undef TK_PV
 #undef TK_KV_T
+#undef TK_ATTN_TILE
 #define TK_KV_T uint16_t
 #define TK_ATTN_NAME attn_avx512_f16_body
 #define TK_SCORES(q, K, hd, n, sc, s) scores16_avx512(TK_F16, q, K, hd, n, sc, s)
 #define TK_PV(a, c, s, V, n, hd) pv16_avx512(TK_F16, a, c, s, V, n, hd)
+#define TK_ATTN_TILE(...) attn_tile16_avx512(TK_F16, __VA_ARGS__)
 #include "tk_attn_body.h"
 #undef TK_ATTN_NAME
 #undef TK_SCORES
 #undef TK_PV
+#undef TK_ATTN_TILE
 #define TK_ATTN_NAME attn_avx512_bf16_body
 #define TK_SCORES(q, K, hd, n, sc, s) scores16_avx512(TK_BF16, q, K, hd, n, sc, s)
 #define TK_PV(a, c, s, V, n, hd) pv16_avx512(TK_BF16, a, c, s, V, n, hd)
+#define TK_ATTN_TILE(...) attn_tile16_avx512(TK_BF16, __VA_ARGS__)
 #include "tk_attn_body.h"
 #undef TK_ATTN_NAME
 #undef TK_SCORES
 #undef TK_PV
+#undef TK_ATTN_TILE
+#undef TK_ATTN_TILE_MIN
 #undef TK_ATTN_ATTR
 #undef TK_KV_T
 #undef TK_EXPS

@@ -105,8 +105,207 @@ TK_INLINE TK_TARGET_AVX512 void TK_S5_PV(TK_S5_KT float *a, float c,
   }
 }
 
+#ifdef TK_S5_TILE
+// TK_S5_TILE: one task of 8..16 queries of one sequence (i1-i0 of them,
+// i0 < i1 ≤ i0+16) and the query heads of kv head kvh, tk_attn_body.h's
+// contract (out or state, b0, window, prefetch), with the queries in the
+// 16 lanes: Qᵀ [hd][16] per head once per task, then per block and run of
+// ≤ 16 keys S = K·Qᵀ as one vector per key (key row elements broadcast,
+// no horizontal sums), the online softmax lane-wise (one running max and
+// sum per query), and Oᵀ [hd][16] += Vᵀ·P. Each K/V element is widened
+// once per task (TK_S5_WIDE: 16-bit cache rows into scratch) and reused by
+// every query and head of the task, where the one-query loops re-widen it
+// per query: that and the horizontal sums bound prefill attention.
+// Scratch: group·(2·hd·16 + 32) + 256 + (TK_S5_WIDE ? 2·block·hd : 0).
+TK_INLINE TK_TARGET_AVX512 void TK_S5_TILE(
+    TK_S5_KT float *out, const float *q, const TK_S5_ELEM *K,
+    const TK_S5_ELEM *V, int heads, int kv_heads, int block, int hd,
+    const int32_t *table, int qstart, int numq, int ctx, int kvh, int i0,
+    int i1, float scale, float *scratch, int b0, float *state, int prefetch,
+    int win) {
+  const int group = heads / kv_heads;
+  const int nr = i1 - i0;            // queries (lanes) of this task
+  const long ld = (long)heads * hd;  // row stride of q and out
+  const size_t hq = (size_t)hd * 16;
+  float *Qt = scratch;               // [group][hd][16] queries, transposed
+  float *Ot = Qt + group * hq;       // [group][hd][16] unnormalised outputs
+  float *M = Ot + group * hq;        // [group][16] running max
+  float *L = M + group * 16;         // [group][16] running sum
+  float *P = L + group * 16;         // [16][16] one run's weights, key-major
+#if TK_S5_WIDE
+  float *Kf = P + 256, *Vf = Kf + (size_t)block * hd;  // one block, widened
+#endif
+  for (int g = 0; g < group; g++) {
+    const int h = kvh * group + g;
+    float *qt = Qt + g * hq;
+    memset(qt, 0, sizeof(float) * hq);  // lanes ≥ nr stay zero
+    for (int i = 0; i < nr; i++) {
+      const float *qv = q + (size_t)(qstart + i0 + i) * ld + (size_t)h * hd;
+      for (int d = 0; d < hd; d++) qt[(size_t)d * 16 + i] = qv[d];
+    }
+    memset(Ot + g * hq, 0, sizeof(float) * hq);
+    _mm512_storeu_ps(M + g * 16, _mm512_set1_ps(-FLT_MAX));
+    _mm512_storeu_ps(L + g * 16, _mm512_setzero_ps());
+  }
+  const int first_pos = ctx - numq;  // position of query 0
+  const int qp0 = first_pos + i0;    // position of lane 0
+  const int last = first_pos + i1 - 1;
+  const int nblocks = last / block + 1;
+  const __mmask16 lanes = (__mmask16)((1u << nr) - 1);
+  int bfirst = b0;
+  if (win > 0) {
+    const int lo0 = qp0 - win + 1;
+    if (lo0 > 0 && lo0 / block > bfirst) bfirst = lo0 / block;
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int b = bfirst; b < nblocks; b++) {
+    size_t base = ((size_t)table[b] * kv_heads + kvh) * block * hd;
+    const TK_S5_ELEM *Kb = K + base, *Vb = V + base;
+    if (prefetch) {
+      const int p0 = b == bfirst ? b + 1 : b + prefetch;
+      for (int pb = p0; pb <= b + prefetch && pb < nblocks; pb++) {
+        const size_t nb = ((size_t)table[pb] * kv_heads + kvh) * block * hd;
+        const char *pk = (const char *)(K + nb), *pv = (const char *)(V + nb);
+        for (size_t o = 0; o < sizeof(TK_S5_ELEM) * (size_t)block * hd; o += 64) {
+          __builtin_prefetch(pk + o, 0, 2);
+          __builtin_prefetch(pv + o, 0, 2);
+        }
+      }
+    }
+    // Keys [jlo, jhi) of this block are visible to some lane.
+    int jhi = last + 1 - b * block;
+    if (jhi > block) jhi = block;
+    int jlo = 0;
+    if (win > 0) {
+      jlo = qp0 - win + 1 - b * block;
+      if (jlo < 0) jlo = 0;
+    }
+    if (jlo >= jhi) continue;
+#if TK_S5_WIDE
+    // The whole block (its slots all exist), so runs of 16 keys may read
+    // the rows past jhi, whose lanes are masked.
+    {
+      const int nel = block * hd;
+      for (int o = 0; o < nel; o += 16) {
+        const __mmask16 m = tk_mask16(nel - o);
+        _mm512_mask_storeu_ps(Kf + o, m, TK_S5_LDM(Kb + o, m));
+        _mm512_mask_storeu_ps(Vf + o, m, TK_S5_LDM(Vb + o, m));
+      }
+    }
+    const float *Kr = Kf, *Vr = Vf;
+#else
+    const float *Kr = Kb, *Vr = Vb;
+#endif
+    for (int c = jlo; c < jhi; c += 16) {
+      const int kc = jhi - c < 16 ? jhi - c : 16;
+      // Lane i (position qp0+i) sees key kp iff kp ≤ qp0+i, and with a
+      // window qp0+i - kp < win: i ≥ dl and i < dl + win for dl = kp-qp0.
+      __mmask16 vis[16];
+      for (int u = 0; u < 16; u++) {
+        const int dl = b * block + c + u - qp0;
+        __mmask16 v = u < kc ? lanes : 0;
+        if (dl > 0) v &= dl >= 16 ? 0 : (__mmask16)(0xffffu << dl);
+        if (win > 0) {
+          const int hi = dl + win;
+          v &= hi <= 0 ? 0 : hi >= 16 ? 0xffff : (__mmask16)((1u << hi) - 1);
+        }
+        vis[u] = v;
+      }
+      const float *Kc = Kr + (size_t)c * hd, *Vc = Vr + (size_t)c * hd;
+      for (int g = 0; g < group; g++) {
+        const float *qt = Qt + g * hq;
+        __m512 s[16];
+        if (c + 16 <= block) {
+          // Sixteen keys at once: one Qᵀ row load per 16 FMAs.
+          for (int u = 0; u < 16; u++) s[u] = _mm512_setzero_ps();
+          for (int d = 0; d < hd; d++) {
+            const __m512 qd = _mm512_loadu_ps(qt + (size_t)d * 16);
+            for (int u = 0; u < 16; u++)
+              s[u] = _mm512_fmadd_ps(_mm512_set1_ps(Kc[(size_t)u * hd + d]), qd, s[u]);
+          }
+        } else {  // a run at the end of a block of < 16 slots left
+          for (int u = 0; u < 16; u++) s[u] = _mm512_setzero_ps();
+          for (int u = 0; u < kc; u++) {
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+            int d = 0;
+            for (; d + 2 <= hd; d += 2) {
+              a0 = _mm512_fmadd_ps(_mm512_set1_ps(Kc[(size_t)u * hd + d]),
+                                   _mm512_loadu_ps(qt + (size_t)d * 16), a0);
+              a1 = _mm512_fmadd_ps(_mm512_set1_ps(Kc[(size_t)u * hd + d + 1]),
+                                   _mm512_loadu_ps(qt + (size_t)(d + 1) * 16), a1);
+            }
+            if (d < hd)
+              a0 = _mm512_fmadd_ps(_mm512_set1_ps(Kc[(size_t)u * hd + d]),
+                                   _mm512_loadu_ps(qt + (size_t)d * 16), a0);
+            s[u] = _mm512_add_ps(a0, a1);
+          }
+        }
+        const __m512 lo = _mm512_set1_ps(-FLT_MAX);
+        __m512 bm = lo;
+        for (int u = 0; u < 16; u++) {
+          s[u] = _mm512_mask_mul_ps(lo, vis[u], s[u], sc);  // hidden: -FLT_MAX
+          bm = _mm512_max_ps(bm, s[u]);
+        }
+        float *mg = M + g * 16, *lg = L + g * 16;
+        const __m512 mo = _mm512_loadu_ps(mg);
+        const __m512 mn = _mm512_max_ps(mo, bm);
+        const __m512 corr = exp16_avx512(_mm512_sub_ps(mo, mn));
+        __m512 sum = _mm512_setzero_ps();
+        for (int u = 0; u < kc; u++) {
+          const __m512 e = _mm512_maskz_mov_ps(vis[u], exp16_avx512(_mm512_sub_ps(s[u], mn)));
+          sum = _mm512_add_ps(sum, e);
+          _mm512_storeu_ps(P + u * 16, e);
+        }
+        _mm512_storeu_ps(lg, _mm512_fmadd_ps(_mm512_loadu_ps(lg), corr, sum));
+        _mm512_storeu_ps(mg, mn);
+        // Oᵀ = Oᵀ·corr + Σ_u V[u]ᵀ P[u], sixteen head columns at a time.
+        float *ot = Ot + g * hq;
+        int d = 0;
+        for (; d + 16 <= hd; d += 16) {
+          __m512 o[16];
+          for (int k = 0; k < 16; k++)
+            o[k] = _mm512_mul_ps(corr, _mm512_loadu_ps(ot + (size_t)(d + k) * 16));
+          for (int u = 0; u < kc; u++) {
+            const __m512 pu = _mm512_loadu_ps(P + u * 16);
+            const float *vr = Vc + (size_t)u * hd + d;
+            for (int k = 0; k < 16; k++)
+              o[k] = _mm512_fmadd_ps(_mm512_set1_ps(vr[k]), pu, o[k]);
+          }
+          for (int k = 0; k < 16; k++) _mm512_storeu_ps(ot + (size_t)(d + k) * 16, o[k]);
+        }
+        for (; d < hd; d++) {
+          __m512 o0 = _mm512_mul_ps(corr, _mm512_loadu_ps(ot + (size_t)d * 16));
+          for (int u = 0; u < kc; u++)
+            o0 = _mm512_fmadd_ps(_mm512_set1_ps(Vc[(size_t)u * hd + d]),
+                                 _mm512_loadu_ps(P + u * 16), o0);
+          _mm512_storeu_ps(ot + (size_t)d * 16, o0);
+        }
+      }
+    }
+  }
+  for (int g = 0; g < group; g++) {
+    const int h = kvh * group + g;
+    const float *ot = Ot + g * hq, *mg = M + g * 16, *lg = L + g * 16;
+    for (int i = 0; i < nr; i++) {
+      if (state) {
+        float *p = state + ((size_t)(i0 + i) * heads + h) * (hd + 2);
+        p[0] = mg[i];
+        p[1] = lg[i];
+        for (int d = 0; d < hd; d++) p[2 + d] = ot[(size_t)d * 16 + i];
+      } else {
+        const float inv = 1.0f / lg[i];
+        float *o = out + (size_t)(qstart + i0 + i) * ld + (size_t)h * hd;
+        for (int d = 0; d < hd; d++) o[d] = ot[(size_t)d * 16 + i] * inv;
+      }
+    }
+  }
+}
+#endif
+
 #undef TK_S5_NAME
 #undef TK_S5_PV
 #undef TK_S5_KT
 #undef TK_S5_ELEM
 #undef TK_S5_LDM
+#undef TK_S5_TILE
+#undef TK_S5_WIDE
