@@ -36,8 +36,12 @@ have_nvrtc() {
 		compgen -G "$NVRTC_LIB_DIR/libnvrtc.so*" >/dev/null
 		return
 	fi
-	if command -v ldconfig >/dev/null 2>&1 &&
-		ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
+	# The cache is read whole before matching: `ldconfig -p | grep -q` under
+	# pipefail fails when grep exits at the first match and ldconfig, still
+	# writing, dies of SIGPIPE (it did right after apt installed the package).
+	local cache
+	if command -v ldconfig >/dev/null 2>&1 && cache=$(ldconfig -p 2>/dev/null) &&
+		[[ $cache == *libnvrtc.so* ]]; then
 		return 0
 	fi
 	local d
