@@ -286,6 +286,25 @@ static TK_TARGET_AVX2 void ukr_avx2(int kc, const float *a, int mr,
   store_tile(t, 16, c, ldc, mr, nr, acc);
 }
 
+// row32_masks sets the masks of the first nr <= 32 lanes of a 32-wide
+// register row held as two vectors (m0: lanes 0..15, m1: 16..31).
+TK_INLINE TK_TARGET_AVX512 void row32_masks(int nr, __mmask16 *m0, __mmask16 *m1) {
+  *m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+  *m1 = nr >= 32 ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+}
+
+// store_row32 writes (acc: adds to) the masked lanes of the register row
+// (v0, v1) to cr: the edge tiles of the AVX-512 f32 and bf16 GEMMs.
+TK_INLINE TK_TARGET_AVX512 void store_row32(float *cr, __m512 v0, __m512 v1, __mmask16 m0,
+                                            __mmask16 m1, int acc) {
+  if (acc) {
+    v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, cr));
+    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, cr + 16));
+  }
+  _mm512_mask_storeu_ps(cr, m0, v0);
+  _mm512_mask_storeu_ps(cr + 16, m1, v1);
+}
+
 // ukr512 is the AVX-512 microkernel for np (1 or 2) A panels at once: an
 // (np*MR) x 32 register tile, a0 rows 0..5 and a1 rows 6..11 (a1 is the
 // next panel, unused when np is 1). Two panels give 24 accumulators, so
@@ -329,19 +348,12 @@ ukr512(const int np, int kc, const float *a0, const float *a1, int mr,
     }
     return;
   }
-  const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
-  const __mmask16 m1 = nr >= 32 ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+  __mmask16 m0, m1;
+  row32_masks(nr, &m0, &m1);
 #pragma GCC unroll 12
   for (int r = 0; r < np * TK_MR; r++) {
     if (r >= mr) break;
-    float *cr = c + (size_t)r * ldc;
-    __m512 v0 = t0[r], v1 = t1[r];
-    if (acc) {
-      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, cr));
-      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, cr + 16));
-    }
-    _mm512_mask_storeu_ps(cr, m0, v0);
-    _mm512_mask_storeu_ps(cr + 16, m1, v1);
+    store_row32(c + (size_t)r * ldc, t0[r], t1[r], m0, m1, acc);
   }
 }
 
@@ -468,17 +480,10 @@ static TK_TARGET_BF16_GEMM void ukr_bf16(int kh, const uint32_t *a, int mr,
     a += TK_MR;
     b += 32;
   }
-  const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
-  const __mmask16 m1 = nr >= 32 ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+  __mmask16 m0, m1;
+  row32_masks(nr, &m0, &m1);
   for (int r = 0; r < TK_MR && r < mr; r++) {
-    float *cr = c + (size_t)r * ldc;
-    __m512 v0 = t0[r], v1 = t1[r];
-    if (acc) {
-      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, cr));
-      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, cr + 16));
-    }
-    _mm512_mask_storeu_ps(cr, m0, v0);
-    _mm512_mask_storeu_ps(cr + 16, m1, v1);
+    store_row32(c + (size_t)r * ldc, t0[r], t1[r], m0, m1, acc);
   }
 }
 #endif
