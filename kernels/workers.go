@@ -26,21 +26,24 @@ type Workers struct {
 	n    int
 	path Path
 
-	_ [64]byte // ctl, pending and next each on their own cache line: the
-	// helpers poll ctl while the workers bump next and pending.
+	_ [64]byte // ctl and pending each on their own cache line (and
+	// every region on its own): the helpers poll ctl while the workers
+	// claim tiles and count down pending.
 	ctl     atomic.Uint64 // job sequence<<ctlShift | helpers taking part; ctlQuit after Close
 	_       [56]byte
 	pending atomic.Int32 // helpers still working on the current job
 	_       [60]byte
-	next    atomic.Int64 // next tile index to claim
-	_       [56]byte
+
+	// regions[i] holds worker i's share of the current job's tiles, see
+	// drain; nreg of them are in use.
+	regions []region
+	nreg    int
 
 	park   []parker       // one per helper goroutine: woken by the caller
 	caller parker         // woken by the helper that finishes a job last
 	quit   sync.WaitGroup // helpers still running (Close waits)
 
-	ntiles int64
-	job    job
+	job job
 	// scratch[i] belongs to worker i (0 is the caller) during a job.
 	scratch [][]float32
 	packA   []float32 // x packed into MR-row panels for the GEMM
@@ -112,7 +115,8 @@ var ErrClosed = errors.New("kernels: workers closed")
 // using BestPath.
 func NewWorkers(n int) *Workers {
 	n = min(max(n, 1), maxWorkers)
-	w := &Workers{n: n, path: BestPath(), feat: SupportedFeatures(), park: make([]parker, n-1), scratch: make([][]float32, n)}
+	w := &Workers{n: n, path: BestPath(), feat: SupportedFeatures(), park: make([]parker, n-1), scratch: make([][]float32, n),
+		regions: make([]region, n)}
 	w.caller.ch = make(chan struct{}, 1)
 	w.quit.Add(n - 1)
 	for i := range w.park {
@@ -259,22 +263,70 @@ func (w *Workers) helper(id int) {
 	}
 }
 
-// drain claims and runs tiles until none are left.
+// region is a run of tiles [lo, hi) packed in one word, lo<<32 | hi, so
+// that its owner taking from the front and a thief taking from the back
+// never both get the same tile.
+type region struct {
+	v atomic.Uint64
+	_ [56]byte
+}
+
+func (r *region) set(lo, hi int) { r.v.Store(uint64(lo)<<32 | uint64(hi)) }
+
+// take claims the first tile of the region (back: the last one) and
+// reports false when it is empty.
+func (r *region) take(back bool) (int, bool) {
+	for {
+		v := r.v.Load()
+		lo, hi := v>>32, v&(1<<32-1)
+		if lo >= hi {
+			return 0, false
+		}
+		nv, t := (lo+1)<<32|hi, lo
+		if back {
+			nv, t = lo<<32|(hi-1), hi-1
+		}
+		if r.v.CompareAndSwap(v, nv) {
+			return int(t), true
+		}
+	}
+}
+
+// drain runs worker id's region front to back, then takes tiles from the
+// back of the others' until every tile is claimed. Contiguous regions keep
+// each core on one ascending run of a weight matrix: with tiles dealt out
+// alternately a core jumps to a new address every tile and its hardware
+// prefetcher starts over (F32 decode ran 5-10% slower with 8 or 16 tiles
+// per worker dealt that way than with 4), while stealing single tiles at
+// the end keeps the cores' finish times a tile apart.
 func (w *Workers) drain(id int) {
 	for {
-		t := w.next.Add(1) - 1
-		if t >= w.ntiles {
-			return
+		t, ok := w.regions[id].take(false)
+		if !ok {
+			break
 		}
-		w.runTile(id, int(t))
+		w.runTile(id, t)
+	}
+	for k := 1; k < w.nreg; k++ {
+		r := &w.regions[(id+k)%w.nreg]
+		for {
+			t, ok := r.take(true)
+			if !ok {
+				break
+			}
+			w.runTile(id, t)
+		}
 	}
 }
 
 // run executes w.job over ntiles tiles on all workers; w.mu is held.
+// Worker i starts on the i-th of helpers+1 equal contiguous shares.
 func (w *Workers) run(ntiles int) {
-	w.next.Store(0)
-	w.ntiles = int64(ntiles)
 	helpers := min(w.n-1, ntiles-1)
+	w.nreg = helpers + 1
+	for i := range w.nreg {
+		w.regions[i].set(ntiles*i/w.nreg, ntiles*(i+1)/w.nreg)
+	}
 	if helpers <= 0 {
 		w.drain(0)
 		w.job = job{}

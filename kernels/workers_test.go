@@ -139,3 +139,48 @@ func TestParkerLateWakeDoesNotEndTheWait(t *testing.T) {
 	p.wake()
 	require.True(t, <-returned, "sleep returned before its condition held")
 }
+
+// TestRegionTakes claims one region's tiles from the front (its owner) and
+// from the back (thieves) at once and checks that every tile is claimed
+// exactly once, whatever the interleaving (run with -race).
+func TestRegionTakes(t *testing.T) {
+	for _, c := range []struct{ lo, hi, thieves int }{
+		{0, 0, 1}, {3, 4, 1}, {0, 1000, 1}, {7, 5000, 3}, {1 << 20, 1<<20 + 999, 2},
+	} {
+		t.Run(fmt.Sprintf("[%d,%d)/%d", c.lo, c.hi, c.thieves), func(t *testing.T) {
+			var r region
+			r.set(c.lo, c.hi)
+			claims := make([]atomic.Int32, c.hi-c.lo)
+			front := make(chan int, 1)
+			var done atomic.Int32
+			grab := func(back bool) int {
+				n := 0
+				for {
+					i, ok := r.take(back)
+					if !ok {
+						return n
+					}
+					if i < c.lo || i >= c.hi {
+						t.Errorf("claimed tile %d outside [%d,%d)", i, c.lo, c.hi)
+						return n
+					}
+					claims[i-c.lo].Add(1)
+					n++
+				}
+			}
+			go func() { front <- grab(false) }()
+			for range c.thieves {
+				go func() { grab(true); done.Add(1) }()
+			}
+			<-front
+			for done.Load() < int32(c.thieves) {
+				runtime.Gosched()
+			}
+			for i := range claims {
+				require.EqualValues(t, 1, claims[i].Load(), "tile %d", c.lo+i)
+			}
+			_, ok := r.take(false)
+			require.False(t, ok, "an emptied region has no tile left")
+		})
+	}
+}
