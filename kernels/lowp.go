@@ -142,10 +142,43 @@ func (w *Workers) dotLevel() int {
 	return C.TK_LP_AVX2
 }
 
+// lowpShared reports whether the matrices of a MatMuls call can share one
+// low-precision job, and its kind: one weight type and depth whose int8
+// kernels (any m) or bf16 GEMV kernels (m ≤ streamMaxRows) every matrix
+// takes. w.mu is held.
+func (w *Workers) lowpShared(Ws []Matrix, m int) (lowpKind, bool) {
+	kind := w.lowpKind(Ws[0], m)
+	if kind == lowpNone || kind == lowpBF16 && m > streamMaxRows {
+		return lowpNone, false
+	}
+	for _, W := range Ws[1:] {
+		if W.Type != Ws[0].Type || W.Cols != Ws[0].Cols || w.lowpKind(W, m) != kind {
+			return lowpNone, false
+		}
+	}
+	return kind, true
+}
+
 // matmulLowp is MatMul on the kind's kernels; w.mu is held and the
 // arguments are validated.
 func (w *Workers) matmulLowp(kind lowpKind, y, x []float32, m int, W Matrix) {
-	n, k := W.Rows, W.Cols
+	if kind == lowpBF16 && m > streamMaxRows {
+		w.gemmBF16(y, x, m, W)
+		return
+	}
+	ys, Ws := [1][]float32{y}, [1]Matrix{W}
+	w.matmulsLowp(kind, ys[:], x, m, Ws[:])
+}
+
+// matmulsLowp is MatMuls on the int8 kernels, or the bf16 ones at m ≤
+// streamMaxRows, for matrices of one type and depth (lowpShared): x is
+// rounded once, then one job's tiles cover every matrix's rows, a tile
+// never spanning two. w.mu is held and the arguments are validated.
+func (w *Workers) matmulsLowp(kind lowpKind, ys [][]float32, x []float32, m int, Ws []Matrix) {
+	W, k, total := Ws[0], Ws[0].Cols, 0
+	for _, M := range Ws {
+		total += M.Rows
+	}
 	// Tiles as the float path's, a multiple of 48 rows for int8: the
 	// 512-bit K-quant tile takes 16 weight rows at a time and a tile ending
 	// in 8 spare rows would run them at half width.
@@ -153,9 +186,23 @@ func (w *Workers) matmulLowp(kind lowpKind, y, x []float32, m int, W Matrix) {
 	if kind == lowpInt8 {
 		align = 48
 	}
-	nc := roundUp(ceilDiv(n, 4*w.n), align)
-	if w.n == 1 || m*n*k <= tinyMatMulMACs {
-		nc = n
+	nc := roundUp(ceilDiv(total, 4*w.n), align)
+	if w.n == 1 || m*total*k <= tinyMatMulMACs {
+		nc = max(total, 1)
+	}
+	j := job{w: W, y: ys[0], m: m, nc: nc}
+	if len(Ws) > 1 {
+		j.nmat = len(Ws)
+		tiles := 0
+		for i, M := range Ws {
+			j.mats[i], j.ys[i] = M, ys[i]
+			tiles += ceilDiv(M.Rows, nc)
+			j.tend[i] = tiles
+		}
+	}
+	tiles := ceilDiv(W.Rows, nc)
+	if j.nmat > 0 {
+		tiles = j.tend[j.nmat-1]
 	}
 	if kind == lowpInt8 {
 		lp := w.dotLevel()
@@ -170,22 +217,25 @@ func (w *Workers) matmulLowp(kind lowpKind, y, x []float32, m int, W Matrix) {
 			w.job = job{kind: jobQuantAct, lp: lp, w: W, x: x, m: m, nc: per}
 			w.run(ceilDiv(m, per))
 		}
-		w.job = job{kind: jobQmm, lp: lp, w: W, y: y, m: m, nc: nc}
-		w.run(ceilDiv(n, nc))
+		j.kind, j.lp = jobQmm, lp
+		w.job = j
+		w.run(tiles)
 		return
 	}
-	if m <= streamMaxRows {
-		kp := roundUp(k, 32)
-		if need := ceilDiv(m*kp, 2); len(w.act) < need {
-			w.act = make([]float32, need)
-		}
-		C.tk_x_bf16(f32p(x), C.int(m), C.int(k), C.int(kp), (*C.uint16_t)(unsafe.Pointer(f32p(w.act))))
-		w.job = job{kind: jobMMBF16, w: W, y: y, m: m, nc: nc, kp: kp}
-		w.run(ceilDiv(n, nc))
-		return
+	kp := roundUp(k, 32)
+	if need := ceilDiv(m*kp, 2); len(w.act) < need {
+		w.act = make([]float32, need)
 	}
-	// Packed GEMM: x into MR-row panels of bf16 pairs, then weight tiles
-	// as the float32 GEMM's.
+	C.tk_x_bf16(f32p(x), C.int(m), C.int(k), C.int(kp), (*C.uint16_t)(unsafe.Pointer(f32p(w.act))))
+	j.kind, j.kp = jobMMBF16, kp
+	w.job = j
+	w.run(tiles)
+}
+
+// gemmBF16 is MatMul on the packed bf16 GEMM (m > streamMaxRows): x into
+// MR-row panels of bf16 pairs, then weight tiles as the float32 GEMM's.
+func (w *Workers) gemmBF16(y, x []float32, m int, W Matrix) {
+	n, k := W.Rows, W.Cols
 	panels := ceilDiv(m, gemmMR)
 	if need := panels * gemmMR * k / 2; len(w.packA) < need {
 		w.packA = make([]float32, need)
@@ -193,7 +243,7 @@ func (w *Workers) matmulLowp(kind lowpKind, y, x []float32, m int, W Matrix) {
 	per := ceilDiv(panels, 2*w.n)
 	w.job = job{kind: jobPackABF16, w: W, x: x, m: m, nc: per}
 	w.run(ceilDiv(panels, per))
-	nc = min(256, max(32, roundUp(ceilDiv(n, 3*w.n), 32)))
+	nc := min(256, max(32, roundUp(ceilDiv(n, 3*w.n), 32)))
 	w.ensureScratch((nc+32)*C.TK_BF16_GKC/2 + 64)
 	w.job = job{kind: jobGemmBF16, w: W, y: y, m: m, nc: nc}
 	w.run(ceilDiv(n, nc))
@@ -203,15 +253,13 @@ func (w *Workers) matmulLowp(kind lowpKind, y, x []float32, m int, W Matrix) {
 func (w *Workers) lowpTile(j *job, t int, s []float32) {
 	switch j.kind {
 	case jobQmm:
-		n0 := t * j.nc
-		n1 := min(n0+j.nc, j.w.Rows)
-		C.tk_qmm_tile(C.int(j.lp), C.int(j.w.Type), u8p(j.w.Data), C.size_t(j.w.rowBytes()), unsafe.Pointer(f32p(w.act)),
-			C.int(j.m), f32p(j.y), C.long(j.w.Rows), C.int(j.w.Cols), C.int(n0), C.int(n1))
+		W, y, n0, n1 := j.matTile(t)
+		C.tk_qmm_tile(C.int(j.lp), C.int(W.Type), u8p(W.Data), C.size_t(W.rowBytes()), unsafe.Pointer(f32p(w.act)),
+			C.int(j.m), f32p(y), C.long(W.Rows), C.int(W.Cols), C.int(n0), C.int(n1))
 	case jobMMBF16:
-		n0 := t * j.nc
-		n1 := min(n0+j.nc, j.w.Rows)
-		C.tk_mm_bf16_tile(u8p(j.w.Data), C.size_t(j.w.rowBytes()), (*C.uint16_t)(unsafe.Pointer(f32p(w.act))), C.int(j.kp),
-			C.int(j.m), f32p(j.y), C.long(j.w.Rows), C.int(j.w.Cols), C.int(n0), C.int(n1))
+		W, y, n0, n1 := j.matTile(t)
+		C.tk_mm_bf16_tile(u8p(W.Data), C.size_t(W.rowBytes()), (*C.uint16_t)(unsafe.Pointer(f32p(w.act))), C.int(j.kp),
+			C.int(j.m), f32p(y), C.long(W.Rows), C.int(W.Cols), C.int(n0), C.int(n1))
 	case jobQuantAct:
 		r0 := t * j.nc
 		C.tk_quant_act(C.int(j.lp), C.int(j.w.Type), f32p(j.x), C.int(j.m), C.int(j.w.Cols), C.int(r0), C.int(min(r0+j.nc, j.m)),

@@ -96,10 +96,11 @@ const MaxMatMuls = 3
 // MatMuls computes ys[i] = x·Ws[i]ᵀ for every i, as MatMul does, for up to
 // MaxMatMuls matrices that share x (q/k/v, or gate/up). Where every matrix
 // takes the float GEMV or streaming path (m ≤ 32, no low-precision
-// activations) their weight rows are split into tiles of one job, so the
-// helpers are handed work once instead of once per matrix; the results are
-// bit-identical to separate MatMul calls. Otherwise it is MatMul on each in
-// turn. Errors name the matrix and the mismatched sizes; nothing is written
+// activations), or the matrices are of one type whose int8 or bf16 (m ≤ 32)
+// kernels they all take, their weight rows are split into tiles of one job,
+// so the helpers are handed work once instead of once per matrix (and x is
+// rounded once); the results are bit-identical to separate MatMul calls.
+// Otherwise it is MatMul on each in turn. Errors name the matrix and the mismatched sizes; nothing is written
 // then.
 func (w *Workers) MatMuls(ys [][]float32, x []float32, m int, Ws []Matrix) error {
 	if len(Ws) == 0 || len(Ws) > MaxMatMuls || len(ys) != len(Ws) {
@@ -122,6 +123,11 @@ func (w *Workers) MatMuls(ys [][]float32, x []float32, m int, Ws []Matrix) error
 		total += W.Rows
 	}
 	w.mu.Lock()
+	if kind, ok := w.lowpShared(Ws, m); ok && !w.closed {
+		defer w.mu.Unlock()
+		w.matmulsLowp(kind, ys, x, m, Ws)
+		return nil
+	}
 	fused := !w.closed
 	for _, W := range Ws {
 		fused = fused && w.streams(W, m) && w.lowpKind(W, m) == lowpNone

@@ -10,8 +10,9 @@ import (
 )
 
 // TestMatMuls checks that MatMuls writes exactly what separate MatMul calls
-// write, fused (float paths, m ≤ 32) or not (packed GEMM, low-precision
-// activations), for one to three matrices of different heights.
+// write, fused (float paths and bf16 activations at m ≤ 32, int8
+// activations) or not (packed GEMM), for one to three matrices of
+// different heights, in one tile or many.
 func TestMatMuls(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -27,7 +28,12 @@ func TestMatMuls(t *testing.T) {
 		{"f16 stream largest m", F16, true, 32, 128, []int{50, 50, 50}},
 		{"f32 packed gemm (not fused)", F32, true, 33, 40, []int{30, 31}},
 		{"q8_0 exact (fused)", Q8_0, true, 2, 64, []int{40, 72}},
-		{"q8_0 int8 activations (not fused)", Q8_0, false, 2, 64, []int{40, 72}},
+		{"q8_0 int8 activations one tile", Q8_0, false, 2, 64, []int{40, 72}},
+		{"q8_0 int8 q/k/v", Q8_0, false, 1, 256, []int{300, 100, 100}},
+		{"q4_k int8 tile kernel", Q4_K, false, 8, 256, []int{200, 130}},
+		{"q6_k int8 gemv", Q6_K, false, 3, 512, []int{97, 160}},
+		{"bf16 activations gate/up", BF16, false, 2, 320, []int{250, 250}},
+		{"bf16 packed gemm (not fused)", BF16, false, 40, 64, []int{60, 60}},
 	}
 	rng := rand.New(rand.NewPCG(21, 22))
 	for _, n := range []int{1, 3} {
@@ -106,4 +112,36 @@ func TestMatMulsNoAllocs(t *testing.T) {
 	}
 	op()
 	require.Zero(t, testing.AllocsPerRun(20, op))
+	// And on the int8 kernels, whose activations are quantised once.
+	Q, err := Quantize(Q8_0, 300, 64, randFloats(rng, 300*64, 1))
+	require.NoError(t, err)
+	opQ := func() {
+		ys := [...][]float32{a, b}
+		Ws := [...]Matrix{Q, Q}
+		_ = w.MatMuls(ys[:], x, 2, Ws[:])
+	}
+	opQ()
+	require.Zero(t, testing.AllocsPerRun(20, opQ))
+}
+
+// TestMatMulsMixedTypes: matrices of different types (or depths) cannot
+// share one low-precision job and go one by one, with the same results.
+func TestMatMulsMixedTypes(t *testing.T) {
+	w := NewWorkers(2)
+	defer w.Close()
+	rng := rand.New(rand.NewPCG(25, 26))
+	x := randFloats(rng, 2*256, 1)
+	var Ws []Matrix
+	for _, typ := range []DType{Q8_0, Q4_K, BF16} {
+		W, err := Quantize(typ, 90, 256, randFloats(rng, 90*256, 1))
+		require.NoError(t, err)
+		Ws = append(Ws, W)
+	}
+	ys, want := make([][]float32, 3), make([][]float32, 3)
+	for i, W := range Ws {
+		want[i], ys[i] = make([]float32, 2*90), make([]float32, 2*90)
+		require.NoError(t, w.MatMul(want[i], x, 2, W))
+	}
+	require.NoError(t, w.MatMuls(ys, x, 2, Ws))
+	require.Equal(t, want, ys)
 }

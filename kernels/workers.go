@@ -356,6 +356,24 @@ func (w *Workers) ensureScratch(n int) {
 	}
 }
 
+// matTile is tile t of a matrix job: its matrix, output and weight rows
+// [n0, n1), out of j.w alone or, with nmat > 0, out of j.mats.
+func (j *job) matTile(t int) (W Matrix, y []float32, n0, n1 int) {
+	W, y = j.w, j.y
+	if j.nmat > 0 {
+		i := 0
+		for t >= j.tend[i] {
+			i++
+		}
+		if i > 0 {
+			t -= j.tend[i-1]
+		}
+		W, y = j.mats[i], j.ys[i]
+	}
+	n0 = t * j.nc
+	return W, y, n0, min(n0+j.nc, W.Rows)
+}
+
 func (w *Workers) runTile(id, t int) {
 	j := &w.job
 	s := w.scratch[id]
@@ -369,19 +387,7 @@ func (w *Workers) runTile(id, t int) {
 		pb := s[:(j.nc+32)*gemmKC]
 		cGemmTile(j.path, j.w, w.packA, j.m, j.y, n0, n1, pb, s[len(pb):])
 	case jobGemv, jobStream:
-		W, y := j.w, j.y
-		if j.nmat > 0 {
-			i := 0
-			for t >= j.tend[i] {
-				i++
-			}
-			if i > 0 {
-				t -= j.tend[i-1]
-			}
-			W, y = j.mats[i], j.ys[i]
-		}
-		n0 := t * j.nc
-		n1 := min(n0+j.nc, W.Rows)
+		W, y, n0, n1 := j.matTile(t)
 		if j.kind == jobGemv {
 			cGemvTile(j.path, W, j.x, j.m, y, n0, n1, s)
 		} else {
