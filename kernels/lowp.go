@@ -190,20 +190,8 @@ func (w *Workers) matmulsLowp(kind lowpKind, ys [][]float32, x []float32, m int,
 	if w.n == 1 || m*total*k <= tinyMatMulMACs {
 		nc = max(total, 1)
 	}
-	j := job{w: W, y: ys[0], m: m, nc: nc}
-	if len(Ws) > 1 {
-		j.nmat = len(Ws)
-		tiles := 0
-		for i, M := range Ws {
-			j.mats[i], j.ys[i] = M, ys[i]
-			tiles += ceilDiv(M.Rows, nc)
-			j.tend[i] = tiles
-		}
-	}
-	tiles := ceilDiv(W.Rows, nc)
-	if j.nmat > 0 {
-		tiles = j.tend[j.nmat-1]
-	}
+	j := job{m: m, nc: nc}
+	tiles := j.setMats(ys, Ws)
 	if kind == lowpInt8 {
 		lp := w.dotLevel()
 		bytes := int(C.tk_act_bytes(C.int(W.Type), C.int(m), C.int(k)))

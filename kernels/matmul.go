@@ -154,13 +154,8 @@ func (w *Workers) MatMuls(ys [][]float32, x []float32, m int, Ws []Matrix) error
 	if w.n == 1 || m*total*k <= tinyMatMulMACs {
 		nc = total
 	}
-	j := job{kind: kind, path: w.path, x: x, m: m, nc: nc, nmat: len(Ws)}
-	tiles := 0
-	for i, W := range Ws {
-		j.mats[i], j.ys[i] = W, ys[i]
-		tiles += ceilDiv(W.Rows, nc)
-		j.tend[i] = tiles
-	}
+	j := job{kind: kind, path: w.path, x: x, m: m, nc: nc}
+	tiles := j.setMats(ys, Ws)
 	w.job = j
 	w.run(tiles)
 	return nil

@@ -101,27 +101,21 @@ func TestMatMulsNoAllocs(t *testing.T) {
 	w := NewWorkers(2)
 	defer w.Close()
 	rng := rand.New(rand.NewPCG(23, 24))
-	W, err := Quantize(F16, 300, 64, randFloats(rng, 300*64, 1))
-	require.NoError(t, err)
 	x := randFloats(rng, 2*64, 1)
 	a, b := make([]float32, 2*300), make([]float32, 2*300)
-	op := func() {
-		ys := [...][]float32{a, b}
-		Ws := [...]Matrix{W, W}
-		_ = w.MatMuls(ys[:], x, 2, Ws[:])
+	// The float path, and the int8 kernels, whose activations are
+	// quantised once.
+	for _, typ := range []DType{F16, Q8_0} {
+		W, err := Quantize(typ, 300, 64, randFloats(rng, 300*64, 1))
+		require.NoError(t, err)
+		op := func() {
+			ys := [...][]float32{a, b}
+			Ws := [...]Matrix{W, W}
+			_ = w.MatMuls(ys[:], x, 2, Ws[:])
+		}
+		op()
+		require.Zero(t, testing.AllocsPerRun(20, op), "%v", typ)
 	}
-	op()
-	require.Zero(t, testing.AllocsPerRun(20, op))
-	// And on the int8 kernels, whose activations are quantised once.
-	Q, err := Quantize(Q8_0, 300, 64, randFloats(rng, 300*64, 1))
-	require.NoError(t, err)
-	opQ := func() {
-		ys := [...][]float32{a, b}
-		Ws := [...]Matrix{Q, Q}
-		_ = w.MatMuls(ys[:], x, 2, Ws[:])
-	}
-	opQ()
-	require.Zero(t, testing.AllocsPerRun(20, opQ))
 }
 
 // TestMatMulsMixedTypes: matrices of different types (or depths) cannot

@@ -356,6 +356,20 @@ func (w *Workers) ensureScratch(n int) {
 	}
 }
 
+// setMats makes j a job over the rows of every matrix in Ws (outputs ys),
+// in tiles of j.nc rows that never span two matrices, and returns the
+// number of tiles.
+func (j *job) setMats(ys [][]float32, Ws []Matrix) int {
+	j.nmat = len(Ws)
+	tiles := 0
+	for i, W := range Ws {
+		j.mats[i], j.ys[i] = W, ys[i]
+		tiles += ceilDiv(W.Rows, j.nc)
+		j.tend[i] = tiles
+	}
+	return tiles
+}
+
 // matTile is tile t of a matrix job: its matrix, output and weight rows
 // [n0, n1), out of j.w alone or, with nmat > 0, out of j.mats.
 func (j *job) matTile(t int) (W Matrix, y []float32, n0, n1 int) {
