@@ -74,7 +74,7 @@ bench: deps build
 ## llama-batched-bench vs bench decode on synthetic GGUF files of the 110M
 ## shape) and llama-server vs turnstile serve at 1, 16 and 64 clients, into
 ## out/peer-bench/ (scripts/peer-bench.sh states its knobs).
-bench-peer: deps build
+bench-peer: deps build $(MODEL)
 	bash scripts/peer-bench.sh
 
 lint: fmt

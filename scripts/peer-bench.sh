@@ -48,7 +48,7 @@ if [ ! -x "$BIN/llama-bench" ] || [ ! -x "$BIN/llama-batched-bench" ] || [ ! -x 
 fi
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-make -C "$ROOT" build >/dev/null
+make -C "$ROOT" build model >/dev/null
 TS="$ROOT/bin/turnstile"
 mkdir -p "$OUT/models" "$OUT/raw"
 RAW="$OUT/raw"
