@@ -8,7 +8,7 @@ require (
 	gonum.org/v1/plot v0.17.0
 )
 
-require golang.org/x/net v0.62.0 // indirect
+require golang.org/x/net v0.62.0
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
@@ -28,10 +28,10 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.73.1
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
+	github.com/spf13/pflag v1.0.9
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.49.0
 	golang.org/x/text v0.43.0
 	google.golang.org/protobuf v1.36.12 // indirect
 )
