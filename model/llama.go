@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 
+	"github.com/turnstile-llm/turnstile/internal/hugemem"
 	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/model/safetensors"
@@ -17,12 +19,22 @@ type LlamaOptions struct {
 	// MaxContext caps the context length the runner accepts (0: the file's
 	// llama.context_length). It may only lower the file's value.
 	MaxContext int
+	// Mmap keeps the matrices in the file mapping (shared page cache, 4 KiB
+	// pages) instead of copying them into huge-page memory at load. The
+	// copy is what the CPU runner wants: a decode step streams every
+	// matrix once, and with 4 KiB pages the TLB misses alone cost the
+	// 110M BF16 model ~40% of its decode speed on a VM (see hugemem). A
+	// runner that uploads the weights elsewhere (CUDA) sets it.
+	Mmap bool
 }
 
 // Llama is a loaded llama-family model: its configuration, its tokenizer
-// and every weight bound as a kernels.Matrix. Matrices alias the GGUF file
-// (memory-mapped by LoadLlama), so a Llama is valid until Close; norm
-// weights are small and copied to float32. A Llama is read-only after
+// and every weight bound as a kernels.Matrix. The matrices a step streams
+// (every layer's and the output projection) live in one huge-page region
+// owned by the Llama, or, with LlamaOptions.Mmap or from NewLlama, alias the
+// memory-mapped file; the token embedding, read a row per token, always
+// aliases the file. A Llama is valid until Close; norm weights are small
+// and copied to float32. A Llama is read-only after
 // loading and may back several runners at once.
 type Llama struct {
 	cfg        gguf.LlamaConfig
@@ -30,6 +42,7 @@ type Llama struct {
 	tok        *tokenizer.Tokenizer
 	file       *gguf.File          // owned when loaded from a path; nil otherwise
 	shards     []*safetensors.File // a Hugging Face checkpoint's mapped files
+	weights    *hugemem.Region     // the streamed matrices, unless Mmap; owned
 	// chatTemplate is the model's own chat template (GGUF
 	// tokenizer.chat_template or tokenizer_config.json's), "" if none.
 	chatTemplate string
@@ -62,28 +75,86 @@ type llamaLayer struct {
 // LoadLlama is the one model entry point: path is a GGUF file, or a
 // Hugging Face checkpoint directory (config.json, model.safetensors or its
 // sharded index, tokenizer.json, tokenizer_config.json, optional
-// generation_config.json). Weights are memory-mapped and bound without a
-// copy; Close releases the mapping. Errors name path once.
+// generation_config.json). The file is memory-mapped; the matrices a step
+// streams are then copied into huge-page memory unless opts.Mmap. Close
+// releases both. Errors name path once.
 func LoadLlama(path string, opts LlamaOptions) (*Llama, error) {
+	var m *Llama
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		m, err := loadHF(path, opts)
-		if err != nil {
+		if m, err = loadHF(path, opts); err != nil {
 			return nil, fmt.Errorf("model: load %s: %w", path, err)
 		}
-		return m, nil
+	} else {
+		f, err := gguf.Open(path)
+		if err != nil {
+			// Open's errors already name the file.
+			return nil, fmt.Errorf("model: load: %w", err)
+		}
+		if m, err = NewLlama(f, opts); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("model: load %s: %w", path, err)
+		}
+		m.file = f
 	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		// Open's errors already name the file.
-		return nil, fmt.Errorf("model: load: %w", err)
+	if !opts.Mmap {
+		if err := m.residentWeights(); err != nil {
+			return nil, errors.Join(fmt.Errorf("model: load %s: %w", path, err), m.Close())
+		}
 	}
-	m, err := NewLlama(f, opts)
-	if err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("model: load %s: %w", path, err)
-	}
-	m.file = f
 	return m, nil
+}
+
+// residentWeights copies the matrices a step streams out of the file
+// mapping into one huge-page region (each 64-byte aligned), points them
+// at it, and drops the mapping's resident pages so that the copied bytes
+// are not counted twice in the resident set.
+func (m *Llama) residentWeights() error {
+	mats := []*kernels.Matrix{&m.output}
+	for li := range m.layers {
+		l := &m.layers[li]
+		mats = append(mats, &l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down)
+	}
+	offs := make([]int, len(mats))
+	total := 0
+	for i, w := range mats {
+		offs[i] = total
+		total += (len(w.Data) + 63) &^ 63
+	}
+	if total == 0 {
+		return nil
+	}
+	r, err := hugemem.Alloc(total)
+	if err != nil {
+		return fmt.Errorf("weights: %w", err)
+	}
+	// A tied output shares the embedding's bytes: the embedding moves with
+	// it, so they stay one copy (the CUDA plan uploads them once).
+	tied := len(m.output.Data) > 0 && len(m.embd.Data) > 0 && &m.output.Data[0] == &m.embd.Data[0] &&
+		len(m.output.Data) == len(m.embd.Data)
+	b := r.Bytes()
+	for i, w := range mats {
+		n := len(w.Data)
+		copy(b[offs[i]:offs[i]+n], w.Data)
+		w.Data = b[offs[i] : offs[i]+n : offs[i]+n]
+	}
+	if tied {
+		m.embd.Data = m.output.Data
+	}
+	m.weights = r
+	// The region lives outside the Go heap: free it if the model is
+	// dropped without Close.
+	runtime.AddCleanup(m, func(r *hugemem.Region) { _ = r.Free() }, r)
+	var errs []error
+	if m.file != nil {
+		errs = append(errs, m.file.ReleasePages())
+	}
+	for _, s := range m.shards {
+		errs = append(errs, s.ReleasePages())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("weights: %w", err)
+	}
+	return nil
 }
 
 // NewLlama binds the llama weights and tokenizer of an open GGUF file. The
@@ -296,10 +367,11 @@ func (m *Llama) MatMulFLOPs() int64 {
 	return 2 * n
 }
 
-// Close releases the memory-mapped file when LoadLlama opened it. Runners
-// of the model must be closed first.
+// Close releases the weights' memory and the memory-mapped file when
+// LoadLlama opened it. Runners of the model must be closed first.
 func (m *Llama) Close() error {
-	var errs []error
+	errs := []error{m.weights.Free()}
+	m.weights = nil
 	for _, s := range m.shards {
 		errs = append(errs, s.Close())
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 
+	"github.com/turnstile-llm/turnstile/internal/hugemem"
 	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/step"
 )
@@ -58,7 +59,8 @@ type CPURunner struct {
 	pool, serial *kernels.Workers
 	kv           []kernels.KVLayer // one per layer, views of kvMem (F32) or kvMem16
 	kvMem        []float32
-	kvMem16      []uint16 // F16 or BF16 bits
+	kvMem16      []uint16        // F16 or BF16 bits
+	kvRegion     *hugemem.Region // kvMem's or kvMem16's memory (attention reads scattered blocks: huge pages)
 
 	host   *seatHost
 	closed bool
@@ -164,10 +166,20 @@ func NewCPURunner(m *Llama, cfg CPURunnerConfig) (*CPURunner, error) {
 		sampled:     make([]int32, 0, S),
 	}
 	layerFloats := cfg.KVBlocks * blockFloats
+	elem, _ := kernels.KVElemBytes(cfg.KVType) // checked above
+	if r.kvRegion, err = hugemem.Alloc(kvFloats * elem); err != nil {
+		return nil, fmt.Errorf("model: KV cache: %w", err)
+	}
+	// The cache lives outside the Go heap: free it if the runner is dropped
+	// without Close.
+	runtime.AddCleanup(r, func(kv *hugemem.Region) { _ = kv.Free() }, r.kvRegion)
 	if cfg.KVType == kernels.F32 {
-		r.kvMem = make([]float32, kvFloats)
+		r.kvMem, err = hugemem.Float32s(r.kvRegion, kvFloats)
 	} else {
-		r.kvMem16 = make([]uint16, kvFloats)
+		r.kvMem16, err = hugemem.Uint16s(r.kvRegion, kvFloats)
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("model: KV cache: %w", err), r.kvRegion.Free())
 	}
 	r.kv = make([]kernels.KVLayer, c.Layers)
 	for i := range r.kv {
@@ -189,7 +201,7 @@ func NewCPURunner(m *Llama, cfg CPURunnerConfig) (*CPURunner, error) {
 	}
 	if cfg.MLP != nil && cfg.MLP.Size() != 1 {
 		if r.shard, r.ffn, err = newMLPShard(m, cfg.MLP, T); err != nil {
-			return nil, err
+			return nil, errors.Join(err, r.kvRegion.Free())
 		}
 	}
 	r.pool = kernels.NewWorkers(cfg.Workers)
@@ -242,6 +254,9 @@ func (r *CPURunner) Close() error {
 	r.kvMem, r.kvMem16, r.kv = nil, nil, nil
 	if r.shard != nil {
 		r.shard.downMem = nil
+	}
+	if err := r.kvRegion.Free(); err != nil {
+		return fmt.Errorf("model: CPU runner close: %w", err)
 	}
 	return nil
 }

@@ -262,7 +262,7 @@ func runBenchAgentic(ctx context.Context, o benchAgenticOptions, out, errOut io.
 
 	var llama *model.Llama
 	if slices.Contains(o.devices, "cpu") {
-		if llama, err = model.LoadLlama(o.model, o.llamaOptions()); err != nil {
+		if llama, err = model.LoadLlama(o.model, o.llamaOptions(cuda.BackendCPU)); err != nil {
 			return fmt.Errorf("bench agentic: --model: %w", err) // the error names the file
 		}
 		if maxCtx := llama.Config().ContextLength; maxCtx < o.p.MaxContext {

@@ -164,7 +164,11 @@ func runBenchCalibrate(ctx context.Context, o benchCalibrateOptions, out io.Writ
 		truth, name = &l, "sim-"+filepath.Base(o.profile)
 		cfg.Device, cfg.MaxContext = calibrate.Sim(l, calibrateSimContext), calibrateSimContext
 	default:
-		m, err := model.LoadLlama(o.model, o.llamaOptions())
+		backend := cuda.BackendCPU
+		if o.runner == "cuda" {
+			backend = cuda.BackendCUDA
+		}
+		m, err := model.LoadLlama(o.model, o.llamaOptions(backend))
 		if err != nil {
 			return calibrate.Profile{}, fmt.Errorf("bench calibrate: --model: %w", err) // the error names the file
 		}
@@ -174,10 +178,6 @@ func runBenchCalibrate(ctx context.Context, o benchCalibrateOptions, out io.Writ
 			workers = runtime.GOMAXPROCS(0)
 		}
 		name = filepath.Base(o.model)
-		backend := cuda.BackendCPU
-		if o.runner == "cuda" {
-			backend = cuda.BackendCUDA
-		}
 		kvType, err := o.kvType(backend)
 		if err != nil {
 			return calibrate.Profile{}, fmt.Errorf("bench calibrate: %w", err)

@@ -88,7 +88,7 @@ func runBenchDecode(out io.Writer, o benchDecodeOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.LoadLlama(o.model, o.llamaOptions())
+	m, err := model.LoadLlama(o.model, o.llamaOptions(device.Backend))
 	if err != nil {
 		return fmt.Errorf("%s: %w", command, err)
 	}

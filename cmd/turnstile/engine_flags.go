@@ -289,7 +289,9 @@ func (e *engineFlags) executorConfig() executor.Config {
 		Overlap: !e.noOverlap, CascadeMinBlocks: e.cascadeMin}
 }
 
-// llamaOptions are the model-loading options from the flags.
-func (e *engineFlags) llamaOptions() model.LlamaOptions {
-	return model.LlamaOptions{MaxContext: e.maxModelLen}
+// llamaOptions are the model-loading options from the flags for a runner
+// on backend: the CUDA runner uploads the weights from the file mapping, so
+// it needs no host copy of them (model.LlamaOptions.Mmap).
+func (e *engineFlags) llamaOptions(backend cuda.Backend) model.LlamaOptions {
+	return model.LlamaOptions{MaxContext: e.maxModelLen, Mmap: backend == cuda.BackendCUDA}
 }

@@ -110,7 +110,7 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 			return err
 		}
 	}
-	m, err := model.LoadLlama(o.model, o.llamaOptions())
+	m, err := model.LoadLlama(o.model, o.llamaOptions(device.Backend))
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}

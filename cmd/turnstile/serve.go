@@ -524,7 +524,15 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
-	m, err := model.LoadLlama(o.model, o.llamaOptions())
+	lopts := o.llamaOptions(device.Backend)
+	if o.acrossProcesses() && o.shardMLP {
+		// Each process then streams 1/N of the MLP: copying the whole
+		// model into its own memory would undo the shard's saving, so the
+		// weights stay in the file mapping, which the processes of a host
+		// share.
+		lopts.Mmap = true
+	}
+	m, err := model.LoadLlama(o.model, lopts)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

@@ -57,3 +57,18 @@ func Unmap(data []byte) error {
 	}
 	return syscall.Munmap(data)
 }
+
+// Release drops this process's resident pages of a mapping from Map
+// (madvise MADV_DONTNEED) without unmapping it: a later read faults the
+// page back in from the page cache with the same contents. Loaders call
+// it after copying what they need out of the file, so that the copied
+// bytes are not counted twice in the process's resident set.
+func Release(data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	if err := syscall.Madvise(data, syscall.MADV_DONTNEED); err != nil {
+		return fmt.Errorf("madvise %d bytes: %w", len(data), err)
+	}
+	return nil
+}

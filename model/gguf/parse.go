@@ -65,6 +65,16 @@ func (f *File) Close() error {
 	return nil
 }
 
+// ReleasePages drops the process's resident pages of the mapping (see
+// mmapfile.Release): TensorInfo.Data stays valid and reads fault the pages
+// back in. A no-op for a File from Parse or after Close.
+func (f *File) ReleasePages() error {
+	if err := mmapfile.Release(f.mapped); err != nil {
+		return fmt.Errorf("gguf: %w", err)
+	}
+	return nil
+}
+
 // Tensor returns the named tensor's descriptor.
 func (f *File) Tensor(name string) (*TensorInfo, error) {
 	i, ok := f.tensors[name]

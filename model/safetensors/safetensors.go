@@ -208,6 +208,16 @@ func (f *File) Close() error {
 	return nil
 }
 
+// ReleasePages drops the process's resident pages of the mapping (see
+// mmapfile.Release): Tensor.Data stays valid and reads fault the pages
+// back in. A no-op for a File from Parse or after Close.
+func (f *File) ReleasePages() error {
+	if err := mmapfile.Release(f.mapped); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	return nil
+}
+
 // Write writes tensors (in the given order, each Data of exactly its
 // shape's size) and metadata as one safetensors file. The header is padded
 // with spaces to a multiple of 8 bytes, as the reference writer does.
