@@ -195,7 +195,8 @@ void tk_cascade_task(int isa, int kvtype, const float *q, const void *K,
 // of floating-point operations done; *sink defeats dead-code elimination.
 double tk_peak_fma(int isa, long iters, float *sink);
 
-// tk_read_sum reads n floats once and returns their sum (bandwidth probe).
+// tk_read_sum reads n floats once, as several interleaved sequential
+// streams, and returns their sum (bandwidth probe).
 float tk_read_sum(int isa, const float *p, long n);
 
 #endif

@@ -453,7 +453,10 @@ func (w *Workers) FMAProbe(p Path, cores, iters int) (float64, error) {
 }
 
 // ReadProbe reads buf once, split over cores workers, and returns the sum of
-// its elements; time it to get the machine's read bandwidth.
+// its elements; time it to get the machine's read bandwidth. Each worker
+// reads its share as eight interleaved streams (tk_read_sum), which reach
+// more of the bandwidth than one; for the full figure buf should be in huge
+// pages (internal/hugemem), as the model's weights are.
 func (w *Workers) ReadProbe(buf []float32, cores int) (float32, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

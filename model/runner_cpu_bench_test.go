@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/turnstile-llm/turnstile/internal/hugemem"
 	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/sampling"
@@ -94,13 +95,19 @@ func benchDecode(b *testing.B, m *Llama, seqs, ctx int, kv kernels.DType, exact 
 }
 
 // readBandwidth measures DRAM read bandwidth (bytes/s) with the kernels'
-// read probe on a buffer far larger than the last-level cache, best of
+// read probe (eight streams per core) on a buffer far larger than the
+// last-level cache, best of
 // rounds passes; between passes it runs between(), so that the probe and
 // the measurement it is compared with see the same machine load.
 func readBandwidth(b *testing.B, cores, rounds int, between func()) float64 {
 	w := kernels.NewWorkers(cores)
 	defer w.Close()
-	buf := make([]float32, 64<<20) // 256 MiB
+	// 256 MiB in huge pages, as the model's weights (LoadLlama).
+	reg, err := hugemem.Alloc(256 << 20)
+	require.NoError(b, err)
+	defer func() { require.NoError(b, reg.Free()) }()
+	buf, err := hugemem.Float32s(reg, 64<<20)
+	require.NoError(b, err)
 	for i := range buf {
 		buf[i] = 1
 	}
