@@ -466,8 +466,8 @@ TK_INLINE TK_TARGET_BF16 void mm_bf16(const int M, const int N,
 }
 
 // gemv_bf16 computes y[r][n] for r < M ≤ 4 and n in [n0, n1): one weight
-// row at a time over all of k, so the weights are one sequential stream
-// that the hardware prefetcher follows (the depth chunks of mm_bf16_tile
+// row at a time over all of k, so the weights are one sequential stream,
+// prefetched TK_STREAM_PF ahead (tk_pf_row; the depth chunks of mm_bf16_tile
 // made a k = 8192 GEMV two strided passes at 0.56 of read bandwidth), and
 // four chains per x row to hide the vdpbf16ps latency. x rows are kp
 // apart and zero past k.
@@ -477,6 +477,7 @@ TK_INLINE TK_TARGET_BF16 void gemv_bf16(const int M, const uint8_t *w,
                                         int n0, int n1) {
   for (int n = n0; n < n1; n++) {
     const uint16_t *wr = (const uint16_t *)(const void *)(w + (size_t)n * wrow);
+    tk_pf_row(w + (size_t)n * wrow, wrow);
     __m512 a[4][4];
     for (int r = 0; r < M; r++)
       for (int u = 0; u < 4; u++) a[r][u] = _mm512_setzero_ps();

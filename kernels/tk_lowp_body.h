@@ -905,9 +905,9 @@ TK_INLINE LP_TARGET void LPF(mmkt)(const int WT, const uint8_t *w, size_t wrow, 
 // On 512-bit levels the integer dot stays 512 bits wide up to one float
 // accumulator per row and no loop runs over rows of x; the 256-bit levels
 // keep mmk with m = 1 (a copy of it measured 6% slower for Q2_K on AVX2).
-// The rows are read in order, a stream the hardware prefetcher follows (a
-// software prefetch 1-4 KiB ahead cost 2 cycles a super-block from L2 and
-// showed no gain from memory).
+// The rows are read in order and prefetched TK_STREAM_PF ahead, a row at a
+// time (with the weights in 4 KiB pages a prefetch 1-4 KiB ahead showed no
+// gain; see tk_pf_row).
 TK_INLINE LP_TARGET void LPF(mmk1)(const int WT, const uint8_t *w, size_t wrow,
                                    const int8_t *xq, const float *xd,
                                    const int16_t *xs, int k, float *y, int n0,
@@ -918,6 +918,7 @@ TK_INLINE LP_TARGET void LPF(mmk1)(const int WT, const uint8_t *w, size_t wrow,
   const int off = WT == TK_Q6_K || WT == TK_Q3_K;  // an offset, else mins
   for (int n = n0; n < n1; n++) {
     const uint8_t *row = w + (size_t)n * wrow;
+    tk_pf_row(row, wrow);
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     for (int sb = 0; sb < nsb; sb++) {
@@ -988,15 +989,18 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
     const int32_t *xc = (const int32_t *)aux;                                             \
     int n = n0;                                                                           \
     /* GEMV rows (m ≤ 4) go one weight row at a time: a strictly         */               \
-    /* sequential read, which the hardware prefetcher follows (a tile of */               \
-    /* interleaved short rows measured slower on the 110M model).        */               \
+    /* sequential read (a tile of interleaved short rows measured slower */               \
+    /* on the 110M model), prefetched TK_STREAM_PF ahead.                */               \
     if (m > 4)                                                                            \
       for (; n + LP_NMAX <= n1; n += LP_NMAX) {                                           \
         int nx = n1 - (n + LP_NMAX) < LP_NMAX ? n1 - (n + LP_NMAX) : LP_NMAX;             \
         LPF(mm32_rows)(T, LP_NMAX, w, wrow, xq, xd, xc, m, k, y, ldy, n,                  \
                        w + (size_t)(n + LP_NMAX) * wrow, (size_t)nx * wrow);              \
       }                                                                                   \
-    for (; n < n1; n++) LPF(mm32_rows)(T, 1, w, wrow, xq, xd, xc, m, k, y, ldy, n, w, 0); \
+    for (; n < n1; n++) {                                                                 \
+      if (m <= 4) tk_pf_row(w + (size_t)n * wrow, wrow);                                  \
+      LPF(mm32_rows)(T, 1, w, wrow, xq, xd, xc, m, k, y, ldy, n, w, 0);                   \
+    }                                                                                     \
     return;                                                                               \
   }
     LP_LCASE(TK_Q8_0)
