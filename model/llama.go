@@ -131,30 +131,38 @@ func (m *Llama) residentWeights() error {
 	// it, so they stay one copy (the CUDA plan uploads them once).
 	tied := len(m.output.Data) > 0 && len(m.embd.Data) > 0 && &m.output.Data[0] == &m.embd.Data[0] &&
 		len(m.output.Data) == len(m.embd.Data)
+	m.weights = r
+	// The region lives outside the Go heap: free it if the model is
+	// dropped without Close.
+	runtime.AddCleanup(m, func(r *hugemem.Region) { _ = r.Free() }, r)
 	b := r.Bytes()
 	for i, w := range mats {
 		n := len(w.Data)
 		copy(b[offs[i]:offs[i]+n], w.Data)
+		// Each matrix's file pages go as soon as it is copied, so that the
+		// peak resident set is the copy plus one matrix, not twice the model.
+		if err := m.releaseFilePages(w.Data); err != nil {
+			return fmt.Errorf("weights: %w", err)
+		}
 		w.Data = b[offs[i] : offs[i]+n : offs[i]+n]
 	}
 	if tied {
 		m.embd.Data = m.output.Data
 	}
-	m.weights = r
-	// The region lives outside the Go heap: free it if the model is
-	// dropped without Close.
-	runtime.AddCleanup(m, func(r *hugemem.Region) { _ = r.Free() }, r)
+	return nil
+}
+
+// releaseFilePages drops the resident pages of b (bytes of the model's
+// mapped files) from the process; b stays readable.
+func (m *Llama) releaseFilePages(b []byte) error {
 	var errs []error
 	if m.file != nil {
-		errs = append(errs, m.file.ReleasePages())
+		errs = append(errs, m.file.ReleasePages(b))
 	}
 	for _, s := range m.shards {
-		errs = append(errs, s.ReleasePages())
+		errs = append(errs, s.ReleasePages(b))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("weights: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // NewLlama binds the llama weights and tokenizer of an open GGUF file. The

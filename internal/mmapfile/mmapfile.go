@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"unsafe"
 )
 
 // TooSmallError reports a file shorter than the format's smallest header.
@@ -58,17 +59,27 @@ func Unmap(data []byte) error {
 	return syscall.Munmap(data)
 }
 
-// Release drops this process's resident pages of a mapping from Map
-// (madvise MADV_DONTNEED) without unmapping it: a later read faults the
-// page back in from the page cache with the same contents. Loaders call
-// it after copying what they need out of the file, so that the copied
-// bytes are not counted twice in the process's resident set.
-func Release(data []byte) error {
-	if len(data) == 0 {
+// Release drops this process's resident pages of b, a part of mapping (a
+// mapping from Map), with madvise(MADV_DONTNEED), without unmapping them:
+// a later read faults a page back in from the page cache with the same
+// contents. Only the whole pages of b that lie inside mapping are dropped
+// (none of b outside it, none shared with the bytes around b), so b may be
+// any slice. Loaders call it once they have copied b out of the file, so
+// that the copy is not counted twice in the process's resident set.
+func Release(mapping, b []byte) error {
+	if len(mapping) == 0 || len(b) == 0 {
 		return nil
 	}
-	if err := syscall.Madvise(data, syscall.MADV_DONTNEED); err != nil {
-		return fmt.Errorf("madvise %d bytes: %w", len(data), err)
+	base := uintptr(unsafe.Pointer(&mapping[0]))
+	lo, hi := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&b[0]))+uintptr(len(b))
+	lo, hi = max(lo, base), min(hi, base+uintptr(len(mapping)))
+	page := uintptr(os.Getpagesize())
+	lo, hi = (lo+page-1)&^(page-1), hi&^(page-1)
+	if lo >= hi {
+		return nil
+	}
+	if err := syscall.Madvise(mapping[lo-base:hi-base], syscall.MADV_DONTNEED); err != nil {
+		return fmt.Errorf("madvise %d bytes: %w", hi-lo, err)
 	}
 	return nil
 }

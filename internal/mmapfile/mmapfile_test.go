@@ -35,8 +35,9 @@ func TestMap(t *testing.T) {
 	require.NoError(t, Unmap(data))
 }
 
-// TestRelease: dropping a mapping's resident pages keeps its contents
-// readable (they fault back in from the file).
+// TestRelease: dropping resident pages of a mapping, whole or any part of
+// it, keeps its contents readable (they fault back in from the file), and a
+// slice outside the mapping is left alone.
 func TestRelease(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "f")
 	want := make([]byte, 3*4096+17)
@@ -47,8 +48,15 @@ func TestRelease(t *testing.T) {
 	data, err := Map(p, 1)
 	require.NoError(t, err)
 	require.Equal(t, want, data)
-	require.NoError(t, Release(data))
-	require.Equal(t, want, data, "contents after Release")
-	require.NoError(t, Release(nil), "nothing to release")
+	for _, r := range [][2]int{{0, len(data)}, {100, 5000}, {4096, 8192}, {1, 2}, {len(data) - 1, len(data)}} {
+		require.NoError(t, Release(data, data[r[0]:r[1]]), "range %v", r)
+		require.Equal(t, want, data, "contents after releasing %v", r)
+	}
+	other := make([]byte, 3*4096)
+	other[5000] = 9
+	require.NoError(t, Release(data, other), "a slice outside the mapping")
+	require.Equal(t, byte(9), other[5000], "memory outside the mapping is untouched")
+	require.NoError(t, Release(nil, data))
+	require.NoError(t, Release(data, nil))
 	require.NoError(t, Unmap(data))
 }

@@ -208,11 +208,12 @@ func (f *File) Close() error {
 	return nil
 }
 
-// ReleasePages drops the process's resident pages of the mapping (see
-// mmapfile.Release): Tensor.Data stays valid and reads fault the pages
-// back in. A no-op for a File from Parse or after Close.
-func (f *File) ReleasePages() error {
-	if err := mmapfile.Release(f.mapped); err != nil {
+// ReleasePages drops the process's resident pages of b, tensor bytes of
+// this file (see mmapfile.Release): Tensor.Data stays valid and reads fault
+// the pages back in. Bytes of b outside the mapping are left alone, so it
+// is a no-op for a File from Parse, after Close, or for b of another file.
+func (f *File) ReleasePages(b []byte) error {
+	if err := mmapfile.Release(f.mapped, b); err != nil {
 		return fmt.Errorf("safetensors: %w", err)
 	}
 	return nil
