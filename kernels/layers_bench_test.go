@@ -38,11 +38,12 @@ func benchLayerMatMuls(b *testing.B, typ DType, bw []float32) {
 		l.gu = []Matrix{streamMatrix(typ, ffn, dim), streamMatrix(typ, ffn, dim)}
 		l.down = streamMatrix(typ, dim, ffn)
 		for _, W := range append(append([]Matrix{l.o, l.down}, l.qkv...), l.gu...) {
-			bytes += len(W.Data) + 64
+			bytes += len(W.Data)
 		}
 	}
-	// The weights in huge pages, as LoadLlama places them.
-	reg, err := hugemem.Alloc(bytes)
+	// The weights in huge pages, as LoadLlama places them, each 64-byte
+	// aligned (7 matrices a layer).
+	reg, err := hugemem.Alloc(bytes + 64*7*layers)
 	if err != nil {
 		b.Fatal(err)
 	}

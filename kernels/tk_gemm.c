@@ -1220,7 +1220,7 @@ static TK_TARGET_AVX512 double peak_avx512(long iters, float *sink) {
 // read_sum_avx2 reads n floats as TK_READ_STREAMS interleaved sequential
 // streams, one cache line of each in turn: a core keeps more lines in
 // flight over several streams than over one (2 cores here read 35-40 GB/s
-// over one stream each and 50-54 GB/s over eight), and a decode step's
+// over one stream each and 44-54 GB/s over eight), and a decode step's
 // matmuls read several matrices' rows at once, so one stream would
 // understate the bandwidth they can reach.
 #define TK_READ_STREAMS 8

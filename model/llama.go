@@ -23,7 +23,8 @@ type LlamaOptions struct {
 	// pages) instead of copying them into huge-page memory at load. The
 	// copy is what the CPU runner wants: a decode step streams every
 	// matrix once, and with 4 KiB pages the TLB misses alone cost the
-	// 110M BF16 model ~40% of its decode speed on a VM (see hugemem). A
+	// 110M BF16 model a third or more of its decode speed on a VM (see
+	// hugemem). A
 	// runner that uploads the weights elsewhere (CUDA) sets it.
 	Mmap bool
 }
@@ -109,7 +110,15 @@ func LoadLlama(path string, opts LlamaOptions) (*Llama, error) {
 // at it, and drops the mapping's resident pages so that the copied bytes
 // are not counted twice in the resident set.
 func (m *Llama) residentWeights() error {
-	mats := []*kernels.Matrix{&m.output}
+	// A tied output shares the embedding's bytes (it may be their first
+	// rows): the embedding moves instead, and the output stays a view of
+	// it, so the two remain one copy (the CUDA plan uploads them once).
+	tied := m.outputTied()
+	out := &m.output
+	if tied {
+		out = &m.embd
+	}
+	mats := []*kernels.Matrix{out}
 	for li := range m.layers {
 		l := &m.layers[li]
 		mats = append(mats, &l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down)
@@ -127,10 +136,6 @@ func (m *Llama) residentWeights() error {
 	if err != nil {
 		return fmt.Errorf("weights: %w", err)
 	}
-	// A tied output shares the embedding's bytes: the embedding moves with
-	// it, so they stay one copy (the CUDA plan uploads them once).
-	tied := len(m.output.Data) > 0 && len(m.embd.Data) > 0 && &m.output.Data[0] == &m.embd.Data[0] &&
-		len(m.output.Data) == len(m.embd.Data)
 	m.weights = r
 	// The region lives outside the Go heap: free it if the model is
 	// dropped without Close.
@@ -147,9 +152,15 @@ func (m *Llama) residentWeights() error {
 		w.Data = b[offs[i] : offs[i]+n : offs[i]+n]
 	}
 	if tied {
-		m.embd.Data = m.output.Data
+		m.output.Data = m.embd.Data[:len(m.output.Data):len(m.output.Data)]
 	}
 	return nil
+}
+
+// outputTied reports whether the output projection shares the token
+// embedding's bytes (tied embeddings; the output may be their first rows).
+func (m *Llama) outputTied() bool {
+	return len(m.output.Data) > 0 && len(m.embd.Data) > 0 && &m.output.Data[0] == &m.embd.Data[0]
 }
 
 // releaseFilePages drops the resident pages of b (bytes of the model's

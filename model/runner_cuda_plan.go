@@ -205,8 +205,7 @@ func cudaPlanWeights(m *Llama) (cudaWeightPlan, error) {
 	if p.embd, err = place(m.embd, m.embd.Type); err != nil {
 		return p, fmt.Errorf("model: token_embd: %w", err)
 	}
-	tied := len(m.output.Data) > 0 && len(m.embd.Data) > 0 && &m.output.Data[0] == &m.embd.Data[0]
-	if tied && m.embd.Type == p.gemm {
+	if m.outputTied() && m.embd.Type == p.gemm {
 		p.output = p.embd
 	} else if p.output, err = place(m.output, p.gemm); err != nil {
 		return p, fmt.Errorf("model: output: %w", err)

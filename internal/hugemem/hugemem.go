@@ -29,13 +29,12 @@ type Region struct {
 	mu   sync.Mutex
 	b    []byte // the caller's n bytes
 	full []byte // the whole mapping, for Free; nil on the heap fallback
-	huge bool
 }
 
 // Alloc returns a region of n bytes (n > 0). Where the OS offers
 // transparent huge pages the region is 2 MiB aligned and advised for them;
 // when the advice is refused (huge pages disabled) the region still works
-// with base pages, and Huge reports false.
+// with base pages.
 func Alloc(n int) (*Region, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("hugemem: Alloc(%d): want a positive size", n)
@@ -56,9 +55,6 @@ func (r *Region) Bytes() []byte {
 	defer r.mu.Unlock()
 	return r.b
 }
-
-// Huge reports whether the OS accepted the huge-page advice.
-func (r *Region) Huge() bool { return r.huge }
 
 // Free returns the region to the OS. Slices of it must not be used after.
 func (r *Region) Free() error {

@@ -25,9 +25,7 @@ func alloc(n int) (*Region, error) {
 	aligned := full[off : off+size : off+size]
 	r := &Region{b: aligned[:n:n], full: full}
 	// EINVAL: this kernel has no transparent huge pages; base pages work.
-	if err := unix.Madvise(aligned, unix.MADV_HUGEPAGE); err == nil {
-		r.huge = true
-	} else if !errors.Is(err, unix.EINVAL) {
+	if err := unix.Madvise(aligned, unix.MADV_HUGEPAGE); err != nil && !errors.Is(err, unix.EINVAL) {
 		_ = unix.Munmap(full)
 		return nil, fmt.Errorf("hugemem: advise %d bytes: %w", size, err)
 	}
