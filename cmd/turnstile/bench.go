@@ -10,6 +10,6 @@ func newBenchCmd() *cobra.Command {
 		Short: "Run benchmarks and experiments",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchServeCmd(), newBenchAgenticCmd(), newBenchADPCmd(), newBenchCalibrateCmd(), newBenchDecodeCmd())
+	cmd.AddCommand(newBenchServeCmd(), newBenchAgenticCmd(), newBenchADPCmd(), newBenchCalibrateCmd(), newBenchDecodeCmd(), newBenchSchemaCmd())
 	return cmd
 }

@@ -59,6 +59,7 @@ type Tokenizer struct {
 	tokens         []string
 	scores         []float32
 	pieces         [][]byte // decoded bytes of each token
+	isControl      []bool   // control, unknown and unused tokens: never text
 	index          map[string]int32
 	byteTok        [256]int32 // SPM: id of <0xXX>; BPE: id of the mapped byte's char; -1 if none
 	ranks          map[pair]int32
@@ -205,6 +206,10 @@ func (t *Tokenizer) build(types []int32, merges []pair) error {
 	t.special = newMatcher(t.tokens, types, typeUserDefined, typeControl, typeUnknown)
 	t.control = newMatcher(t.tokens, types, typeControl, typeUnknown)
 	t.pieces = make([][]byte, n)
+	t.isControl = make([]bool, n)
+	for i, ty := range types {
+		t.isControl[i] = ty == typeControl || ty == typeUnknown || ty == typeUnused
+	}
 	if t.kind == SPM {
 		t.initSPM(types)
 	} else {
@@ -263,6 +268,12 @@ func (t *Tokenizer) Token(id int32) string {
 		return ""
 	}
 	return t.tokens[id]
+}
+
+// IsControl reports whether id is a control, unknown or unused token:
+// one that never stands for text (a grammar never allows it as text).
+func (t *Tokenizer) IsControl(id int32) bool {
+	return id < 0 || int(id) >= len(t.isControl) || t.isControl[id]
 }
 
 // Piece returns the bytes that id decodes to (▁ → ' ', <0x0A> → '\n',
