@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -430,5 +431,117 @@ func TestNewDeploymentRefuses(t *testing.T) {
 	} {
 		_, err := New(tc.cfg, []Rank{r})
 		require.ErrorContains(t, err, tc.want)
+	}
+}
+
+// onRank places every request on one rank.
+type onRank int
+
+func (r onRank) Route(l *Loads, pending []Pending, out []int) {
+	for j := range out {
+		out[j] = int(r)
+		l.place(int(r), pending[j].Tokens)
+	}
+}
+
+// owingRank serves a request in one step, after which it no longer counts
+// it, while the request's stream hands its output out one delta per poll:
+// the rank holds no live request while process 0 is still owed output.
+type owingRank struct{ waiting int }
+
+func (r *owingRank) Step() (bool, error) {
+	busy := r.waiting > 0
+	r.waiting = 0
+	return busy, nil
+}
+
+func (r *owingRank) State(s *RankState) {
+	*s = RankState{Capacity: 1, Waiting: r.waiting, Hits: s.Hits[:0], Resident: s.Resident[:0]}
+}
+
+func (r *owingRank) Match(*RankState, []*executor.Request, Needs) {}
+
+func (r *owingRank) Submit(context.Context, *executor.Request) (Stream, error) {
+	r.waiting++
+	return &owingStream{deltas: []executor.Delta{{TokenIDs: []int32{1}}, {TokenIDs: []int32{2}, FinishReason: executor.FinishLength}}}, nil
+}
+
+// owingStream is only polled (the embedded Stream is nil): every other
+// TryRecv hands out its next delta, so each poll forwards one.
+type owingStream struct {
+	Stream
+	deltas []executor.Delta
+	rest   bool
+}
+
+func (s *owingStream) TryRecv() (executor.Delta, bool, error) {
+	if len(s.deltas) == 0 {
+		return executor.Delta{}, false, io.EOF
+	}
+	if s.rest = !s.rest; !s.rest {
+		return executor.Delta{}, false, nil
+	}
+	d := s.deltas[0]
+	s.deltas = s.deltas[1:]
+	return d, true, nil
+}
+
+// TestProcessesIdleOnlyWhenNothingOwed: the deployment is idle only when no
+// rank holds a live request and nothing is owed to process 0. Process 1's
+// rank stops counting its request after one step while its output still
+// takes two gathers to reach process 0: Step must not report idle before
+// the client has its last token, since no new work would carry it.
+func TestProcessesIdleOnlyWhenNothingOwed(t *testing.T) {
+	g := newGroup(2)
+	var ds [2]*Deployment
+	var errs [2]error
+	var wg sync.WaitGroup
+	for q := range 2 { // New gathers: every process at once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds[q], errs[q] = New(Config{Comm: party{g, q}, Router: onRank(1)}, []Rank{&owingRank{}})
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	h, err := ds[0].Submit(context.Background(), &executor.Request{PromptTokens: []int32{1, 2}, Params: sampling.DefaultParams()})
+	require.NoError(t, err)
+	for q := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				idle, err := ds[q].Step()
+				if err != nil || idle {
+					errs[q] = err
+					return
+				}
+			}
+		}()
+	}
+	testwait.Within(t, "both processes to go idle", func() struct{} { wg.Wait(); return struct{}{} })
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	st, err := h.Wait(testwait.Ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, 1, h.Rank())
+	// No iteration follows an idle one without new work: what the relay
+	// holds now is all the client gets.
+	var got executor.Delta
+	for {
+		d, ok, err := st.(*executor.Stream).TryRecv()
+		if err != nil || !ok {
+			break
+		}
+		got.TokenIDs = append(got.TokenIDs, d.TokenIDs...)
+		got.FinishReason = d.FinishReason
+	}
+	require.Equal(t, []int32{1, 2}, got.TokenIDs, "every token reached the client before the deployment went idle")
+	require.Equal(t, executor.FinishLength, got.FinishReason)
+	for q, d := range ds {
+		require.NoError(t, d.Check(), "process %d", q)
+		require.NoError(t, d.Close())
 	}
 }

@@ -122,6 +122,34 @@ func TestLoadBalanced(t *testing.T) {
 	}
 }
 
+// TestFairCap: the fair share of everything counted plus n new requests
+// rounds up (a rank may take the remainder), and never cuts below what a
+// rank already holds.
+func TestFairCap(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		count []int
+		n     int
+		want  int
+	}{
+		{"no ranks", nil, 3, 0},
+		{"even split", []int{0, 0}, 4, 2},
+		{"remainder rounds up", []int{0, 0}, 3, 2},
+		{"remainder with load", []int{1, 0}, 2, 2},
+		{"one over a multiple", []int{2, 2, 2}, 1, 3},
+		{"a rank above the share", []int{5, 0}, 1, 5},
+		{"nothing to place", []int{1, 2}, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := Loads{Count: tc.count}
+			for _, c := range tc.count {
+				l.Total += c
+			}
+			require.Equal(t, tc.want, l.FairCap(tc.n))
+		})
+	}
+}
+
 func TestCacheAware(t *testing.T) {
 	withHits := func(s RankState, hits ...int) RankState { s.Hits = hits; return s }
 	cases := []struct {
@@ -151,6 +179,10 @@ func TestCacheAware(t *testing.T) {
 			&CacheAware{LoadPermille: 0},
 			[]RankState{withHits(st(1, 1, 0, 0), 60), withHits(st(4, 0, 0, 0), 0)},
 			reqs(64), []int{1}},
+		{"total not a multiple of dp: the cached rank keeps its request (fair cap 2, not 1)",
+			&CacheAware{LoadPermille: 0},
+			[]RankState{withHits(st(4, 1, 0, 10), 64, 0), withHits(st(4, 0, 0, 0), 0, 0)},
+			reqs(64, 8), []int{0, 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
