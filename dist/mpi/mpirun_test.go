@@ -163,7 +163,7 @@ func TestMPIWorker(t *testing.T) {
 		run, ok := map[string]func(*testing.T, *World){
 			"liveness": livenessWorker, "gather-route": gatherRouteWorker, "bench-gather-route": benchGatherRouteWorker,
 			"bench-allgather": benchAllgatherWorker, "bench-mlp": benchMLPWorker,
-			"mlp-shard": shardWorker, "idle-cpu": idleCPUWorker, "deploy": deployWorker, "ladder": ladderWorker, "bench-step": benchStepWorker,
+			"mlp-shard": shardWorker, "idle-cpu": idleCPUWorker, "patient-latency": patientLatencyWorker, "deploy": deployWorker, "ladder": ladderWorker, "bench-step": benchStepWorker,
 		}[mode]
 		if !ok {
 			t.Fatalf("%s=%q: unknown worker mode", workerEnv, mode)
