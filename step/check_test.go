@@ -104,6 +104,7 @@ func TestCheckRules(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		decode  bool // start seats 0 and 1 first and mutate decodeBatch, not startBatch
+		chunk   bool // with decode: seat 1's first step is a prefill chunk (it samples nothing)
 		mutate  func(b *step.Batch)
 		wantErr string // "" for a batch that passes
 	}{
@@ -164,6 +165,8 @@ func TestCheckRules(t *testing.T) {
 		}, wantErr: "seq 0 (seat 0): FutureToken at token 1 but the seat sampled nothing"},
 		{name: "future token at start", mutate: func(b *step.Batch) { b.Tokens[5] = step.FutureToken },
 			wantErr: "seq 1 (seat 1): FutureToken at token 5 but the seat sampled nothing"},
+		{name: "future token after a prefill chunk", decode: true, chunk: true, mutate: func(b *step.Batch) { b.Tokens[1] = step.FutureToken },
+			wantErr: "seq 1 (seat 1): FutureToken at token 1 but the seat sampled nothing"},
 		{name: "token above vocab", mutate: func(b *step.Batch) { b.Tokens[2] = 10 },
 			wantErr: "seq 0 (seat 0): token 10 outside vocab 10 (index 2)"},
 		{name: "negative token", mutate: func(b *step.Batch) { b.Tokens[6] = -2 },
@@ -184,11 +187,25 @@ func TestCheckRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, incremental := range []bool{false, true} {
 				k := newChecker(t, incremental)
-				b := startBatch()
-				if tc.decode {
-					advance(t, k, b)
-					b = decodeBatch()
+				// next is the batch the case breaks: the start, or the
+				// decode after it (after a chunk, seat 1 continues with a
+				// known token).
+				next := func() *step.Batch {
+					if !tc.decode {
+						return startBatch()
+					}
+					b := decodeBatch()
+					if tc.chunk {
+						b.Tokens[1] = 4
+					}
+					return b
 				}
+				if tc.decode {
+					b := startBatch()
+					b.Seqs[1].Sample = !tc.chunk
+					advance(t, k, b)
+				}
+				b := next()
 				tc.mutate(b)
 				before := cursors(k)
 				err := k.Check(b)
@@ -199,11 +216,7 @@ func TestCheckRules(t *testing.T) {
 				}
 				require.ErrorContains(t, err, tc.wantErr, "incremental %v", incremental)
 				// The rejection is not remembered: the unmodified batch passes.
-				b = startBatch()
-				if tc.decode {
-					b = decodeBatch()
-				}
-				require.NoError(t, k.Check(b), "a rejected batch leaves the checker able to check the next")
+				require.NoError(t, k.Check(next()), "a rejected batch leaves the checker able to check the next")
 			}
 		})
 	}
