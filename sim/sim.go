@@ -322,7 +322,7 @@ func popPending(mu *sync.Mutex, q *[]time.Duration) (time.Duration, error) {
 // checker validates an entry once, when it first enters a table, and this
 // device reads that block again later.
 func (r *Runner) check(b *step.Batch) error {
-	if err := r.checker.Check(b); err != nil {
+	if err := r.checker.Validate(b); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
 	c := r.cfg.Capacity
