@@ -16,7 +16,7 @@ import (
 // (*executor.Stream satisfies it).
 type Stream interface {
 	Recv(ctx context.Context) (executor.Delta, error)
-	Collect(ctx context.Context) (executor.Delta, error)
+	ReadAll(ctx context.Context) (executor.Delta, error)
 }
 
 // Rank is one attention-DP rank as the deployment drives it: its own

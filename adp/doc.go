@@ -83,7 +83,7 @@
 // late is timing: in this
 // in-process lockstep loop every overlapping engine is late (k = dp); the
 // seed's k = 1 runs have one. EngineRank.SetEarly chooses it on real
-// engines: an early rank collects its step (executor.Engine.Collect) before
+// engines: an early rank flushes its step (executor.Engine.Flush) before
 // the gather, so only the other ranks are late and k is their number. The
 // ladder tests set k per rank (a simulated rank processing its step before
 // the gather, or early engine ranks) and assert rank 0's logged share is

@@ -63,8 +63,8 @@ func runEarlyLadder(t *testing.T, dp int, m mode, late func(int) bool) earlyRun 
 	for _, h := range hs {
 		s, err := h.Wait(testwait.Ctx(t))
 		require.NoError(t, err, "waiting for a request's handle")
-		out, err := s.Collect(testwait.Ctx(t))
-		require.NoError(t, err, "collecting a request's stream")
+		out, err := s.ReadAll(testwait.Ctx(t))
+		require.NoError(t, err, "reading a request's stream")
 		require.Equal(t, executor.FinishLength, out.FinishReason)
 	}
 	snap := d.Snapshot()

@@ -13,7 +13,7 @@ type EngineRank struct {
 	e      *executor.Engine
 	dummy  func() error
 	chains *Chains
-	// early: collect the step left in flight before the next gather (see
+	// early: flush the step left in flight before the next gather (see
 	// SetEarly).
 	early bool
 }
@@ -69,7 +69,7 @@ func (r *EngineRank) Engine() *executor.Engine { return r.e }
 
 // SetEarly makes the rank "early" (true) or "late" (false, the default).
 // An early rank processes its step's results inside its lockstep iteration
-// (executor.Engine.Collect after the step), so requests that finished in it
+// (executor.Engine.Flush after the step), so requests that finished in it
 // are torn down before the next gather and are never reported retiring
 // there. A late rank leaves the step in flight under overlap, as the
 // in-process loop naturally does, so its finishing requests are retiring
@@ -79,11 +79,11 @@ func (r *EngineRank) Engine() *executor.Engine { return r.e }
 // same. Call it between Steps (loop-owned).
 func (r *EngineRank) SetEarly(early bool) { r.early = early }
 
-// Early reports whether the rank collects its step before the gather.
+// Early reports whether the rank flushes its step before the gather.
 func (r *EngineRank) Early() bool { return r.early }
 
 // Step implements Rank: one engine step, or a dummy step when the engine
-// launched nothing; an early rank then collects the step it launched.
+// launched nothing; an early rank then flushes the step it launched.
 func (r *EngineRank) Step() (bool, error) {
 	before := r.e.Launched()
 	if _, err := r.e.Step(); err != nil {
@@ -96,7 +96,7 @@ func (r *EngineRank) Step() (bool, error) {
 		}
 	}
 	if r.early {
-		if _, err := r.e.Collect(); err != nil {
+		if _, err := r.e.Flush(); err != nil {
 			return false, err
 		}
 	}

@@ -134,7 +134,7 @@ func TestEngineRanks(t *testing.T) {
 				for _, h := range hs {
 					s, err := h.Wait(ctx)
 					require.NoError(t, err)
-					out, err := s.Collect(ctx)
+					out, err := s.ReadAll(ctx)
 					require.NoError(t, err)
 					require.Contains(t, []executor.FinishReason{executor.FinishStop, executor.FinishLength}, out.FinishReason)
 					require.GreaterOrEqual(t, out.Usage.Completion, 1)
@@ -264,8 +264,8 @@ func TestEngineRefuses(t *testing.T) {
 	require.ErrorContains(t, err, "prompt_tokens[1]: token 9999")
 	s, err := good.Wait(testwait.Ctx(t))
 	require.NoError(t, err, "waiting for the good request's handle")
-	out, err := s.Collect(testwait.Ctx(t))
-	require.NoError(t, err, "collecting the good request's stream")
+	out, err := s.ReadAll(testwait.Ctx(t))
+	require.NoError(t, err, "reading the good request's stream")
 	require.Equal(t, executor.FinishLength, out.FinishReason)
 	m := d.Snapshot()
 	require.Equal(t, uint64(1), m.Refused)
@@ -291,7 +291,7 @@ func TestEngineRetiringTornDownBeforeIdle(t *testing.T) {
 	go func() { done <- d.Run(runCtx) }()
 	s, err := d.SubmitStream(ctx, &executor.Request{PromptTokens: []int32{256, 50, 51, 52, 53}, MaxTokens: 8, Params: sampling.DefaultParams()})
 	require.NoError(t, err)
-	out, err := s.Collect(ctx)
+	out, err := s.ReadAll(ctx)
 	require.NoError(t, err)
 	require.Equal(t, executor.FinishStop, out.FinishReason, "EOS: a finish seen only when its step is processed")
 	// The deployment may have blocked once before the request arrived, so
@@ -435,8 +435,8 @@ func TestEngineCacheAwareHit(t *testing.T) {
 				_, err := ers[1].Step()
 				require.NoError(t, err)
 			}
-			_, err = warm.Collect(testwait.Ctx(t))
-			require.NoError(t, err, "collecting the warm-up request")
+			_, err = warm.ReadAll(testwait.Ctx(t))
+			require.NoError(t, err, "reading the warm-up request")
 
 			var s RankState
 			ers[1].State(&s)

@@ -285,7 +285,7 @@ func TestRetiringOnlyRankNeverBlocks(t *testing.T) {
 			h := l.submit(t, 1)[0]
 			s, err := h.Wait(ctx)
 			require.NoError(t, err)
-			d, err := s.Collect(ctx)
+			d, err := s.ReadAll(ctx)
 			require.NoError(t, err, "the request must finish before the deadline")
 			require.Equal(t, executor.FinishLength, d.FinishReason)
 
@@ -299,7 +299,7 @@ func TestRetiringOnlyRankNeverBlocks(t *testing.T) {
 			h = l.submit(t, 1)[0]
 			s, err = h.Wait(ctx)
 			require.NoError(t, err)
-			_, err = s.Collect(ctx)
+			_, err = s.ReadAll(ctx)
 			require.NoError(t, err, "the request after idle must finish before the deadline")
 			stop()
 			require.NoError(t, testwait.Recv(t, done, "Run to return after its context ended"))
@@ -395,7 +395,7 @@ func TestConcurrentClients(t *testing.T) {
 			for i := 0; i < each; i++ {
 				s, err := l.d.SubmitStream(ctx, &executor.Request{PromptTokens: []int32{int32(c), int32(i), 3}, MaxTokens: 1})
 				if err == nil {
-					_, err = s.Collect(ctx)
+					_, err = s.ReadAll(ctx)
 				}
 				if err != nil {
 					errs <- err

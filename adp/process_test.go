@@ -210,7 +210,7 @@ func TestProcessesMatchOneProcess(t *testing.T) {
 		text   string
 		finish executor.FinishReason
 	}
-	collect := func(t *testing.T, d *Deployment, run func() func() []error) []result {
+	outputs := func(t *testing.T, d *Deployment, run func() func() []error) []result {
 		var hs []*Handle
 		for _, r := range reqs() {
 			h, err := d.Submit(context.Background(), r)
@@ -222,7 +222,7 @@ func TestProcessesMatchOneProcess(t *testing.T) {
 		for i, h := range hs {
 			st, err := h.Wait(testwait.Ctx(t))
 			require.NoError(t, err, "request %d", i)
-			dl, err := st.Collect(testwait.Ctx(t))
+			dl, err := st.ReadAll(testwait.Ctx(t))
 			require.NoError(t, err)
 			out = append(out, result{rank: h.Rank(), tokens: dl.TokenIDs, text: dl.Text, finish: dl.FinishReason})
 		}
@@ -234,7 +234,7 @@ func TestProcessesMatchOneProcess(t *testing.T) {
 
 	one, err := NewFrontend(Config{}, frontendEngines(t, 2))
 	require.NoError(t, err)
-	want := collect(t, one.d, func() func() []error {
+	want := outputs(t, one.d, func() func() []error {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- one.Run(ctx) }()
@@ -243,7 +243,7 @@ func TestProcessesMatchOneProcess(t *testing.T) {
 	require.NoError(t, one.Check())
 
 	p := newProcs(t, 2, Config{VerifyPlacement: true})
-	got := collect(t, p.fes[0].d, func() func() []error { return p.run(t) })
+	got := outputs(t, p.fes[0].d, func() func() []error { return p.run(t) })
 	require.Equal(t, want, got, "placements and outputs")
 	ranks := map[int]int{}
 	for _, r := range got {
@@ -287,10 +287,10 @@ func TestProcessesAbortAndRelease(t *testing.T) {
 	_, err = s1.Recv(testwait.Ctx(t)) // it is running there
 	require.NoError(t, err)
 	cancel()
-	d1, err := s1.Collect(testwait.Ctx(t))
+	d1, err := s1.ReadAll(testwait.Ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, executor.FinishAbort, d1.FinishReason, "aborted on process 1")
-	d0, err := s0.Collect(testwait.Ctx(t))
+	d0, err := s0.ReadAll(testwait.Ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, executor.FinishLength, d0.FinishReason)
 	require.Len(t, d0.TokenIDs, 100)
@@ -327,7 +327,7 @@ func TestProcessesStopWithInFlight(t *testing.T) {
 	for q, err := range stop() {
 		require.NoError(t, err, "process %d", q)
 	}
-	d, err := sts[1].Collect(testwait.Ctx(t))
+	d, err := sts[1].ReadAll(testwait.Ctx(t))
 	require.NoError(t, err)
 	require.Contains(t, []executor.FinishReason{executor.FinishAbort, executor.FinishLength}, d.FinishReason)
 }
@@ -386,7 +386,7 @@ func livenessRun(t *testing.T, localLiveness bool) (errs [2]error, stuck []strin
 		require.Equal(t, i, h.Rank())
 		st, err := h.Wait(testwait.Ctx(t))
 		require.NoError(t, err)
-		d, err := st.Collect(testwait.Ctx(t))
+		d, err := st.ReadAll(testwait.Ctx(t))
 		require.NoError(t, err)
 		tokens[i] = len(d.TokenIDs)
 	}

@@ -168,7 +168,7 @@ func (s *ctxStream) Recv(ctx context.Context) (executor.Delta, error) {
 	return s.d, nil
 }
 
-func (s *ctxStream) Collect(ctx context.Context) (executor.Delta, error) {
+func (s *ctxStream) ReadAll(ctx context.Context) (executor.Delta, error) {
 	d, err := s.Recv(ctx)
 	if err != nil {
 		return d, err

@@ -96,10 +96,10 @@
 //
 // # Simulated time
 //
-// A runner that spends simulated time implements Collector: the engine calls
-// Collected on its own goroutine as it takes each step's results, in step
-// order, so a virtual clock moves at a deterministic point even with overlap
-// (sim.Runner with ChargeOnCollect, sim.Recorder with SpendOn). Collect
+// A runner that spends simulated time implements StepSpender: the engine
+// calls SpendStep on its own goroutine as it processes each step's results,
+// in step order, so a virtual clock moves at a deterministic point even with
+// overlap (sim.Runner with DeferSpend, sim.Recorder with SpendOn). Flush
 // processes the steps in flight without launching one, for an
 // attention-DP rank that must see its step's results before the next gather
 // (adp's "early" ranks).

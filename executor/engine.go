@@ -17,16 +17,16 @@ import (
 	"github.com/turnstile-llm/turnstile/step"
 )
 
-// Collector is implemented by runners that spend simulated time (sim.Runner
-// with ChargeOnCollect, sim.Recorder spending on a virtual clock): the
-// engine calls Collected once per successful step, in step order, on its
-// own goroutine when it takes the step's results and before it reads the
-// clock to time-stamp them. Charging virtual time there, not from the
+// StepSpender is implemented by runners that spend simulated time (sim.Runner
+// with DeferSpend, sim.Recorder spending on a virtual clock): the engine
+// calls SpendStep once per successful step, in step order, on its own
+// goroutine when it processes the step's results and before it reads the
+// clock to time-stamp them. Spending virtual time there, not from the
 // device stream's goroutine inside Execute, makes time under overlap
 // deterministic: a step's results carry the time its step ended whatever
 // the goroutines' interleaving.
-type Collector interface {
-	Collected() error
+type StepSpender interface {
+	SpendStep() error
 }
 
 // Config configures an Engine. KV blocks, block size, vocab and context come
@@ -165,7 +165,7 @@ func (st *stepRecord) reset(n uint64) {
 type Engine struct {
 	cfg       Config
 	runner    step.Runner
-	collector Collector // runner's, when it spends simulated time; else nil
+	spender   StepSpender // runner's, when it spends simulated time; else nil
 	tok       Tokenizer
 	capacity  step.Capacity
 	clock     clock.Clock
@@ -292,7 +292,7 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 		kv: kv, seats: seats, rows: make([][]int32, n), tokBudget: cfg.MaxNumBatchedTokens,
 		wake: make(chan struct{}, 1),
 	}
-	e.collector, _ = runner.(Collector)
+	e.spender, _ = runner.(StepSpender)
 	if err := seats.Validate(
 		seatpool.Consumer{Owner: "runner buffers", Holds: capy.Seats},
 		seatpool.Consumer{Owner: "executor block-table rows", Holds: len(e.rows)},

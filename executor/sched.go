@@ -414,9 +414,9 @@ func (e *Engine) process(d overlap.Done[*stepRecord]) error {
 	if d.Err != nil {
 		return fmt.Errorf("executor: step %d: runner: %w", st.n, d.Err)
 	}
-	if e.collector != nil {
-		if err := e.collector.Collected(); err != nil {
-			return fmt.Errorf("executor: step %d: collecting: %w", st.n, err)
+	if e.spender != nil {
+		if err := e.spender.SpendStep(); err != nil {
+			return fmt.Errorf("executor: step %d: spending its time: %w", st.n, err)
 		}
 	}
 	e.processed = st.n

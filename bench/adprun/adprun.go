@@ -8,7 +8,7 @@
 //   - OVLOFF: overlap off (no retiring window at all).
 //
 // A row builds dp engines (rig.NewSim: seats from seatpool, a sim.Runner that
-// charges a step's time when the engine collects it) on sim.Lockstep rank
+// spends a step's time when the engine processes it) on sim.Lockstep rank
 // clocks, an adp.Deployment over them with the default LoadBalanced router,
 // submits the row seed's context-heavy requests (workload.ContextHeavy:
 // long inputs, one output token, all at the origin so the queue saturates)
@@ -189,7 +189,7 @@ type row struct {
 	engines []*executor.Engine
 	d       *adp.Deployment
 	// clocks are the ranks' lockstep clocks; lag[i] is 1 when rank i
-	// collects its step in the next iteration (late, overlap on), else 0.
+	// processes its step in the next iteration (late, overlap on), else 0.
 	clocks []*spendClock
 	lag    []int
 }
@@ -389,7 +389,7 @@ func (c *spendClock) total() time.Duration {
 // drive submits every request at the origin (the workload saturates) and
 // steps the deployment until it is idle, then audits.
 //
-// Timing. A step's simulated cost is charged when its engine collects it
+// Timing. A step's simulated cost is spent when its engine processes it
 // (deterministic under overlap): in the iteration that launched it on an
 // early rank (or without overlap), in the next one on a late rank. Ending
 // the lockstep after every iteration therefore pairs a late rank's step

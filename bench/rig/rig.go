@@ -90,7 +90,7 @@ type Sim struct {
 }
 
 // NewSim builds the engine of c on the simulated device d, on clk: the
-// device spends each step's priced time on clk when the engine collects the
+// device spends each step's priced time on clk when the engine processes the
 // step, and the engine reads clk. It returns the engine and its KV capacity
 // in tokens. The engine holds nothing beyond memory; the caller closes it.
 func NewSim(c Config, d Sim, clk clock.Clock) (*executor.Engine, int, error) {
@@ -105,7 +105,7 @@ func NewSim(c Config, d Sim, clk clock.Clock) (*executor.Engine, int, error) {
 		Capacity: step.Capacity{Seats: seats, KVBlocks: c.KVBlocks, BlockSize: c.BlockSize, MaxContext: d.MaxContext,
 			MaxBatchTokens: c.MaxBatchTokens, Vocab: d.Vocab},
 		Cost: d.Cost, Clock: clk, Seed: c.Seed, EOS: EOS, EOSAfter: d.EOSAfter,
-		TokenMin: TokenMin, TokenMax: int32(d.Vocab), ChargeOnCollect: true,
+		TokenMin: TokenMin, TokenMax: int32(d.Vocab), DeferSpend: true,
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("rig: %w", err)
@@ -155,7 +155,7 @@ func (e *CPUEngine) Runner() *model.CPURunner { return e.runner }
 
 // NewCPU builds the engine of c on the CPU runner d, on virt: a
 // sim.Recorder times each step on the real clock and spends the measured
-// wall time on virt when the engine collects the step, and the engine reads
+// wall time on virt when the engine processes the step, and the engine reads
 // virt. Virtual-time drivers (bench/traffic, bench/agentic) can then drive
 // the real runner at full speed: arrivals and tool waits cost nothing,
 // steps cost what they measured. It returns the engine, the recorder

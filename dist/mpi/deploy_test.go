@@ -90,7 +90,7 @@ func runDeployment(tb testing.TB, d *adp.Deployment, reqs []*executor.Request) [
 	for i, h := range hs {
 		st, err := h.Wait(context.Background())
 		require.NoError(tb, err)
-		dl, err := st.Collect(context.Background())
+		dl, err := st.ReadAll(context.Background())
 		require.NoError(tb, err)
 		lines = append(lines, placedLine(i, h, dl))
 	}

@@ -90,7 +90,7 @@ func livenessWorker(t *testing.T, w *World) {
 	for i, h := range hs {
 		st, err := h.Wait(context.Background())
 		require.NoError(t, err)
-		dl, err := st.Collect(context.Background())
+		dl, err := st.ReadAll(context.Background())
 		require.NoError(t, err)
 		fmt.Printf("request %d on rank %d finished %d tokens\n", i, h.Rank(), len(dl.TokenIDs))
 	}
