@@ -37,8 +37,7 @@ func runCPULadder(tb testing.TB, m *model.Llama, dp, total int, md mode) (float6
 		engines = append(engines, e)
 		ranks = append(ranks, NewEngineRank(e, nil, chains))
 	}
-	var last string
-	d, err := New(Config{Policy: Policy{ChargeRetiring: md.charge}, Logf: func(f string, a ...any) { last = fmt.Sprintf(f, a...) }}, ranks)
+	d, err := New(Config{Policy: Policy{ChargeRetiring: md.charge}}, ranks)
 	require.NoError(tb, err)
 	tok := m.Tokenizer()
 	start := time.Now()
@@ -55,8 +54,7 @@ func runCPULadder(tb testing.TB, m *model.Llama, dp, total int, md mode) (float6
 		idle, err := d.Step()
 		require.NoError(tb, err)
 		if q >= 2*dp {
-			_, err := fmt.Sscanf(last, "currank_total_requests = %d/%d", &share[0], &share[1])
-			require.NoError(tb, err)
+			share = routedShare(d)
 		}
 		if idle {
 			break

@@ -32,8 +32,7 @@ func runEarlyLadder(t *testing.T, dp int, m mode, late func(int) bool) earlyRun 
 		er.SetEarly(!late(i))
 		require.Equal(t, !late(i), er.Early())
 	}
-	var last string
-	d, err := New(Config{Policy: Policy{ChargeRetiring: m.charge}, Logf: func(f string, a ...any) { last = fmt.Sprintf(f, a...) }}, ranks)
+	d, err := New(Config{Policy: Policy{ChargeRetiring: m.charge}}, ranks)
 	require.NoError(t, err)
 	total := 100 * dp
 	hs := make([]*Handle, total)
@@ -53,8 +52,7 @@ func runEarlyLadder(t *testing.T, dp int, m mode, late func(int) bool) earlyRun 
 			require.NoError(t, er.Engine().Check())
 		}
 		if q >= 2*dp {
-			_, err := fmt.Sscanf(last, "currank_total_requests = %d/%d", &run.share[0], &run.share[1])
-			require.NoError(t, err)
+			run.share = routedShare(d)
 		}
 		if idle {
 			break

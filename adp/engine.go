@@ -30,35 +30,35 @@ func NewEngineRank(e *executor.Engine, dummy func() error, chains *Chains) *Engi
 	return &EngineRank{e: e, dummy: dummy, chains: chains}
 }
 
-// Chains holds the prompt hash chains of the window being placed, so the
+// Chains holds the prompt hash chains of the pending requests, so the
 // ranks of one deployment hash each prompt once between them instead of
 // once each. It assumes the ranks serve the same model at the same block
 // size (a rank that does not only loses hits). Not safe for concurrent use:
 // the deployment matches ranks one after another.
 type Chains struct {
-	window []*executor.Request
-	chains []executor.PromptChain
-	ready  []bool
+	pending []*executor.Request
+	chains  []executor.PromptChain
+	ready   []bool
 }
 
-// use makes window the cached one (keeping its chains when it already is).
-func (c *Chains) use(window []*executor.Request) {
-	if slices.Equal(c.window, window) {
+// use makes pending the cached requests (keeping its chains when it already is).
+func (c *Chains) use(pending []*executor.Request) {
+	if slices.Equal(c.pending, pending) {
 		return
 	}
-	c.window = append(c.window[:0], window...)
-	if len(c.chains) < len(window) {
-		c.chains = append(c.chains, make([]executor.PromptChain, len(window)-len(c.chains))...)
+	c.pending = append(c.pending[:0], pending...)
+	if len(c.chains) < len(pending) {
+		c.chains = append(c.chains, make([]executor.PromptChain, len(pending)-len(c.chains))...)
 	}
-	c.ready = slices.Grow(c.ready[:0], len(window))[:len(window)]
+	c.ready = slices.Grow(c.ready[:0], len(pending))[:len(pending)]
 	clear(c.ready)
 }
 
-// get returns the chain of the window's request j, computing it with e on
+// get returns the chain of pending request j, computing it with e on
 // first use.
 func (c *Chains) get(e *executor.Engine, j int) *executor.PromptChain {
 	if !c.ready[j] {
-		e.ChainPrompt(c.window[j], &c.chains[j])
+		e.ChainPrompt(c.pending[j], &c.chains[j])
 		c.ready[j] = true
 	}
 	return &c.chains[j]
@@ -114,16 +114,16 @@ func (r *EngineRank) State(s *RankState) {
 
 // Match implements Rank: hits from the engine's prefix cache (PeekPrompt
 // on the shared chains), residency from its per-program request counts.
-func (r *EngineRank) Match(s *RankState, window []*executor.Request, need Needs) {
+func (r *EngineRank) Match(s *RankState, pending []*executor.Request, need Needs) {
 	s.Hits, s.Resident = s.Hits[:0], s.Resident[:0]
 	if need.Hits {
-		r.chains.use(window)
-		for j := range window {
+		r.chains.use(pending)
+		for j := range pending {
 			s.Hits = append(s.Hits, r.e.PeekPrompt(r.chains.get(r.e, j)))
 		}
 	}
 	if need.Resident {
-		for _, q := range window {
+		for _, q := range pending {
 			s.Resident = append(s.Resident, r.e.HoldsProgram(q.ProgramID))
 		}
 	}

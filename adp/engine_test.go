@@ -155,12 +155,11 @@ func TestEngineRanks(t *testing.T) {
 }
 
 // runEngineLadder runs the context-only ladder on real engines and returns
-// requests per virtual second, the per-rank routed counts and rank 0's last
-// logged share.
+// requests per virtual second, the per-rank routed counts and rank 0's
+// routing share at the last saturated gather.
 func runEngineLadder(t testing.TB, dp int, m mode) (float64, []uint64, [2]int) {
 	ranks, ers, clocks := engineRanks(t, dp, executor.Config{MaxBatchSize: 2, Overlap: m.overlap, ChargeRetiring: m.charge}, 0)
-	var last string
-	d, err := New(Config{Policy: Policy{ChargeRetiring: m.charge}, Logf: func(f string, a ...any) { last = fmt.Sprintf(f, a...) }}, ranks)
+	d, err := New(Config{Policy: Policy{ChargeRetiring: m.charge}}, ranks)
 	require.NoError(t, err)
 	total := 100 * dp
 	var hs []*Handle
@@ -177,8 +176,7 @@ func runEngineLadder(t testing.TB, dp int, m mode) (float64, []uint64, [2]int) {
 		idle, err := d.Step()
 		require.NoError(t, err)
 		if q >= 2*dp {
-			_, err := fmt.Sscanf(last, "currank_total_requests = %d/%d", &share[0], &share[1])
-			require.NoError(t, err)
+			share = routedShare(d)
 		}
 		if idle {
 			break
@@ -325,11 +323,11 @@ func TestEngineRetiringTornDownBeforeIdle(t *testing.T) {
 
 // BenchmarkGatherRouteEngine is the gather and placement of one iteration on
 // real engines: dp = 8 engines each running 256 requests (max batch 320, so
-// 64 per rank may enter), 64 queued requests placed; for the window readers
-// every rank matches the placed window (prompts hashed once, shared through
+// 64 per rank may enter), 64 queued requests placed; for the match readers
+// every rank matches the placed requests (prompts hashed once, shared through
 // Chains) against its KV pool, or counts its programs.
 func BenchmarkGatherRouteEngine(b *testing.B) {
-	const dp, perRank, window = 8, 256, 64
+	const dp, perRank, placed = 8, 256, 64
 	engines := make([]*EngineRank, dp)
 	chains := &Chains{}
 	for i := range engines {
@@ -362,8 +360,8 @@ func BenchmarkGatherRouteEngine(b *testing.B) {
 		}
 		engines[i] = NewEngineRank(e, nil, chains)
 	}
-	reqs := make([]*executor.Request, window)
-	pending := make([]Pending, window)
+	reqs := make([]*executor.Request, placed)
+	pending := make([]Pending, placed)
 	for j := range reqs {
 		p := make([]int32, 48+j)
 		for k := range p {
@@ -379,21 +377,21 @@ func BenchmarkGatherRouteEngine(b *testing.B) {
 	for _, rc := range routers {
 		b.Run(rc.name, func(b *testing.B) {
 			var need Needs
-			if wr, ok := rc.r.(WindowReader); ok {
+			if wr, ok := rc.r.(MatchReader); ok {
 				need = wr.Reads()
 			}
 			states := make([]RankState, dp)
 			var l Loads
-			out := make([]int, window)
+			out := make([]int, placed)
 			b.ReportAllocs()
 			cpu0 := cpuTime()
 			for b.Loop() {
 				for i, r := range engines {
 					r.State(&states[i])
 				}
-				Gather(states, Policy{}, &l)
-				n := min(window, l.Admit)
-				chains.window = chains.window[:0] // a new window every iteration: hash it
+				ComputeLoads(states, Policy{}, &l)
+				n := min(placed, l.Admit)
+				chains.pending = chains.pending[:0] // new pending requests every iteration: hash them
 				if need.Hits || need.Resident {
 					for i, r := range engines {
 						r.Match(&states[i], reqs[:n], need)

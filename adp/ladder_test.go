@@ -30,7 +30,6 @@ var (
 type ladder struct {
 	d     *Deployment
 	ranks []*ctxRank
-	logs  []string
 }
 
 // newLadder builds dp ranks; late(i) says whether rank i's retiring
@@ -46,7 +45,7 @@ func newLadder(t testing.TB, dp int, m mode, p Policy, late func(int) bool) *lad
 		ranks[i] = r
 	}
 	p.ChargeRetiring = m.charge
-	d, err := New(Config{Policy: p, Logf: func(f string, a ...any) { l.logs = append(l.logs, fmt.Sprintf(f, a...)) }}, ranks)
+	d, err := New(Config{Policy: p}, ranks)
 	require.NoError(t, err)
 	l.d = d
 	return l
@@ -70,14 +69,11 @@ func (l *ladder) finished() int {
 	return n
 }
 
-// lastShare parses rank 0's last log line.
-func (l *ladder) lastShare(t testing.TB) (int, int) {
-	t.Helper()
-	require.NotEmpty(t, l.logs)
-	var a, b int
-	_, err := fmt.Sscanf(l.logs[len(l.logs)-1], "currank_total_requests = %d/%d", &a, &b)
-	require.NoError(t, err)
-	return a, b
+// routedShare is rank 0's routing share so far, from the deployment's
+// metrics: requests routed to rank 0, and to every rank.
+func routedShare(d *Deployment) [2]int {
+	m := d.Snapshot()
+	return [2]int{int(m.Ranks[0].Routed), int(m.Routed)}
 }
 
 // k, as in the seed, counts the ranks whose retiring requests are charged at
@@ -170,7 +166,8 @@ func runLadderChecked(t *testing.T, dp, k int, first bool, warm int, m mode) []u
 			prev = m2
 			continue
 		}
-		satA, satB = l.lastShare(t)
+		s := routedShare(l.d)
+		satA, satB = s[0], s[1]
 		kg, worst := 0, 0 // k at this gather: ranks whose retiring requests are charged
 		for i := range m2.Ranks {
 			r := &m2.Ranks[i]
@@ -201,7 +198,7 @@ func runLadderChecked(t *testing.T, dp, k int, first bool, warm int, m mode) []u
 		prev = m2
 	}
 	require.NotZero(t, satB, "the run saturated the ranks")
-	// Rank 0's routing share from its log line, within one request.
+	// Rank 0's routing share from the metrics, within one request.
 	num, den := 1, dp
 	if m.charge && m.overlap && k > 0 {
 		num, den = 2, 2*dp-k
@@ -213,8 +210,7 @@ func runLadderChecked(t *testing.T, dp, k int, first bool, warm int, m mode) []u
 	// late ranks one more, depending on where in its 2,0 cycle the run is.
 	require.LessOrEqual(t, abs(satA*den-satB*num), den+num*k, "%s: rank-0 share %d/%d, want %d/%d", m.name, satA, satB, num, den)
 	require.True(t, onRung(dp, satA, satB), "rank-0 share %d/%d is on no rung of dp=%d", satA, satB, dp)
-	_, b := l.lastShare(t)
-	require.Equal(t, total, b, "every request routed")
+	require.Equal(t, total, routedShare(l.d)[1], "every request routed")
 	var per []uint64
 	for i, r := range l.d.Snapshot().Ranks {
 		per = append(per, r.Routed)
@@ -251,7 +247,7 @@ func TestLadderThroughput(t *testing.T) {
 func ladderRate(t testing.TB, dp, k int, m mode, p Policy) (float64, []uint64) {
 	l := newLadder(t, dp, m, p, lateRanks(dp, k, true))
 	// dp-1 more than whole iterations: the last gather places a partial
-	// window, where placement (not admission) decides.
+	// set, where placement (not admission) decides.
 	total := 100*2*dp + dp - 1
 	l.submit(t, total)
 	deadline := time.Now().Add(testwait.Bound)
@@ -342,8 +338,8 @@ func TestNewValidation(t *testing.T) {
 	require.ErrorContains(t, err, "rank 1 is nil")
 	_, err = New(Config{}, []Rank{newCtxRank(0, true, false)})
 	require.ErrorContains(t, err, "rank 0 reports capacity 0")
-	_, err = New(Config{Window: -1}, []Rank{newCtxRank(2, true, false)})
-	require.ErrorContains(t, err, "Window must be >= 0, got -1")
+	_, err = New(Config{MaxPlaced: -1}, []Rank{newCtxRank(2, true, false)})
+	require.ErrorContains(t, err, "MaxPlaced must be >= 0, got -1")
 }
 
 func abs(x int) int {

@@ -427,7 +427,7 @@ func TestNewDeploymentRefuses(t *testing.T) {
 		{Config{Watchdog: -time.Second}, "Watchdog -1s"},
 		{Config{Watchdog: time.Second}, "needs OnStuck"},
 		{Config{Dummies: make([]func() error, 2)}, "2 dummy steps for 1 ranks"},
-		{Config{Window: -1}, "Window must be >= 0"},
+		{Config{MaxPlaced: -1}, "MaxPlaced must be >= 0"},
 	} {
 		_, err := New(tc.cfg, []Rank{r})
 		require.ErrorContains(t, err, tc.want)

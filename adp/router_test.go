@@ -31,7 +31,7 @@ func TestGatherCounts(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var l Loads
-			Gather(states, c.p, &l)
+			ComputeLoads(states, c.p, &l)
 			require.Equal(t, c.room, l.Room)
 			require.Equal(t, c.count, l.Count)
 			require.Equal(t, c.load, l.Load)
@@ -61,7 +61,7 @@ func TestMayBlock(t *testing.T) {
 
 func route(r Router, states []RankState, p Policy, pending []Pending) ([]int, *Loads) {
 	var l Loads
-	Gather(states, p, &l)
+	ComputeLoads(states, p, &l)
 	out := make([]int, len(pending))
 	r.Route(&l, pending[:min(len(pending), l.Admit)], out[:min(len(pending), l.Admit)])
 	for j := l.Admit; j < len(pending); j++ {

@@ -113,9 +113,9 @@ func (r *ctxRank) State(s *RankState) {
 	}
 }
 
-func (r *ctxRank) Match(s *RankState, window []*executor.Request, need Needs) {
+func (r *ctxRank) Match(s *RankState, pending []*executor.Request, need Needs) {
 	s.Hits, s.Resident = s.Hits[:0], s.Resident[:0]
-	for _, q := range window {
+	for _, q := range pending {
 		if need.Hits {
 			h := 0
 			if len(q.PromptTokens) > 0 {

@@ -5,9 +5,9 @@ package adp
 // tokens are context tokens (prompt plus generated so far). Slices are owned
 // by the caller and reused across gathers.
 //
-// It is plain data with no pointers into the rank, so the gather can later
-// be an allgather between processes (one process per GPU) without touching
-// the routers.
+// It is plain data with no pointers into the rank: the gather moves it
+// between processes as fixed-size int64 rows (Exchange), and the routers
+// never know.
 type RankState struct {
 	// Capacity is the most sequences one step of the rank may hold (its
 	// MaxBatchSize); admission fills a rank up to it.
@@ -20,13 +20,13 @@ type RankState struct {
 	// no step will schedule them again, but they hold a seat and KV blocks
 	// until the next step's teardown.
 	Retiring, RetiringTokens int
-	// Hits[j] is how many prompt tokens of pending request j (the window
+	// Hits[j] is how many prompt tokens of pending request j (the requests
 	// passed to Rank.Match) are already cached on this rank
-	// (kvpool.PeekPrefix); len(Hits) == len(window).
+	// (kvpool.PeekPrefix); len(Hits) == len(pending).
 	Hits []int
 	// Resident[j] reports whether pending request j's program has a request
 	// on this rank (waiting, active or retiring); len(Resident) ==
-	// len(window). Window-aligned like Hits, so the gather's size does not
+	// len(pending). Aligned with the pending requests like Hits, so the gather's size does not
 	// grow with the number of programs a rank holds.
 	Resident []bool
 }
@@ -78,9 +78,9 @@ type Loads struct {
 	Total int
 }
 
-// Gather builds l from states under p, reusing l's slices. It takes
+// ComputeLoads builds l from states under p, reusing l's slices. It takes
 // ownership of nothing: l.States aliases states.
-func Gather(states []RankState, p Policy, l *Loads) {
+func ComputeLoads(states []RankState, p Policy, l *Loads) {
 	n := len(states)
 	l.States = states
 	l.Room = resize(l.Room, n)

@@ -5,7 +5,7 @@
 //     the gather (adp.Policy.ChargeRetiring) and in each engine
 //     (executor.Config.ChargeRetiring): the bug.
 //   - FIX: overlap on, retiring requests not charged.
-//   - OVLOFF: overlap off (no retiring window at all).
+//   - OVLOFF: overlap off (nothing is ever retiring).
 //
 // A row builds dp engines (rig.NewSim: seats from seatpool, a sim.Runner that
 // spends a step's time when the engine processes it) on sim.Lockstep rank

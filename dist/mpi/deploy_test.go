@@ -256,7 +256,7 @@ func ladderWorker(t *testing.T, w *World) {
 
 // instantRank is a rank whose requests finish as soon as they are placed,
 // so a benchmark times the deployment's own iteration: the gather, the
-// window's broadcast, routing, handing off and the output's way back.
+// bulletin's broadcast, routing, handing off and the output's way back.
 type instantRank struct{}
 
 func (instantRank) Step() (bool, error) { return false, nil }
@@ -301,7 +301,7 @@ func deploymentIteration(d *adp.Deployment, reqs []*executor.Request) error {
 // BenchmarkDeploymentStep: one iteration of the deployment loop across 2
 // and 4 MPI processes (one rank each; 4 oversubscribes a 2-core machine)
 // with two requests placed per iteration: the gather (one allgather), the
-// window's broadcast (two), routing, the hand-off, and the previous
+// bulletin's broadcast (two), routing, the hand-off, and the previous
 // iteration's output gathered back to process 0. The ranks do no work, so
 // this is the deployment's own cost; local is one process with two ranks
 // (adp.Local: the same loop, every collective a copy).

@@ -31,7 +31,7 @@ const (
 
 // TestMPILiveness: two MPI processes, one rank each, step in lockstep
 // through real collectives every iteration (the gather's allgather, the
-// window's broadcast, the output gather). Process 0 takes both requests:
+// bulletin's broadcast, the output gather). Process 0 takes both requests:
 // rank 0 decodes the long one while rank 1's short one retires. Counting
 // retiring requests for liveness, both run to the end; with the broken
 // rule process 1 waits in its own queue while process 0 waits for it in
