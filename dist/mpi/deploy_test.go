@@ -37,7 +37,7 @@ func deployRequests() []*executor.Request {
 
 // rankEngine is one rank's engine on stories260K: max batch 2, its own KV
 // cache, one kernel worker; its MLP sharded across mlp when set.
-func rankEngine(tb testing.TB, m *model.Llama, overlap, charge bool, mlp model.MLPGroup) (*executor.Engine, *model.CPURunner) {
+func rankEngine(tb testing.TB, m *model.Llama, overlap, charge bool, mlp model.MLPComm) (*executor.Engine, *model.CPURunner) {
 	tb.Helper()
 	cfg := executor.Config{MaxBatchSize: 2, Overlap: overlap, ChargeRetiring: charge, Model: "stories260K"}
 	seats, err := cfg.DeriveSeats()
