@@ -56,7 +56,7 @@
 //
 // # Programs (Config.Programs)
 //
-// With a program policy (package policy, arms A/B/C), requests that carry a
+// With a program policy (package policy: tokens, blocks or pausing), requests that carry a
 // ProgramID are turns of agentic programs; requests without one bypass it.
 // The engine drives the policy's Controller from the loop goroutine:
 //
