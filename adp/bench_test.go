@@ -24,10 +24,10 @@ func BenchmarkLadder(b *testing.B) {
 				var fix, base, off, place float64
 				var fixPer, offPer, placePer []uint64
 				for b.Loop() {
-					fix, fixPer = ladderRate(b, dp, k, modeFIX, Policy{})
-					base, _ = ladderRate(b, dp, k, modeBASE, Policy{})
-					off, offPer = ladderRate(b, dp, k, modeOVLOFF, Policy{})
-					place, placePer = ladderRate(b, dp, k, modeFIX, Policy{PlaceRetiring: true})
+					fix, fixPer = ladderRate(b, dp, k, modeFIX, Ablation{})
+					base, _ = ladderRate(b, dp, k, modeBASE, Ablation{})
+					off, offPer = ladderRate(b, dp, k, modeOVLOFF, Ablation{})
+					place, placePer = ladderRate(b, dp, k, modeFIX, Ablation{PlaceRetiring: true})
 				}
 				b.ReportMetric(fix, "FIX-req/vs")
 				b.ReportMetric(base, "BASE-req/vs")
@@ -101,7 +101,7 @@ func BenchmarkGatherRoute(b *testing.B) {
 						}
 						g = gathered
 					}
-					ComputeLoads(g, Policy{}, &l)
+					ComputeLoads(g, Ablation{}, &l)
 					if need.Hits || need.Resident {
 						for i, r := range ranks {
 							r.Match(&states[i], reqs[:min(len(reqs), l.Admit)], need)

@@ -49,8 +49,8 @@ var ErrClosed = errors.New("adp: deployment closed")
 type Config struct {
 	// Router places requests; nil means &LoadBalanced{}.
 	Router Router
-	// Policy is how the gather counts retiring requests.
-	Policy Policy
+	// Ablation holds the experiment switches; the zero value serves.
+	Ablation Ablation
 	// MaxPlaced is the most queued requests placed per iteration; 0 means
 	// the ranks' total capacity (the most one iteration can admit).
 	MaxPlaced int
@@ -86,12 +86,6 @@ type Config struct {
 	// OnStuck ends the job (MPI's Abort across processes); required with
 	// Watchdog. The deployment cannot unblock a collective itself.
 	OnStuck func(msg string)
-	// LocalLiveness is an experiment switch that restores the broken
-	// liveness rule: a process whose ranks hold only retiring requests
-	// counts itself idle and waits for work of its own before the next
-	// gather, instead of entering the gather its peers wait in. Never for
-	// serving.
-	LocalLiveness bool
 	// Dummies, when set, has one entry per rank given to New: the dummy
 	// step rank i runs when it has nothing to launch, for ranks built here
 	// by NewFrontend (a nil entry runs none).
@@ -257,6 +251,10 @@ func New(cfg Config, ranks []Rank) (*Deployment, error) {
 	for i, r := range ranks {
 		if r == nil {
 			return nil, fmt.Errorf("adp: rank %d is nil", i)
+		}
+		if er, ok := r.(*EngineRank); ok && er.e.Ablation() != cfg.Ablation.Engine {
+			return nil, fmt.Errorf("adp: rank %d's engine has ablation %+v, the deployment %+v: build every engine with Config.Ablation.Engine",
+				i, er.e.Ablation(), cfg.Ablation.Engine)
 		}
 	}
 	if cfg.MaxPlaced < 0 {
@@ -442,7 +440,7 @@ func (d *Deployment) Step() (idle bool, err error) {
 			return false, errStopped
 		}
 	}
-	ComputeLoads(d.states, d.cfg.Policy, &d.loads)
+	ComputeLoads(d.states, d.cfg.Ablation, &d.loads)
 	for i := range d.states {
 		rm, s := &d.m.Ranks[i], &d.states[i]
 		rm.Active, rm.Waiting, rm.Retiring = s.Active, s.Waiting, s.Retiring
@@ -523,11 +521,11 @@ func (d *Deployment) Step() (idle bool, err error) {
 	return false, err
 }
 
-// localLivenessWait is the broken rule (Config.LocalLiveness): a process
+// localLivenessWait is the broken rule (Ablation.LocalLiveness): a process
 // whose ranks hold only retiring requests, and nothing queued, waits for
 // work of its own before the gather.
 func (d *Deployment) localLivenessWait() error {
-	if !d.cfg.LocalLiveness {
+	if !d.cfg.Ablation.LocalLiveness {
 		return nil
 	}
 	retiring, other := 0, len(d.queue)

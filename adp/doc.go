@@ -14,7 +14,7 @@
 //     place load is computed, so the retiring correction applies to every
 //     router at once, and every process computes the same Loads.
 //  2. Admission: each rank may take Room = Capacity − (Active + Waiting)
-//     new requests; retiring requests are excluded (Policy.ChargeRetiring
+//     new requests; retiring requests are excluded (Ablation.Engine.ChargeRetiring
 //     counts them, for experiments that measure the rule). At most
 //     Config.MaxPlaced queued requests are placed per iteration: the
 //     pending requests, which process 0 broadcasts to every process.
@@ -35,8 +35,8 @@
 //     request takes no compute in the next step, which is what placement
 //     balances, and its seat comes from the overlap headroom; leaving it out
 //     entirely (not even as a tie-break) makes routing with overlap equal
-//     routing without it, to the request. Policy.PlaceRetiring adds it back
-//     for experiments.
+//     routing without it, to the request. Ablation.PlaceRetiring adds it
+//     back for experiments.
 //   - Liveness: live = active + waiting + retiring (RankState.Live). A rank
 //     with no live request and an empty queue may block (MayBlock); any other
 //     must step, or its retiring requests are never torn down. Since ranks
@@ -59,6 +59,7 @@
 // # Flags the CLI wires
 //
 // --dp N builds N ranks and New(cfg, ranks); --charge-retiring sets
-// Policy.ChargeRetiring together with each rank's executor.Config
-// ChargeRetiring; --no-overlap turns each rank's overlap off.
+// Ablation.Engine.ChargeRetiring, the one source of the deployment's and
+// every rank's engine's switch (New refuses engines built otherwise);
+// --no-overlap turns each rank's overlap off.
 package adp

@@ -27,12 +27,12 @@ type earlyRun struct {
 // every engine's accounting after every iteration.
 func runEarlyLadder(t *testing.T, dp int, m mode, late func(int) bool) earlyRun {
 	t.Helper()
-	ranks, ers, _ := engineRanks(t, dp, executor.Config{MaxBatchSize: 2, Overlap: m.overlap, ChargeRetiring: m.charge}, 0)
+	ranks, ers, _ := engineRanks(t, dp, executor.Config{MaxBatchSize: 2, Overlap: m.overlap, Ablation: executor.Ablation{ChargeRetiring: m.charge}}, 0)
 	for i, er := range ers {
 		er.SetEarly(!late(i))
 		require.Equal(t, !late(i), er.Early())
 	}
-	d, err := New(Config{Policy: Policy{ChargeRetiring: m.charge}}, ranks)
+	d, err := New(Config{Ablation: Ablation{Engine: executor.Ablation{ChargeRetiring: m.charge}}}, ranks)
 	require.NoError(t, err)
 	total := 100 * dp
 	hs := make([]*Handle, total)

@@ -158,8 +158,8 @@ func TestEngineRanks(t *testing.T) {
 // requests per virtual second, the per-rank routed counts and rank 0's
 // routing share at the last saturated gather.
 func runEngineLadder(t testing.TB, dp int, m mode) (float64, []uint64, [2]int) {
-	ranks, ers, clocks := engineRanks(t, dp, executor.Config{MaxBatchSize: 2, Overlap: m.overlap, ChargeRetiring: m.charge}, 0)
-	d, err := New(Config{Policy: Policy{ChargeRetiring: m.charge}}, ranks)
+	ranks, ers, clocks := engineRanks(t, dp, executor.Config{MaxBatchSize: 2, Overlap: m.overlap, Ablation: executor.Ablation{ChargeRetiring: m.charge}}, 0)
+	d, err := New(Config{Ablation: Ablation{Engine: executor.Ablation{ChargeRetiring: m.charge}}}, ranks)
 	require.NoError(t, err)
 	total := 100 * dp
 	var hs []*Handle
@@ -389,7 +389,7 @@ func BenchmarkGatherRouteEngine(b *testing.B) {
 				for i, r := range engines {
 					r.State(&states[i])
 				}
-				ComputeLoads(states, Policy{}, &l)
+				ComputeLoads(states, Ablation{}, &l)
 				n := min(placed, l.Admit)
 				chains.pending = chains.pending[:0] // new pending requests every iteration: hash them
 				if need.Hits || need.Resident {

@@ -3,6 +3,8 @@ package adp
 import (
 	"fmt"
 	"testing"
+
+	"github.com/turnstile-llm/turnstile/executor"
 )
 
 // FuzzRoute builds rank states and pending requests from bytes and checks every
@@ -42,7 +44,7 @@ func FuzzRoute(f *testing.F) {
 				states[i].Resident = append(states[i].Resident, next()%3 == 0)
 			}
 		}
-		p := Policy{ChargeRetiring: flags&1 != 0, PlaceRetiring: flags&2 != 0}
+		p := Ablation{Engine: executor.Ablation{ChargeRetiring: flags&1 != 0}, PlaceRetiring: flags&2 != 0}
 		routers := []func() Router{
 			func() Router { return &LoadBalanced{} },
 			func() Router { return &CacheAware{LoadPermille: int64(flags) * 10} },

@@ -34,7 +34,7 @@ type ladder struct {
 
 // newLadder builds dp ranks; late(i) says whether rank i's retiring
 // requests are still resident at the gather (nil: every rank).
-func newLadder(t testing.TB, dp int, m mode, p Policy, late func(int) bool) *ladder {
+func newLadder(t testing.TB, dp int, m mode, p Ablation, late func(int) bool) *ladder {
 	t.Helper()
 	l := &ladder{}
 	ranks := make([]Rank, dp)
@@ -44,8 +44,8 @@ func newLadder(t testing.TB, dp int, m mode, p Policy, late func(int) bool) *lad
 		l.ranks = append(l.ranks, r)
 		ranks[i] = r
 	}
-	p.ChargeRetiring = m.charge
-	d, err := New(Config{Policy: p}, ranks)
+	p.Engine.ChargeRetiring = m.charge
+	d, err := New(Config{Ablation: p}, ranks)
 	require.NoError(t, err)
 	l.d = d
 	return l
@@ -144,7 +144,7 @@ func TestLadder(t *testing.T) {
 
 func runLadderChecked(t *testing.T, dp, k int, first bool, warm int, m mode) []uint64 {
 	late := lateRanks(dp, k, first)
-	l := newLadder(t, dp, m, Policy{}, late)
+	l := newLadder(t, dp, m, Ablation{}, late)
 	total := 40 * 2 * dp
 	if warm > 0 {
 		l.submit(t, warm)
@@ -233,7 +233,7 @@ func TestLadderThroughput(t *testing.T) {
 		for _, k := range []int{1, dp} {
 			rate := map[string]float64{}
 			for _, m := range []mode{modeBASE, modeFIX, modeOVLOFF} {
-				rate[m.name], _ = ladderRate(t, dp, k, m, Policy{})
+				rate[m.name], _ = ladderRate(t, dp, k, m, Ablation{})
 			}
 			want := float64(2*dp-k) / float64(2*dp)
 			require.InEpsilon(t, want, rate["BASE"]/rate["FIX"], 0.03, "dp=%d k=%d", dp, k)
@@ -244,7 +244,7 @@ func TestLadderThroughput(t *testing.T) {
 
 // ladderRate runs the saturated ladder workload (the first k ranks late) to
 // completion: requests per virtual second and per-rank routed counts.
-func ladderRate(t testing.TB, dp, k int, m mode, p Policy) (float64, []uint64) {
+func ladderRate(t testing.TB, dp, k int, m mode, p Ablation) (float64, []uint64) {
 	l := newLadder(t, dp, m, p, lateRanks(dp, k, true))
 	// dp-1 more than whole iterations: the last gather places a partial
 	// set, where placement (not admission) decides.
@@ -271,7 +271,7 @@ func ladderRate(t testing.TB, dp, k int, m mode, p Policy) (float64, []uint64) {
 func TestRetiringOnlyRankNeverBlocks(t *testing.T) {
 	for _, m := range []mode{modeBASE, modeFIX, modeOVLOFF} {
 		t.Run(m.name, func(t *testing.T) {
-			l := newLadder(t, 2, m, Policy{}, nil)
+			l := newLadder(t, 2, m, Ablation{}, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			runCtx, stop := context.WithCancel(ctx)
@@ -306,7 +306,7 @@ func TestRetiringOnlyRankNeverBlocks(t *testing.T) {
 // TestCancelledWhileQueued: a cancelled queued request is dropped and
 // counted; accounting stays exact.
 func TestCancelledWhileQueued(t *testing.T) {
-	l := newLadder(t, 2, modeFIX, Policy{}, nil)
+	l := newLadder(t, 2, modeFIX, Ablation{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	var hs []*Handle
 	for i := 0; i < 10; i++ {
@@ -354,7 +354,7 @@ func abs(x int) int {
 // no goroutine is left behind.
 func TestRunStopsOnRankError(t *testing.T) {
 	before := runtime.NumGoroutine()
-	l := newLadder(t, 3, modeFIX, Policy{}, nil)
+	l := newLadder(t, 3, modeFIX, Ablation{}, nil)
 	l.ranks[1].failAt = 3
 	hs := l.submit(t, 40)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -378,7 +378,7 @@ func TestRunStopsOnRankError(t *testing.T) {
 // drives the ranks and others read snapshots; every request completes and
 // the accounting is exact afterwards.
 func TestConcurrentClients(t *testing.T) {
-	l := newLadder(t, 4, modeFIX, Policy{}, nil)
+	l := newLadder(t, 4, modeFIX, Ablation{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)

@@ -356,7 +356,7 @@ func livenessRun(t *testing.T, localLiveness bool) (errs [2]error, stuck []strin
 			fe.d.Wake() // a process in its own queue wait meets the abort at the gather
 		}
 	}
-	p = newProcs(t, 2, Config{Watchdog: watchdog, OnStuck: onStuck, LocalLiveness: localLiveness})
+	p = newProcs(t, 2, Config{Watchdog: watchdog, OnStuck: onStuck, Ablation: Ablation{LocalLiveness: localLiveness}})
 	var hs []*Handle
 	for _, n := range []int{24, 2} { // the second lands on rank 1, finishes first and retires
 		h, err := p.fes[0].d.Submit(context.Background(), &executor.Request{Prompt: "hello", MaxTokens: n, IgnoreEOS: true,
@@ -428,6 +428,8 @@ func TestNewDeploymentRefuses(t *testing.T) {
 		{Config{Watchdog: time.Second}, "needs OnStuck"},
 		{Config{Dummies: make([]func() error, 2)}, "2 dummy steps for 1 ranks"},
 		{Config{MaxPlaced: -1}, "MaxPlaced must be >= 0"},
+		{Config{Ablation: Ablation{Engine: executor.Ablation{ChargeRetiring: true}}},
+			"rank 0's engine has ablation {ChargeRetiring:false}, the deployment {ChargeRetiring:true}"},
 	} {
 		_, err := New(tc.cfg, []Rank{r})
 		require.ErrorContains(t, err, tc.want)

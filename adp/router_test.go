@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-llm/turnstile/executor"
 )
 
 // st builds a rank state: capacity, active, retiring, tokens per request.
@@ -19,14 +21,14 @@ func TestGatherCounts(t *testing.T) {
 	}
 	cases := []struct {
 		name        string
-		p           Policy
+		p           Ablation
 		room, count []int
 		load        []int
 		admit       int
 	}{
-		{"FIX: retiring excluded from admission and load", Policy{}, []int{2, 0}, []int{2, 2}, []int{15, 8}, 2},
-		{"BASE: retiring charged everywhere", Policy{ChargeRetiring: true}, []int{0, 0}, []int{4, 3}, []int{35, 11}, 0},
-		{"PlaceRetiring: load only, admission unchanged", Policy{PlaceRetiring: true}, []int{2, 0}, []int{4, 3}, []int{35, 11}, 2},
+		{"FIX: retiring excluded from admission and load", Ablation{}, []int{2, 0}, []int{2, 2}, []int{15, 8}, 2},
+		{"BASE: retiring charged everywhere", Ablation{Engine: executor.Ablation{ChargeRetiring: true}}, []int{0, 0}, []int{4, 3}, []int{35, 11}, 0},
+		{"PlaceRetiring: load only, admission unchanged", Ablation{PlaceRetiring: true}, []int{2, 0}, []int{4, 3}, []int{35, 11}, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,7 +61,7 @@ func TestMayBlock(t *testing.T) {
 	}
 }
 
-func route(r Router, states []RankState, p Policy, pending []Pending) ([]int, *Loads) {
+func route(r Router, states []RankState, p Ablation, pending []Pending) ([]int, *Loads) {
 	var l Loads
 	ComputeLoads(states, p, &l)
 	out := make([]int, len(pending))
@@ -82,32 +84,32 @@ func TestLoadBalanced(t *testing.T) {
 	cases := []struct {
 		name    string
 		states  []RankState
-		p       Policy
+		p       Ablation
 		pending []Pending
 		want    []int
 	}{
 		{"all tied: lowest index first, then alternate", []RankState{st(2, 0, 0, 0), st(2, 0, 0, 0)},
-			Policy{}, reqs(8, 8, 8, 8), []int{0, 1, 0, 1}},
+			Ablation{}, reqs(8, 8, 8, 8), []int{0, 1, 0, 1}},
 		{"lighter token load wins", []RankState{st(4, 1, 0, 100), st(4, 1, 0, 10)},
-			Policy{}, reqs(8), []int{1}},
+			Ablation{}, reqs(8), []int{1}},
 		{"equal tokens: fewer requests wins", []RankState{
 			{Capacity: 4, Active: 2, ActiveTokens: 20}, {Capacity: 4, Active: 1, ActiveTokens: 20}},
-			Policy{}, reqs(8), []int{1}},
+			Ablation{}, reqs(8), []int{1}},
 		{"FIX: retiring work does not count for placement", []RankState{st(4, 1, 3, 10), st(4, 1, 0, 10)},
-			Policy{}, reqs(8), []int{0}},
+			Ablation{}, reqs(8), []int{0}},
 		{"PlaceRetiring: retiring work counts for placement", []RankState{st(4, 1, 1, 10), st(4, 1, 0, 10)},
-			Policy{PlaceRetiring: true}, reqs(8), []int{1}},
+			Ablation{PlaceRetiring: true}, reqs(8), []int{1}},
 		{"largest prompt placed first", []RankState{st(4, 0, 0, 0), st(4, 0, 0, 0)},
-			Policy{}, reqs(5, 50, 7), []int{1, 0, 1}},
+			Ablation{}, reqs(5, 50, 7), []int{1, 0, 1}},
 		{"full rank skipped", []RankState{st(2, 2, 0, 1), st(2, 0, 0, 0)},
-			Policy{}, reqs(8, 8, 8), []int{1, 1, -1}},
+			Ablation{}, reqs(8, 8, 8), []int{1, 1, -1}},
 		{"BASE: retiring charged leaves no room", []RankState{st(2, 0, 2, 8), st(2, 0, 1, 8)},
-			Policy{ChargeRetiring: true}, reqs(8, 8), []int{1, -1}},
+			Ablation{Engine: executor.Ablation{ChargeRetiring: true}}, reqs(8, 8), []int{1, -1}},
 		{"FIX: the same ranks have full room", []RankState{st(2, 0, 2, 8), st(2, 0, 1, 8)},
-			Policy{}, reqs(8, 8, 8, 8), []int{0, 1, 0, 1}},
+			Ablation{}, reqs(8, 8, 8, 8), []int{0, 1, 0, 1}},
 		{"fair cap keeps a light rank from taking everything", []RankState{
 			{Capacity: 8, Active: 2, ActiveTokens: 2}, {Capacity: 8, Active: 2, ActiveTokens: 400}},
-			Policy{}, reqs(10, 10, 10, 10), []int{0, 0, 1, 1}},
+			Ablation{}, reqs(10, 10, 10, 10), []int{0, 0, 1, 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -186,9 +188,9 @@ func TestCacheAware(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, _ := route(c.r, c.states, Policy{}, c.pending)
+			got, _ := route(c.r, c.states, Ablation{}, c.pending)
 			require.Equal(t, c.want, got)
-			again, _ := route(c.r, c.states, Policy{}, c.pending)
+			again, _ := route(c.r, c.states, Ablation{}, c.pending)
 			require.Equal(t, got, again, "deterministic")
 		})
 	}
@@ -237,9 +239,9 @@ func TestProgramAware(t *testing.T) {
 				}
 			}
 			r := &ProgramAware{}
-			got, _ := route(r, c.states, Policy{}, c.pending)
+			got, _ := route(r, c.states, Ablation{}, c.pending)
 			require.Equal(t, c.want, got)
-			again, _ := route(r, c.states, Policy{}, c.pending)
+			again, _ := route(r, c.states, Ablation{}, c.pending)
 			require.Equal(t, got, again, "deterministic, also when the router is reused")
 		})
 	}

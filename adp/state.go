@@ -42,19 +42,6 @@ func (s *RankState) Live() int { return s.Active + s.Waiting + s.Retiring }
 // collectives, every peer) would wait forever.
 func MayBlock(s *RankState, queued int) bool { return s.Live() == 0 && queued == 0 }
 
-// Policy says how the gather turns rank states into load.
-type Policy struct {
-	// ChargeRetiring counts retiring requests against admission and in the
-	// routing load, as engines without the retiring rule do: for
-	// experiments that measure that rule only.
-	ChargeRetiring bool
-	// PlaceRetiring adds retiring work back into the placement load (never
-	// into admission). Off by default: a retiring request needs no compute in
-	// the next step, so it is not what placement balances, and leaving it
-	// out makes FIX route exactly as the plain loop (OVLOFF) does.
-	PlaceRetiring bool
-}
-
 // Loads is the gathered, corrected state of every rank: the only place load
 // is computed, so every router sees the same correction. Routers consume it
 // (Room, Count, Load change as they place requests); it is rebuilt from the
@@ -64,10 +51,10 @@ type Loads struct {
 	States []RankState
 	// Room is admission: how many new requests rank i may take this
 	// iteration, Capacity - (Active + Waiting [+ Retiring under
-	// ChargeRetiring]), never below 0.
+	// Engine.ChargeRetiring]), never below 0.
 	Room []int
 	// Count and Load are placement: requests and tokens counted on rank i
-	// (active and waiting, plus retiring under ChargeRetiring or
+	// (active and waiting, plus retiring under Engine.ChargeRetiring or
 	// PlaceRetiring), grown by each placed request.
 	Count, Load []int
 	// Retiring is carried separately (metrics; routers may read it).
@@ -78,9 +65,9 @@ type Loads struct {
 	Total int
 }
 
-// ComputeLoads builds l from states under p, reusing l's slices. It takes
+// ComputeLoads builds l from states under a, reusing l's slices. It takes
 // ownership of nothing: l.States aliases states.
-func ComputeLoads(states []RankState, p Policy, l *Loads) {
+func ComputeLoads(states []RankState, a Ablation, l *Loads) {
 	n := len(states)
 	l.States = states
 	l.Room = resize(l.Room, n)
@@ -91,12 +78,12 @@ func ComputeLoads(states []RankState, p Policy, l *Loads) {
 	for i := range states {
 		s := &states[i]
 		charged := s.Active + s.Waiting
-		if p.ChargeRetiring {
+		if a.Engine.ChargeRetiring {
 			charged += s.Retiring
 		}
 		room := max(s.Capacity-charged, 0)
 		cnt, tok := s.Active+s.Waiting, s.ActiveTokens+s.WaitingTokens
-		if p.ChargeRetiring || p.PlaceRetiring {
+		if a.Engine.ChargeRetiring || a.PlaceRetiring {
 			cnt += s.Retiring
 			tok += s.RetiringTokens
 		}

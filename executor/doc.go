@@ -46,7 +46,7 @@
 // sees the finish at once.
 //
 // Retiring requests are not charged against admission or the step budgets
-// (Config.ChargeRetiring restores that charging, to measure what it costs) but they count for liveness: the loop blocks waiting for work
+// (Config.Ablation.ChargeRetiring restores that charging, to measure what it costs) but they count for liveness: the loop blocks waiting for work
 // only when nothing is running, retiring or in flight.
 //
 // The ordering rule that makes early release safe: the runner executes steps

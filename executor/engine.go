@@ -29,6 +29,16 @@ type StepSpender interface {
 	SpendStep() error
 }
 
+// Ablation is the engine's experiment switches, each of which restores a
+// rule whose absence an experiment measures: for experiments only, never
+// for serving (the zero value). An attention-DP deployment's
+// adp.Ablation.Engine is the one source of its engines' switches.
+type Ablation struct {
+	// ChargeRetiring charges retiring requests against admission and the
+	// step budgets, as engines without the retiring rule do.
+	ChargeRetiring bool
+}
+
 // Config configures an Engine. KV blocks, block size, vocab and context come
 // from the Runner's Capacity.
 type Config struct {
@@ -46,10 +56,8 @@ type Config struct {
 	BlockSize int
 	// Overlap plans and launches step n+1 while step n runs.
 	Overlap bool
-	// ChargeRetiring charges retiring requests against admission and the
-	// step budgets, as engines without the retiring rule do: for
-	// experiments that measure that rule, never for serving.
-	ChargeRetiring bool
+	// Ablation holds the experiment switches; the zero value serves.
+	Ablation Ablation
 	// Clock is the time source; nil means clock.Real.
 	Clock clock.Clock
 	// Programs, when set, enables program admission (package policy), the

@@ -115,7 +115,7 @@ func newSetup(t testing.TB, o opts) *setup {
 		TokenMin: o.tokMin, TokenMax: o.tokMax,
 	})
 	require.NoError(t, err)
-	eng, err := New(Config{MaxBatchSize: o.mbs, Seats: seats, Overlap: o.overlap, ChargeRetiring: o.charge,
+	eng, err := New(Config{MaxBatchSize: o.mbs, Seats: seats, Overlap: o.overlap, Ablation: Ablation{ChargeRetiring: o.charge},
 		Clock: clk, Programs: o.programs, Model: "test", Seed: 1}, r, newByteTokenizer())
 	require.NoError(t, err)
 	return &setup{eng: eng, runner: r, clock: vc}
@@ -211,7 +211,7 @@ func TestGenerateMatchesRunnerOverlapOnOff(t *testing.T) {
 // TestRetiringSeat: with overlap, a request whose stop token (here EOS)
 // comes out of step n is already in step n+1; it holds its seat as retiring
 // for exactly that one step; admission ignores it (FIX) or counts it
-// (ChargeRetiring, BASE); liveness counts it either way.
+// (Ablation.ChargeRetiring, BASE); liveness counts it either way.
 func TestRetiringSeat(t *testing.T) {
 	type trace struct{ live, retiring, running, waiting int }
 	run := func(charge bool) ([]trace, Delta) {
@@ -964,7 +964,7 @@ func TestLeadingSpace(t *testing.T) {
 // output token each) with max batch 2. Under overlap a request's only token
 // is in flight while the next step is planned; its finish is known, so it is
 // never planned again and — like a retiring request — must not hold an
-// admission slot (FIX). BASE (ChargeRetiring) charges it and runs at half
+// admission slot (FIX). BASE (Ablation.ChargeRetiring) charges it and runs at half
 // batch; without overlap (OVLOFF) the question never arises.
 func TestContextOnlyFinishingNotCharged(t *testing.T) {
 	const n = 8

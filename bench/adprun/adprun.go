@@ -2,8 +2,8 @@
 // simulated device, one lockstep deployment per row, in one of three arms:
 //
 //   - BASE: overlap on, retiring requests charged against admission, in
-//     the gather (adp.Policy.ChargeRetiring) and in each engine
-//     (executor.Config.ChargeRetiring): the bug.
+//     the gather and in each engine (adp.Ablation.Engine.ChargeRetiring,
+//     the engines' switches' one source): the bug.
 //   - FIX: overlap on, retiring requests not charged.
 //   - OVLOFF: overlap off (nothing is ever retiring).
 //
@@ -276,10 +276,11 @@ func (w *row) build(overlap, charge bool, seed uint64) (int, error) {
 	if c.Cost != nil {
 		cost = c.Cost(overlap)
 	}
+	abl := adp.Ablation{Engine: executor.Ablation{ChargeRetiring: charge}}
 	rc := rig.Config{MaxBatchSize: c.MaxBatchSize, KVBlocks: seats*perSeq + 1, BlockSize: blockSize,
 		// A full batch of the longest prompts fits one step: admission by
 		// seats binds, not the token budget (seed 004's binding cases).
-		MaxBatchTokens: c.MaxBatchSize * maxContext, Overlap: overlap, ChargeRetiring: charge, Seed: seed}
+		MaxBatchTokens: c.MaxBatchSize * maxContext, Overlap: overlap, Ablation: abl.Engine, Seed: seed}
 	dev := rig.Sim{Cost: cost, MaxContext: maxContext, Vocab: vocab}
 	ranks := make([]adp.Rank, c.DP)
 	chains := &adp.Chains{}
@@ -304,7 +305,7 @@ func (w *row) build(overlap, charge bool, seed uint64) (int, error) {
 		ranks[i] = er
 		capacity = capTokens
 	}
-	w.d, err = adp.New(adp.Config{Policy: adp.Policy{ChargeRetiring: charge}}, ranks)
+	w.d, err = adp.New(adp.Config{Ablation: abl}, ranks)
 	if err != nil {
 		return 0, fmt.Errorf("adprun: deployment: %w", err)
 	}

@@ -35,8 +35,9 @@ type Config struct {
 	// KVBlocks × BlockSize is the KV capacity in tokens (BlockSize in
 	// tokens per block); MaxBatchTokens is the step's token budget.
 	KVBlocks, BlockSize, MaxBatchTokens int
-	// Overlap and ChargeRetiring are the executor's (seed 004's arms).
-	Overlap, ChargeRetiring bool
+	// Overlap and Ablation are the executor's (seed 004's arms).
+	Overlap  bool
+	Ablation executor.Ablation
 	// Seed is the engine's base for request seeds (the simulated device
 	// also mixes it into generated tokens).
 	Seed uint64
@@ -60,7 +61,7 @@ func (c Config) seats() (int, error) {
 // the engine's model name. The engine does not own run.
 func (c Config) engine(clk clock.Clock, seats int, run step.Runner, tok executor.Tokenizer, name string) (*executor.Engine, error) {
 	eng, err := executor.New(executor.Config{MaxBatchSize: c.MaxBatchSize, Seats: seats, Overlap: c.Overlap,
-		ChargeRetiring: c.ChargeRetiring, Clock: clk, Programs: c.Programs, Model: name, Seed: c.Seed,
+		Ablation: c.Ablation, Clock: clk, Programs: c.Programs, Model: name, Seed: c.Seed,
 		CascadeMinBlocks: c.CascadeMinBlocks}, run, tok)
 	if err != nil {
 		return nil, fmt.Errorf("rig: %w", err)

@@ -33,7 +33,7 @@ func TestNewSim(t *testing.T) {
 		wantErr string
 	}{
 		{"plain", func(*Config, *Sim) {}, ""},
-		{"overlap, charging", func(c *Config, _ *Sim) { c.Overlap, c.ChargeRetiring = true, true }, ""},
+		{"overlap, charging", func(c *Config, _ *Sim) { c.Overlap, c.Ablation.ChargeRetiring = true, true }, ""},
 		{"eos", func(_ *Config, d *Sim) { d.EOSAfter = 3 }, ""},
 		{"tiny vocab", func(_ *Config, d *Sim) { d.Vocab = 3 }, "vocab 3 leaves no ids"},
 		{"no batch", func(c *Config, _ *Sim) { c.MaxBatchSize = 0 }, "seats for max batch 0"},

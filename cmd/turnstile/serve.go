@@ -42,11 +42,12 @@ type serveOptions struct {
 	selection    cuda.Selection // --device parsed by validate
 	admission    string         // tokens, blocks, pausing (or A, B, C) or none; validate normalizes it
 	programs     programFlags
-	// chargeRetiring charges retiring requests (experiments only).
-	chargeRetiring bool
-	apiKeys        []string // --api-key; validate adds --api-key-file's and TURNSTILE_API_KEY
-	apiKeyFile     string
-	maxQueue       int // 0: 4 × seats
+	// ablation is the experiment switches (the zero value serves), the one
+	// source of every engine's and the deployment's.
+	ablation   adp.Ablation
+	apiKeys    []string // --api-key; validate adds --api-key-file's and TURNSTILE_API_KEY
+	apiKeyFile string
+	maxQueue   int // 0: 4 × seats
 	// maxProgramQueue bounds program turns in flight apart from maxQueue
 	// (0: maxQueue).
 	maxProgramQueue int
@@ -178,7 +179,7 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&p.agingTau, "aging-tau", p.agingTau, "aging of waiting programs: effective size = tokens / (1 + wait/tau); 0 disables")
 	f.DurationVar(&p.forcedResume, "forced-resume", p.forcedResume, "resume a waiting turn after this long even if it does not fit")
 	f.DurationVar(&p.lease, "program-lease", p.lease, "end a program after this long without a turn (with --admission none, the server forgets its id then)")
-	f.BoolVar(&o.chargeRetiring, "charge-retiring", o.chargeRetiring, "experiments only: charge retiring requests against admission and step budgets (what engines without the retiring rule do)")
+	f.BoolVar(&o.ablation.Engine.ChargeRetiring, "charge-retiring", o.ablation.Engine.ChargeRetiring, "experiments only: charge retiring requests against admission and step budgets (what engines without the retiring rule do)")
 	f.StringArrayVar(&o.apiKeys, "api-key", o.apiKeys, "require 'Authorization: Bearer KEY' (repeatable; each key is its own cache tenant; visible in ps: prefer --api-key-file or "+apiKeyEnv+")")
 	f.StringVar(&o.apiKeyFile, "api-key-file", o.apiKeyFile, "read API keys from this file, one per line (blank lines and lines starting with # are skipped); adds to --api-key and "+apiKeyEnv)
 	f.IntVar(&o.maxQueue, "max-queue", o.maxQueue, "most requests in flight before 429 (default: 4 × seats)")
@@ -622,7 +623,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			}
 		}
 		cfg := o.executorConfig()
-		cfg.Seats, cfg.ChargeRetiring, cfg.Model, cfg.Programs = sz.seats, o.chargeRetiring, name, sz.programs
+		cfg.Seats, cfg.Ablation, cfg.Model, cfg.Programs = sz.seats, o.ablation.Engine, name, sz.programs
 		eng, err := executor.New(cfg, runner, tok)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
@@ -635,7 +636,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 		Check() error
 	} = engines[0]
 	if o.dp > 1 {
-		acfg := adp.Config{Policy: adp.Policy{ChargeRetiring: o.chargeRetiring},
+		acfg := adp.Config{Ablation: o.ablation,
 			Logf: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }}
 		if world != nil {
 			acfg.Comm, acfg.VerifyPlacement, acfg.Watchdog, acfg.Dummies = world, o.verifyPlacement, o.dpWatchdog, dummies
@@ -691,7 +692,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			return err
 		}
 	}
-	if o.chargeRetiring {
+	if o.ablation.Engine.ChargeRetiring {
 		if _, err := fmt.Fprintln(out, "  retiring     CHARGED against admission and budgets (--charge-retiring: for experiments)"); err != nil {
 			return err
 		}

@@ -240,7 +240,7 @@ func TestServeSIGTERM(t *testing.T) {
 // report, so a BASE run cannot be mistaken for a FIX run from its logs.
 func TestServeChargeRetiring(t *testing.T) {
 	o := defaultServeOptions()
-	o.chargeRetiring = true
+	o.ablation.Engine.ChargeRetiring = true
 	_, out, stop := serveInProcess(t, o)
 	require.NoError(t, stop())
 	require.Contains(t, out.String(), "retiring     CHARGED")

@@ -39,7 +39,7 @@ func deployRequests() []*executor.Request {
 // cache, one kernel worker; its MLP sharded across mlp when set.
 func rankEngine(tb testing.TB, m *model.Llama, overlap, charge bool, mlp model.MLPComm) (*executor.Engine, *model.CPURunner) {
 	tb.Helper()
-	cfg := executor.Config{MaxBatchSize: 2, Overlap: overlap, ChargeRetiring: charge, Model: "stories260K"}
+	cfg := executor.Config{MaxBatchSize: 2, Overlap: overlap, Ablation: executor.Ablation{ChargeRetiring: charge}, Model: "stories260K"}
 	seats, err := cfg.DeriveSeats()
 	require.NoError(tb, err)
 	cfg.Seats = seats
@@ -224,7 +224,7 @@ func ladderWorker(t *testing.T, w *World) {
 		// retiring at the next gather), rank 0 healthy. Which ranks are
 		// late on a real deployment is timing; this pins it.
 		er.SetEarly(w.Rank() != w.Size()-1)
-		d, err := adp.New(adp.Config{Comm: w, Policy: adp.Policy{ChargeRetiring: arm.charge}, VerifyPlacement: true},
+		d, err := adp.New(adp.Config{Comm: w, Ablation: adp.Ablation{Engine: executor.Ablation{ChargeRetiring: arm.charge}}, VerifyPlacement: true},
 			[]adp.Rank{er})
 		require.NoError(t, err)
 		reqs := ladderRequests(w.Size(), m.Config().Vocab)

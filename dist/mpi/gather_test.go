@@ -58,7 +58,7 @@ func routeAll(t testing.TB, c adp.Collective, local func(it int) []adp.RankState
 		require.NoError(t, x.Matches(c, l, all, gatherPending))
 		for _, r := range []adp.Router{&adp.LoadBalanced{}, &adp.CacheAware{LoadPermille: 500}, &adp.ProgramAware{}} {
 			var loads adp.Loads
-			adp.ComputeLoads(all, adp.Policy{}, &loads)
+			adp.ComputeLoads(all, adp.Ablation{}, &loads)
 			pending := pendingFor(it)
 			n := min(len(pending), loads.Admit)
 			out := make([]int, n)
@@ -132,7 +132,7 @@ func BenchmarkGatherRoute(b *testing.B) {
 			if err := x.Matches(adp.Local{}, local, all, gatherPending); err != nil {
 				b.Fatal(err)
 			}
-			adp.ComputeLoads(all, adp.Policy{}, &loads)
+			adp.ComputeLoads(all, adp.Ablation{}, &loads)
 			n := min(len(pending), loads.Admit)
 			router.Route(&loads, pending[:n], out[:n])
 		}
@@ -167,7 +167,7 @@ func benchGatherRouteWorker(t *testing.T, w *World) {
 		if err := x.Matches(w, local, all, gatherPending); err != nil {
 			return err
 		}
-		adp.ComputeLoads(all, adp.Policy{}, &loads)
+		adp.ComputeLoads(all, adp.Ablation{}, &loads)
 		n := min(len(pending), loads.Admit)
 		router.Route(&loads, pending[:n], out[:n])
 		return nil

@@ -65,7 +65,7 @@ func livenessWorker(t *testing.T, w *World) {
 	if broken {
 		watchdog = livenessWatchdog
 	}
-	d, err := adp.New(adp.Config{Comm: w, Watchdog: watchdog, LocalLiveness: broken, VerifyPlacement: true,
+	d, err := adp.New(adp.Config{Comm: w, Watchdog: watchdog, Ablation: adp.Ablation{LocalLiveness: broken}, VerifyPlacement: true,
 		OnStuck: func(msg string) {
 			fmt.Println(msg)
 			w.Abort(2)
