@@ -22,7 +22,7 @@ type RankState struct {
 	Retiring, RetiringTokens int
 	// Hits[j] is how many prompt tokens of pending request j (the requests
 	// passed to Rank.Match) are already cached on this rank
-	// (kvpool.PeekPrefix); len(Hits) == len(pending).
+	// (kvpool.Pool.PeekPrefix); len(Hits) == len(pending).
 	Hits []int
 	// Resident[j] reports whether pending request j's program has a request
 	// on this rank (waiting, active or retiring); len(Resident) ==

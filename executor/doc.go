@@ -31,12 +31,12 @@
 //
 // With Config.Overlap, step n+1 is planned and launched (overlap.Pipeline)
 // while step n runs; then n's results are processed. A request sampled in n
-// decodes in n+1 with model.FutureToken as input: the runner substitutes the
+// decodes in n+1 with step.FutureToken as input: the runner substitutes the
 // token from its own per-seat row, with no host round trip. kvpool learns the
 // token's value when n is processed: its slot is reserved when n+1 is
-// planned (kvpool.Reserve allocates the block when the slot opens one, so
+// planned (kvpool.Pool.Reserve allocates the block when the slot opens one, so
 // the runner writes the KV into the sequence's own block, with no copy) and
-// filled when n is processed (kvpool.Fill), and only then is a block it
+// filled when n is processed (kvpool.Pool.Fill), and only then is a block it
 // completes hashed and published. When no block is available for the slot,
 // the request skips n+1 and decodes in n+2 with the known token. A finish
 // known in advance (max tokens, context length) is never planned into n+1.

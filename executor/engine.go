@@ -125,7 +125,7 @@ type seq struct {
 	generated int
 	inflight  int // samples in launched, unprocessed steps
 	// futureIn: scheduled with a future input, whose slot is reserved in
-	// kvpool (kvpool.Reserve) until its value is known (kvpool.Fill).
+	// kvpool (kvpool.Pool.Reserve) until its value is known (kvpool.Pool.Fill).
 	futureIn bool
 	computed int // positions whose KV is written by launched steps
 	kvTokens int // == kv.Tokens(kvSeq)

@@ -10,7 +10,7 @@ import (
 
 // Check verifies every invariant and returns the first violation. It
 // recomputes both accountings from scratch (the distinct blocks also through
-// kvpool.DistinctBlocks over the ACTIVE programs' sequences), so it is
+// kvpool.Pool.DistinctBlocks over the ACTIVE programs' sequences), so it is
 // O(programs + pool) and allocates; tests call it after every lifecycle event
 // and Tick. Growth the engine made since the last Grew or Tick is reported as
 // unobserved.
@@ -144,7 +144,7 @@ func (c *Controller) Check() error {
 		return err
 	}
 	if pd := c.pool.DistinctBlocks(handles); distinct != c.distinct || pd != c.distinct {
-		return fmt.Errorf("policy: %d distinct blocks counted; recomputed %d, kvpool.DistinctBlocks %d", c.distinct, distinct, pd)
+		return fmt.Errorf("policy: %d distinct blocks counted; recomputed %d, kvpool.Pool.DistinctBlocks %d", c.distinct, distinct, pd)
 	}
 	switch {
 	case nActive != c.nActive || len(c.reasoning)+len(c.acting) != nActive:

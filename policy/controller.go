@@ -189,7 +189,7 @@ func New(cfg Config, pool *kvpool.Pool) (*Controller, error) {
 func (c *Controller) Capacity() int { return c.capacity }
 
 // Admit asks whether a turn of program id, with a context of tokens of which
-// cached hit the prefix cache (kvpool.PeekPrefix), may run now. True: the
+// cached hit the prefix cache (kvpool.Pool.PeekPrefix), may run now. True: the
 // program is ACTIVE and REASONING and the engine starts the turn (then calls
 // Started, or Preempted when it cannot). False: the turn waits (a new
 // program, or a paused one) and the engine asks again at a later step;
@@ -742,7 +742,7 @@ func (c *Controller) sync(p *program) {
 		c.setTokens(p, t)
 	}
 	// A table holds ⌈(tokens + reserved slots) / BlockSize⌉ blocks: read it
-	// only when it grew. Reserved slots (a future token's KV, kvpool.Reserve)
+	// only when it grew. Reserved slots (a future token's KV, kvpool.Pool.Reserve)
 	// already occupy a block before their values are known.
 	if n := t + c.pool.Reserved(p.handle); (n+c.bs-1)/c.bs != len(p.blocks) {
 		if bl := c.pool.Blocks(p.handle); len(bl) > len(p.blocks) {

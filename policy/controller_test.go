@@ -395,7 +395,7 @@ func TestNoAllocs(t *testing.T) {
 }
 
 // TestReservedSlotCharged: a future token's slot reserved in a new block
-// (kvpool.Reserve, before its value is known) occupies that block already,
+// (kvpool.Pool.Reserve, before its value is known) occupies that block already,
 // so B charges it as soon as the growth is observed, not only after Fill.
 func TestReservedSlotCharged(t *testing.T) {
 	r := newRig(t, smallCfg(BlockAccounting, 8), 256)

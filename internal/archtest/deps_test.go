@@ -1,4 +1,4 @@
-package step_test
+package archtest
 
 import (
 	"encoding/json"
