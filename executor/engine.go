@@ -230,9 +230,9 @@ type Engine struct {
 	// drained) per program id, with or without a policy: an index of the
 	// engine's own requests, not program state. It is kept because
 	// attention-DP's program-aware routing asks HoldsProgram for every
-	// request of a window on every rank at each gather: in
+	// pending request on every rank at each gather: in
 	// adp.BenchmarkGatherRouteEngine/ProgramAware (8 ranks × 256
-	// requests, a window of 64) a scan of the requests instead takes the
+	// requests, 64 pending) a scan of the requests instead takes the
 	// iteration from about 20 to about 72 µs of CPU. ReleaseProgram reads
 	// it off the loop. Check proves it equals a recount.
 	progReqs map[string]int
