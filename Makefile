@@ -45,14 +45,15 @@ run: deps build
 NORACE_MODEL    := ^(TestZeroAllocs|TestCUDAHostZeroAllocs|TestMatrixMatchesLlamaCpp)$$
 NORACE_EXECUTOR := ^TestProgramPolicyWorkload$$/^overlaptrue/
 
-## test: formatting check, vet, the import boundary of the core packages
-## (uncached: it reads `go list -deps`, which the test cache does not track),
-## every test with the race detector, then what -race skips without it.
+## test: formatting check, vet, the module-wide tests of internal/archtest
+## (the import boundaries, uncached: they read `go list -deps`, which the
+## test cache does not track; and the names comments and docs cite), every
+## test with the race detector, then what -race skips without it.
 test: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) test -count=1 -run '^(TestCoreLinksNoCgo|TestDistLeaves)$$' ./step/
+	$(GO) test -count=1 ./internal/archtest/
 	$(GO) test -race -timeout 15m ./...
 	$(GO) test -timeout 5m -run '$(NORACE_MODEL)' ./model/
 	$(GO) test -timeout 5m -run '$(NORACE_EXECUTOR)' ./executor/

@@ -24,10 +24,10 @@ func BenchmarkLadder(b *testing.B) {
 				var fix, base, off, place float64
 				var fixPer, offPer, placePer []uint64
 				for b.Loop() {
-					fix, fixPer = ladderRate(b, dp, k, modeFIX, Policy{})
-					base, _ = ladderRate(b, dp, k, modeBASE, Policy{})
-					off, offPer = ladderRate(b, dp, k, modeOVLOFF, Policy{})
-					place, placePer = ladderRate(b, dp, k, modeFIX, Policy{PlaceRetiring: true})
+					fix, fixPer = ladderRate(b, dp, k, modeFIX, Ablation{})
+					base, _ = ladderRate(b, dp, k, modeBASE, Ablation{})
+					off, offPer = ladderRate(b, dp, k, modeOVLOFF, Ablation{})
+					place, placePer = ladderRate(b, dp, k, modeFIX, Ablation{PlaceRetiring: true})
 				}
 				b.ReportMetric(fix, "FIX-req/vs")
 				b.ReportMetric(base, "BASE-req/vs")
@@ -50,11 +50,11 @@ func equal(a, b []uint64) float64 {
 
 // BenchmarkGatherRoute is the per-iteration cost of the gather (every rank
 // fills its state, 256 live requests each, 16 programs) plus routing a
-// window of 64 queued requests, at dp = 8; wire=true exchanges the states
+// 64 pending requests, at dp = 8; wire=true exchanges the states
 // through the gather's wire format (Exchange over Local), as the
 // deployment does.
 func BenchmarkGatherRoute(b *testing.B) {
-	const dp, perRank, window = 8, 256, 64
+	const dp, perRank, placed = 8, 256, 64
 	routers := []struct {
 		name string
 		r    Router
@@ -73,8 +73,8 @@ func BenchmarkGatherRoute(b *testing.B) {
 						}
 					}
 				}
-				reqs := make([]*executor.Request, window)
-				pending := make([]Pending, window)
+				reqs := make([]*executor.Request, placed)
+				pending := make([]Pending, placed)
 				for j := range reqs {
 					reqs[j] = &executor.Request{PromptTokens: make([]int32, 32+j), ProgramID: fmt.Sprintf("p%d", j%40)}
 					pending[j] = Pending{Tokens: 32 + j, Program: reqs[j].ProgramID}
@@ -83,9 +83,9 @@ func BenchmarkGatherRoute(b *testing.B) {
 				gathered := make([]RankState, dp)
 				var x Exchange
 				var l Loads
-				out := make([]int, window)
+				out := make([]int, placed)
 				var need Needs
-				if wr, ok := rc.r.(WindowReader); ok {
+				if wr, ok := rc.r.(MatchReader); ok {
 					need = wr.Reads()
 				}
 				b.ReportAllocs()
@@ -101,13 +101,13 @@ func BenchmarkGatherRoute(b *testing.B) {
 						}
 						g = gathered
 					}
-					Gather(g, Policy{}, &l)
+					ComputeLoads(g, Ablation{}, &l)
 					if need.Hits || need.Resident {
 						for i, r := range ranks {
 							r.Match(&states[i], reqs[:min(len(reqs), l.Admit)], need)
 						}
 						if onWire {
-							if err := x.Window(Local{}, states, gathered, window); err != nil {
+							if err := x.Matches(Local{}, states, gathered, placed); err != nil {
 								b.Fatal(err)
 							}
 						}

@@ -9,8 +9,8 @@ import (
 	"github.com/turnstile-llm/turnstile/sampling"
 )
 
-// The byte wire between the processes of a deployment: what rank 0
-// broadcasts each iteration (aborts, program releases, the window of new
+// The byte wire between the processes of a deployment: what process 0
+// broadcasts each iteration (aborts, program releases, the pending new
 // requests) and what the other processes send back to it (output deltas,
 // refusals, release replies, rank metrics). Every process runs the same
 // binary, so the format is compact and unversioned; every length is
@@ -322,7 +322,7 @@ func (r *wireReader) uint(what string) int {
 }
 
 // Rank 0's broadcast: what every process applies this iteration.
-type window struct {
+type bulletin struct {
 	aborts   []uint64  // wire ids of requests placed on other processes whose clients left
 	releases []release // programs to end on every rank
 	ids      []uint64  // wire ids of reqs
@@ -335,14 +335,14 @@ type release struct {
 	id     string
 }
 
-func (w *window) reset() {
+func (w *bulletin) reset() {
 	w.aborts, w.releases, w.ids = w.aborts[:0], w.releases[:0], w.ids[:0]
 	clear(w.reqs)
 	w.reqs = w.reqs[:0]
 }
 
 // encode appends w to b.
-func (w *window) encode(b *wireBuf) {
+func (w *bulletin) encode(b *wireBuf) {
 	b.uvarint(uint64(len(w.aborts)))
 	for _, id := range w.aborts {
 		b.uvarint(id)
@@ -358,8 +358,8 @@ func (w *window) encode(b *wireBuf) {
 	}
 }
 
-// decodeWindow reads a broadcast into w (reset first).
-func decodeWindow(b []byte, w *window) error {
+// decodeBulletin reads a broadcast into w (reset first).
+func decodeBulletin(b []byte, w *bulletin) error {
 	w.reset()
 	r := wireReader{b: b}
 	for n := r.count("aborts", 1); n > 0; n-- {
@@ -373,12 +373,12 @@ func decodeWindow(b []byte, w *window) error {
 		w.ids, w.reqs = append(w.ids, id), append(w.reqs, q)
 	}
 	if r.err == nil && len(r.b) != 0 {
-		r.fail("window", fmt.Sprintf("%d trailing bytes", len(r.b)))
+		r.fail("bulletin", fmt.Sprintf("%d trailing bytes", len(r.b)))
 	}
 	return r.err
 }
 
-// Record kinds a process sends rank 0.
+// Record kinds a process sends process 0.
 const (
 	recDelta   = 1 // a request's output since the last record
 	recRefused = 2 // the rank refused a placed request (the error text)
@@ -386,7 +386,7 @@ const (
 	recMetrics = 4 // a rank's executor metrics (JSON)
 )
 
-// reply is one record decoded by rank 0.
+// reply is one record decoded by process 0.
 type reply struct {
 	kind    byte
 	id      uint64 // request id, or release ticket

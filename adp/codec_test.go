@@ -9,10 +9,10 @@ import (
 	"github.com/turnstile-llm/turnstile/sampling"
 )
 
-func sampleWindow() window {
+func sampleBulletin() bulletin {
 	p := sampling.DefaultParams()
 	p.Temperature, p.TopK, p.Seed, p.HasSeed, p.Logprobs, p.TopLogprobs = 0.7, 40, 99, true, true, 3
-	return window{
+	return bulletin{
 		aborts:   []uint64{3, 17},
 		releases: []release{{ticket: 1, id: "prog-a"}, {ticket: 2, id: ""}},
 		ids:      []uint64{21, 22},
@@ -24,23 +24,23 @@ func sampleWindow() window {
 	}
 }
 
-// TestWindowRoundTrip: what process 0 broadcasts decodes to the same
+// TestBulletinRoundTrip: what process 0 broadcasts decodes to the same
 // requests, aborts and releases on every other process.
-func TestWindowRoundTrip(t *testing.T) {
-	w := sampleWindow()
+func TestBulletinRoundTrip(t *testing.T) {
+	w := sampleBulletin()
 	var b wireBuf
 	w.encode(&b)
-	var got window
-	require.NoError(t, decodeWindow(b, &got))
+	var got bulletin
+	require.NoError(t, decodeBulletin(b, &got))
 	require.Equal(t, w.aborts, got.aborts)
 	require.Equal(t, w.releases, got.releases)
 	require.Equal(t, w.ids, got.ids)
 	require.Equal(t, w.reqs, got.reqs)
 
-	var empty window
+	var empty bulletin
 	b = b[:0]
 	empty.encode(&b)
-	require.NoError(t, decodeWindow(b, &got))
+	require.NoError(t, decodeBulletin(b, &got))
 	require.Empty(t, got.aborts)
 	require.Empty(t, got.releases)
 	require.Empty(t, got.reqs)
@@ -74,22 +74,22 @@ func (e errString) Error() string { return string(e) }
 // TestDecodeRefusesCorrupt: truncated or altered bytes are errors naming
 // what was being read, never a panic.
 func TestDecodeRefusesCorrupt(t *testing.T) {
-	w := sampleWindow()
+	w := sampleBulletin()
 	var b wireBuf
 	w.encode(&b)
-	var got window
+	var got bulletin
 	for n := range len(b) {
-		require.Error(t, decodeWindow(b[:n], &got), "truncated at %d of %d", n, len(b))
+		require.Error(t, decodeBulletin(b[:n], &got), "truncated at %d of %d", n, len(b))
 	}
-	require.ErrorContains(t, decodeWindow(append(append([]byte(nil), b...), 0), &got), "1 trailing bytes")
+	require.ErrorContains(t, decodeBulletin(append(append([]byte(nil), b...), 0), &got), "1 trailing bytes")
 	require.ErrorContains(t, decodeReplies([]byte{99}, func(*reply) error { return nil }), "unknown kind 99")
-	require.ErrorContains(t, decodeWindow([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}, &got), "aborts: length")
+	require.ErrorContains(t, decodeBulletin([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}, &got), "aborts: length")
 }
 
 // FuzzDecode: arbitrary bytes never panic the decoders, and what decodes
 // re-encodes to bytes that decode to the same thing.
 func FuzzDecode(f *testing.F) {
-	w := sampleWindow()
+	w := sampleBulletin()
 	var b wireBuf
 	w.encode(&b)
 	f.Add([]byte(b))
@@ -97,12 +97,12 @@ func FuzzDecode(f *testing.F) {
 	putDelta(&r, 1, &executor.Delta{Text: "t", TokenIDs: []int32{1}, FinishReason: executor.FinishLength})
 	f.Add([]byte(r))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var got window
-		if decodeWindow(data, &got) == nil {
+		var got bulletin
+		if decodeBulletin(data, &got) == nil {
 			var again wireBuf
 			got.encode(&again)
-			var back window
-			require.NoError(t, decodeWindow(again, &back))
+			var back bulletin
+			require.NoError(t, decodeBulletin(again, &back))
 			var twice wireBuf // bytes, not values: a float may be NaN
 			back.encode(&twice)
 			require.Equal(t, []byte(again), []byte(twice))

@@ -32,13 +32,12 @@ func runCPULadder(tb testing.TB, m *model.Llama, dp, total int, md mode) (float6
 		r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: seats, KVBlocks: 64, BlockSize: 16, MaxBatchTokens: 128, Workers: 1})
 		require.NoError(tb, err)
 		tb.Cleanup(func() { r.Close() })
-		e, err := executor.New(executor.Config{MaxBatchSize: 2, Seats: seats, Overlap: md.overlap, ChargeRetiring: md.charge, Model: "stories260K"}, r, m.Tokenizer())
+		e, err := executor.New(executor.Config{MaxBatchSize: 2, Seats: seats, Overlap: md.overlap, Ablation: executor.Ablation{ChargeRetiring: md.charge}, Model: "stories260K"}, r, m.Tokenizer())
 		require.NoError(tb, err)
 		engines = append(engines, e)
 		ranks = append(ranks, NewEngineRank(e, nil, chains))
 	}
-	var last string
-	d, err := New(Config{Policy: Policy{ChargeRetiring: md.charge}, Logf: func(f string, a ...any) { last = fmt.Sprintf(f, a...) }}, ranks)
+	d, err := New(Config{Ablation: Ablation{Engine: executor.Ablation{ChargeRetiring: md.charge}}}, ranks)
 	require.NoError(tb, err)
 	tok := m.Tokenizer()
 	start := time.Now()
@@ -55,8 +54,7 @@ func runCPULadder(tb testing.TB, m *model.Llama, dp, total int, md mode) (float6
 		idle, err := d.Step()
 		require.NoError(tb, err)
 		if q >= 2*dp {
-			_, err := fmt.Sscanf(last, "currank_total_requests = %d/%d", &share[0], &share[1])
-			require.NoError(tb, err)
+			share = routedShare(d)
 		}
 		if idle {
 			break

@@ -41,7 +41,7 @@ type crossing struct {
 	counts []int
 	inbox  []byte
 	buf    wireBuf
-	win    window
+	msg    bulletin
 	size   []byte // 8 bytes, its own allocation: it is handed to C
 }
 
@@ -277,10 +277,10 @@ func (x *crossing) deliver(d *Deployment, q int, r *reply) error {
 	return nil
 }
 
-// broadcast sends process 0's window (aborts, releases, the n requests to
+// broadcast sends process 0's bulletin (aborts, releases, the n requests to
 // place) to every process and applies its control here.
 func (x *crossing) broadcast(d *Deployment, n int) error {
-	w := &x.win
+	w := &x.msg
 	if d.proc == 0 {
 		w.reset()
 		w.aborts = append(w.aborts, x.aborts...)
@@ -298,26 +298,26 @@ func (x *crossing) broadcast(d *Deployment, n int) error {
 		return x.applyControl(d)
 	}
 	if err := d.comm.BcastBytes(x.size, 0); err != nil {
-		return fmt.Errorf("adp: window broadcast: %w", err)
+		return fmt.Errorf("adp: bulletin broadcast: %w", err)
 	}
 	size := binary.LittleEndian.Uint64(x.size)
 	if size > 1<<31-1 {
-		return fmt.Errorf("adp: window broadcast of %d bytes: more than one broadcast carries", size)
+		return fmt.Errorf("adp: bulletin broadcast of %d bytes: more than one broadcast carries", size)
 	}
 	if d.proc != 0 {
 		x.buf = resizeBytes(x.buf, int(size))
 	}
 	if err := d.comm.BcastBytes(x.buf, 0); err != nil {
-		return fmt.Errorf("adp: window broadcast: %w", err)
+		return fmt.Errorf("adp: bulletin broadcast: %w", err)
 	}
 	if d.proc == 0 {
 		return x.applyControl(d)
 	}
-	if err := decodeWindow(x.buf, w); err != nil {
-		return fmt.Errorf("adp: window from process 0: %w", err)
+	if err := decodeBulletin(x.buf, w); err != nil {
+		return fmt.Errorf("adp: bulletin from process 0: %w", err)
 	}
 	if len(w.reqs) != n {
-		return fmt.Errorf("adp: window from process 0 has %d requests, this process admits %d", len(w.reqs), n)
+		return fmt.Errorf("adp: bulletin from process 0 has %d requests, this process admits %d", len(w.reqs), n)
 	}
 	for _, id := range w.aborts {
 		if f, ok := x.forwards[id]; ok {
@@ -339,7 +339,7 @@ func (x *crossing) broadcast(d *Deployment, n int) error {
 // applyControl is process 0's side of its broadcast: releases end on its
 // own ranks and wait for the other processes' answers.
 func (x *crossing) applyControl(d *Deployment) error {
-	clear(x.win.reqs)
+	clear(x.msg.reqs)
 	for _, r := range x.releases {
 		found, err := d.releaseLocal(r.id)
 		r.found, r.err, r.remaining = found, err, d.procs-1

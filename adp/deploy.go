@@ -16,7 +16,7 @@ import (
 // (*executor.Stream satisfies it).
 type Stream interface {
 	Recv(ctx context.Context) (executor.Delta, error)
-	Collect(ctx context.Context) (executor.Delta, error)
+	ReadAll(ctx context.Context) (executor.Delta, error)
 }
 
 // Rank is one attention-DP rank as the deployment drives it: its own
@@ -31,12 +31,12 @@ type Rank interface {
 	// State fills s's counts and capacity at the gather (it leaves Hits
 	// and Resident alone).
 	State(s *RankState)
-	// Match fills what need asks of s.Hits and s.Resident for window (the
+	// Match fills what need asks of s.Hits and s.Resident for pending (the
 	// queued requests about to be placed, in order), reusing the slices;
 	// a slice not asked for is left empty. The deployment calls it after
-	// admission, for routers that read it (WindowReader), so lookups are
+	// admission, for routers that read it (MatchReader), so lookups are
 	// done only for requests that will be placed.
-	Match(s *RankState, window []*executor.Request, need Needs)
+	Match(s *RankState, pending []*executor.Request, need Needs)
 	// Submit hands a routed request to the rank.
 	Submit(ctx context.Context, r *executor.Request) (Stream, error)
 }
@@ -49,16 +49,16 @@ var ErrClosed = errors.New("adp: deployment closed")
 type Config struct {
 	// Router places requests; nil means &LoadBalanced{}.
 	Router Router
-	// Policy is how the gather counts retiring requests.
-	Policy Policy
-	// Window is the most queued requests placed per iteration; 0 means
+	// Ablation holds the experiment switches; the zero value serves.
+	Ablation Ablation
+	// MaxPlaced is the most queued requests placed per iteration; 0 means
 	// the ranks' total capacity (the most one iteration can admit).
-	Window int
+	MaxPlaced int
 	// Tokens measures a request's prompt for placement; nil means
 	// len(PromptTokens), else len(Prompt) (bytes: an upper bound).
 	Tokens func(*executor.Request) int
-	// Logf, when set, receives rank 0's line once per iteration:
-	// "currank_total_requests = <routed to rank 0>/<routed to all ranks>".
+	// Logf, when set, receives diagnostics: a request that a rank in
+	// another process refused (its client sees an aborted stream).
 	Logf func(format string, args ...any)
 
 	// Comm joins the processes of a deployment whose ranks run in several
@@ -66,7 +66,7 @@ type Config struct {
 	// this process. The ranks given to New are this process's, the same
 	// number on each: process p holds ranks [p·L, (p+1)·L). Only process 0
 	// takes submissions (it runs the front end) and broadcasts each
-	// iteration's window; every process gathers the same states and runs
+	// iteration's pending requests; every process gathers the same states and runs
 	// the same router, so all place alike without more messages. Output
 	// of requests served elsewhere streams back to process 0.
 	Comm Comm
@@ -86,12 +86,6 @@ type Config struct {
 	// OnStuck ends the job (MPI's Abort across processes); required with
 	// Watchdog. The deployment cannot unblock a collective itself.
 	OnStuck func(msg string)
-	// LocalLiveness is an experiment switch that restores the broken
-	// liveness rule: a process whose ranks hold only retiring requests
-	// counts itself idle and waits for work of its own before the next
-	// gather, instead of entering the gather its peers wait in. Never for
-	// serving.
-	LocalLiveness bool
 	// Dummies, when set, has one entry per rank given to New: the dummy
 	// step rank i runs when it has nothing to launch, for ranks built here
 	// by NewFrontend (a nil entry runs none).
@@ -171,20 +165,20 @@ func (h *Handle) finish(s Stream, rank int, err error) {
 // Across processes (Config.Comm) every process runs this loop over its own
 // ranks: the gather is one allgather of every rank's counts and every
 // process's own words (ProcState), process 0 then broadcasts the aborts,
-// program releases and window of requests to place, every process places
+// program releases and pending requests to place, every process places
 // them alike and hands its own ranks theirs, and each iteration's gather
 // also brings process 0 the output of requests served elsewhere.
 //
 // One goroutine drives the loop (Run, or Step from tests); Submit, Snapshot
 // and Close's refusal of new work are safe from any goroutine.
 type Deployment struct {
-	cfg     Config
-	router  Router
-	ranks   []Rank // this process's
-	work    []chan struct{}
-	results chan stepResult
-	workers sync.WaitGroup
-	window  int
+	cfg       Config
+	router    Router
+	ranks     []Rank // this process's
+	work      []chan struct{}
+	results   chan stepResult
+	workers   sync.WaitGroup
+	maxPlaced int
 
 	// Loop-owned. local is what this process's ranks report; states is
 	// every rank's state as the gather exchanged it (through comm, on the
@@ -258,9 +252,13 @@ func New(cfg Config, ranks []Rank) (*Deployment, error) {
 		if r == nil {
 			return nil, fmt.Errorf("adp: rank %d is nil", i)
 		}
+		if er, ok := r.(*EngineRank); ok && er.e.Ablation() != cfg.Ablation.Engine {
+			return nil, fmt.Errorf("adp: rank %d's engine has ablation %+v, the deployment %+v: build every engine with Config.Ablation.Engine",
+				i, er.e.Ablation(), cfg.Ablation.Engine)
+		}
 	}
-	if cfg.Window < 0 {
-		return nil, fmt.Errorf("adp: Window must be >= 0, got %d", cfg.Window)
+	if cfg.MaxPlaced < 0 {
+		return nil, fmt.Errorf("adp: MaxPlaced must be >= 0, got %d", cfg.MaxPlaced)
 	}
 	if cfg.Watchdog < 0 {
 		return nil, fmt.Errorf("adp: Watchdog %v: must be >= 0", cfg.Watchdog)
@@ -314,9 +312,9 @@ func New(cfg Config, ranks []Rank) (*Deployment, error) {
 		}
 		total += d.states[i].Capacity
 	}
-	d.window = cfg.Window
-	if d.window == 0 {
-		d.window = total
+	d.maxPlaced = cfg.MaxPlaced
+	if d.maxPlaced == 0 {
+		d.maxPlaced = total
 	}
 	d.m.Ranks = make([]RankMetrics, n)
 	d.pub = d.m.clone()
@@ -442,7 +440,7 @@ func (d *Deployment) Step() (idle bool, err error) {
 			return false, errStopped
 		}
 	}
-	Gather(d.states, d.cfg.Policy, &d.loads)
+	ComputeLoads(d.states, d.cfg.Ablation, &d.loads)
 	for i := range d.states {
 		rm, s := &d.m.Ranks[i], &d.states[i]
 		rm.Active, rm.Waiting, rm.Retiring = s.Active, s.Waiting, s.Retiring
@@ -462,7 +460,7 @@ func (d *Deployment) Step() (idle bool, err error) {
 	d.lastIdle = false
 
 	// Admit: every process computes the same n from the same rows.
-	n := min(queued, d.window, d.loads.Admit)
+	n := min(queued, d.maxPlaced, d.loads.Admit)
 	d.reqs, d.ids, d.pending = d.reqs[:0], d.ids[:0], d.pending[:0]
 	if d.proc == 0 {
 		for _, h := range d.queue[:n] {
@@ -471,7 +469,7 @@ func (d *Deployment) Step() (idle bool, err error) {
 		}
 	}
 	if (d.procs > 1 && n > 0) || control > 0 {
-		d.enter("the window's broadcast (a peer has not entered it)")
+		d.enter("the bulletin's broadcast (a peer has not entered it)")
 		if err := d.x.broadcast(d, n); err != nil {
 			return false, err
 		}
@@ -479,13 +477,13 @@ func (d *Deployment) Step() (idle bool, err error) {
 
 	// Match (for routers that read it) and place.
 	if n > 0 {
-		if wr, ok := d.router.(WindowReader); ok {
+		if wr, ok := d.router.(MatchReader); ok {
 			if need := wr.Reads(); need.Hits || need.Resident {
 				for i, r := range d.ranks {
 					r.Match(&d.local[i], d.reqs, need)
 				}
-				d.enter("the window's allgather (a peer has not entered it)")
-				if err := d.wire.Window(d.comm, d.local, d.states, d.window); err != nil {
+				d.enter("the match allgather (a peer has not entered it)")
+				if err := d.wire.Matches(d.comm, d.local, d.states, d.maxPlaced); err != nil {
 					return false, err
 				}
 			}
@@ -499,9 +497,6 @@ func (d *Deployment) Step() (idle bool, err error) {
 		}
 		d.hand(n)
 		clear(d.reqs) // the requests are the handles' (or ranks') now
-	}
-	if d.cfg.Logf != nil && d.proc == 0 {
-		d.cfg.Logf("currank_total_requests = %d/%d", d.m.Ranks[0].Routed, d.m.Routed)
 	}
 
 	// Step every rank of this process at once.
@@ -526,11 +521,11 @@ func (d *Deployment) Step() (idle bool, err error) {
 	return false, err
 }
 
-// localLivenessWait is the broken rule (Config.LocalLiveness): a process
+// localLivenessWait is the broken rule (Ablation.LocalLiveness): a process
 // whose ranks hold only retiring requests, and nothing queued, waits for
 // work of its own before the gather.
 func (d *Deployment) localLivenessWait() error {
-	if !d.cfg.LocalLiveness {
+	if !d.cfg.Ablation.LocalLiveness {
 		return nil
 	}
 	retiring, other := 0, len(d.queue)
@@ -558,7 +553,7 @@ func (d *Deployment) allMayBlock() bool {
 	return true
 }
 
-// hand gives each placed request of the window (the first n) to its rank:
+// hand gives each placed pending request (the first n) to its rank:
 // this process's ranks get theirs; on process 0 a request placed in
 // another process becomes a relay its output streams into. Process 0
 // keeps the unplaced ones queued in order.

@@ -27,13 +27,12 @@ type earlyRun struct {
 // every engine's accounting after every iteration.
 func runEarlyLadder(t *testing.T, dp int, m mode, late func(int) bool) earlyRun {
 	t.Helper()
-	ranks, ers, _ := engineRanks(t, dp, executor.Config{MaxBatchSize: 2, Overlap: m.overlap, ChargeRetiring: m.charge}, 0)
+	ranks, ers, _ := engineRanks(t, dp, executor.Config{MaxBatchSize: 2, Overlap: m.overlap, Ablation: executor.Ablation{ChargeRetiring: m.charge}}, 0)
 	for i, er := range ers {
 		er.SetEarly(!late(i))
 		require.Equal(t, !late(i), er.Early())
 	}
-	var last string
-	d, err := New(Config{Policy: Policy{ChargeRetiring: m.charge}, Logf: func(f string, a ...any) { last = fmt.Sprintf(f, a...) }}, ranks)
+	d, err := New(Config{Ablation: Ablation{Engine: executor.Ablation{ChargeRetiring: m.charge}}}, ranks)
 	require.NoError(t, err)
 	total := 100 * dp
 	hs := make([]*Handle, total)
@@ -53,8 +52,7 @@ func runEarlyLadder(t *testing.T, dp int, m mode, late func(int) bool) earlyRun 
 			require.NoError(t, er.Engine().Check())
 		}
 		if q >= 2*dp {
-			_, err := fmt.Sscanf(last, "currank_total_requests = %d/%d", &run.share[0], &run.share[1])
-			require.NoError(t, err)
+			run.share = routedShare(d)
 		}
 		if idle {
 			break
@@ -63,8 +61,8 @@ func runEarlyLadder(t *testing.T, dp int, m mode, late func(int) bool) earlyRun 
 	for _, h := range hs {
 		s, err := h.Wait(testwait.Ctx(t))
 		require.NoError(t, err, "waiting for a request's handle")
-		out, err := s.Collect(testwait.Ctx(t))
-		require.NoError(t, err, "collecting a request's stream")
+		out, err := s.ReadAll(testwait.Ctx(t))
+		require.NoError(t, err, "reading a request's stream")
 		require.Equal(t, executor.FinishLength, out.FinishReason)
 	}
 	snap := d.Snapshot()

@@ -13,7 +13,7 @@ type EngineRank struct {
 	e      *executor.Engine
 	dummy  func() error
 	chains *Chains
-	// early: collect the step left in flight before the next gather (see
+	// early: flush the step left in flight before the next gather (see
 	// SetEarly).
 	early bool
 }
@@ -30,35 +30,35 @@ func NewEngineRank(e *executor.Engine, dummy func() error, chains *Chains) *Engi
 	return &EngineRank{e: e, dummy: dummy, chains: chains}
 }
 
-// Chains holds the prompt hash chains of the window being placed, so the
+// Chains holds the prompt hash chains of the pending requests, so the
 // ranks of one deployment hash each prompt once between them instead of
 // once each. It assumes the ranks serve the same model at the same block
 // size (a rank that does not only loses hits). Not safe for concurrent use:
 // the deployment matches ranks one after another.
 type Chains struct {
-	window []*executor.Request
-	chains []executor.PromptChain
-	ready  []bool
+	pending []*executor.Request
+	chains  []executor.PromptChain
+	ready   []bool
 }
 
-// use makes window the cached one (keeping its chains when it already is).
-func (c *Chains) use(window []*executor.Request) {
-	if slices.Equal(c.window, window) {
+// use makes pending the cached requests (keeping its chains when it already is).
+func (c *Chains) use(pending []*executor.Request) {
+	if slices.Equal(c.pending, pending) {
 		return
 	}
-	c.window = append(c.window[:0], window...)
-	if len(c.chains) < len(window) {
-		c.chains = append(c.chains, make([]executor.PromptChain, len(window)-len(c.chains))...)
+	c.pending = append(c.pending[:0], pending...)
+	if len(c.chains) < len(pending) {
+		c.chains = append(c.chains, make([]executor.PromptChain, len(pending)-len(c.chains))...)
 	}
-	c.ready = slices.Grow(c.ready[:0], len(window))[:len(window)]
+	c.ready = slices.Grow(c.ready[:0], len(pending))[:len(pending)]
 	clear(c.ready)
 }
 
-// get returns the chain of the window's request j, computing it with e on
+// get returns the chain of pending request j, computing it with e on
 // first use.
 func (c *Chains) get(e *executor.Engine, j int) *executor.PromptChain {
 	if !c.ready[j] {
-		e.ChainPrompt(c.window[j], &c.chains[j])
+		e.ChainPrompt(c.pending[j], &c.chains[j])
 		c.ready[j] = true
 	}
 	return &c.chains[j]
@@ -69,7 +69,7 @@ func (r *EngineRank) Engine() *executor.Engine { return r.e }
 
 // SetEarly makes the rank "early" (true) or "late" (false, the default).
 // An early rank processes its step's results inside its lockstep iteration
-// (executor.Engine.Collect after the step), so requests that finished in it
+// (executor.Engine.Flush after the step), so requests that finished in it
 // are torn down before the next gather and are never reported retiring
 // there. A late rank leaves the step in flight under overlap, as the
 // in-process loop naturally does, so its finishing requests are retiring
@@ -79,11 +79,11 @@ func (r *EngineRank) Engine() *executor.Engine { return r.e }
 // same. Call it between Steps (loop-owned).
 func (r *EngineRank) SetEarly(early bool) { r.early = early }
 
-// Early reports whether the rank collects its step before the gather.
+// Early reports whether the rank flushes its step before the gather.
 func (r *EngineRank) Early() bool { return r.early }
 
 // Step implements Rank: one engine step, or a dummy step when the engine
-// launched nothing; an early rank then collects the step it launched.
+// launched nothing; an early rank then flushes the step it launched.
 func (r *EngineRank) Step() (bool, error) {
 	before := r.e.Launched()
 	if _, err := r.e.Step(); err != nil {
@@ -96,7 +96,7 @@ func (r *EngineRank) Step() (bool, error) {
 		}
 	}
 	if r.early {
-		if _, err := r.e.Collect(); err != nil {
+		if _, err := r.e.Flush(); err != nil {
 			return false, err
 		}
 	}
@@ -114,16 +114,16 @@ func (r *EngineRank) State(s *RankState) {
 
 // Match implements Rank: hits from the engine's prefix cache (PeekPrompt
 // on the shared chains), residency from its per-program request counts.
-func (r *EngineRank) Match(s *RankState, window []*executor.Request, need Needs) {
+func (r *EngineRank) Match(s *RankState, pending []*executor.Request, need Needs) {
 	s.Hits, s.Resident = s.Hits[:0], s.Resident[:0]
 	if need.Hits {
-		r.chains.use(window)
-		for j := range window {
+		r.chains.use(pending)
+		for j := range pending {
 			s.Hits = append(s.Hits, r.e.PeekPrompt(r.chains.get(r.e, j)))
 		}
 	}
 	if need.Resident {
-		for _, q := range window {
+		for _, q := range pending {
 			s.Resident = append(s.Resident, r.e.HoldsProgram(q.ProgramID))
 		}
 	}

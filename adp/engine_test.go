@@ -134,7 +134,7 @@ func TestEngineRanks(t *testing.T) {
 				for _, h := range hs {
 					s, err := h.Wait(ctx)
 					require.NoError(t, err)
-					out, err := s.Collect(ctx)
+					out, err := s.ReadAll(ctx)
 					require.NoError(t, err)
 					require.Contains(t, []executor.FinishReason{executor.FinishStop, executor.FinishLength}, out.FinishReason)
 					require.GreaterOrEqual(t, out.Usage.Completion, 1)
@@ -155,12 +155,11 @@ func TestEngineRanks(t *testing.T) {
 }
 
 // runEngineLadder runs the context-only ladder on real engines and returns
-// requests per virtual second, the per-rank routed counts and rank 0's last
-// logged share.
+// requests per virtual second, the per-rank routed counts and rank 0's
+// routing share at the last saturated gather.
 func runEngineLadder(t testing.TB, dp int, m mode) (float64, []uint64, [2]int) {
-	ranks, ers, clocks := engineRanks(t, dp, executor.Config{MaxBatchSize: 2, Overlap: m.overlap, ChargeRetiring: m.charge}, 0)
-	var last string
-	d, err := New(Config{Policy: Policy{ChargeRetiring: m.charge}, Logf: func(f string, a ...any) { last = fmt.Sprintf(f, a...) }}, ranks)
+	ranks, ers, clocks := engineRanks(t, dp, executor.Config{MaxBatchSize: 2, Overlap: m.overlap, Ablation: executor.Ablation{ChargeRetiring: m.charge}}, 0)
+	d, err := New(Config{Ablation: Ablation{Engine: executor.Ablation{ChargeRetiring: m.charge}}}, ranks)
 	require.NoError(t, err)
 	total := 100 * dp
 	var hs []*Handle
@@ -177,8 +176,7 @@ func runEngineLadder(t testing.TB, dp int, m mode) (float64, []uint64, [2]int) {
 		idle, err := d.Step()
 		require.NoError(t, err)
 		if q >= 2*dp {
-			_, err := fmt.Sscanf(last, "currank_total_requests = %d/%d", &share[0], &share[1])
-			require.NoError(t, err)
+			share = routedShare(d)
 		}
 		if idle {
 			break
@@ -264,8 +262,8 @@ func TestEngineRefuses(t *testing.T) {
 	require.ErrorContains(t, err, "prompt_tokens[1]: token 9999")
 	s, err := good.Wait(testwait.Ctx(t))
 	require.NoError(t, err, "waiting for the good request's handle")
-	out, err := s.Collect(testwait.Ctx(t))
-	require.NoError(t, err, "collecting the good request's stream")
+	out, err := s.ReadAll(testwait.Ctx(t))
+	require.NoError(t, err, "reading the good request's stream")
 	require.Equal(t, executor.FinishLength, out.FinishReason)
 	m := d.Snapshot()
 	require.Equal(t, uint64(1), m.Refused)
@@ -291,7 +289,7 @@ func TestEngineRetiringTornDownBeforeIdle(t *testing.T) {
 	go func() { done <- d.Run(runCtx) }()
 	s, err := d.SubmitStream(ctx, &executor.Request{PromptTokens: []int32{256, 50, 51, 52, 53}, MaxTokens: 8, Params: sampling.DefaultParams()})
 	require.NoError(t, err)
-	out, err := s.Collect(ctx)
+	out, err := s.ReadAll(ctx)
 	require.NoError(t, err)
 	require.Equal(t, executor.FinishStop, out.FinishReason, "EOS: a finish seen only when its step is processed")
 	// The deployment may have blocked once before the request arrived, so
@@ -325,11 +323,11 @@ func TestEngineRetiringTornDownBeforeIdle(t *testing.T) {
 
 // BenchmarkGatherRouteEngine is the gather and placement of one iteration on
 // real engines: dp = 8 engines each running 256 requests (max batch 320, so
-// 64 per rank may enter), 64 queued requests placed; for the window readers
-// every rank matches the placed window (prompts hashed once, shared through
+// 64 per rank may enter), 64 queued requests placed; for the match readers
+// every rank matches the placed requests (prompts hashed once, shared through
 // Chains) against its KV pool, or counts its programs.
 func BenchmarkGatherRouteEngine(b *testing.B) {
-	const dp, perRank, window = 8, 256, 64
+	const dp, perRank, placed = 8, 256, 64
 	engines := make([]*EngineRank, dp)
 	chains := &Chains{}
 	for i := range engines {
@@ -362,8 +360,8 @@ func BenchmarkGatherRouteEngine(b *testing.B) {
 		}
 		engines[i] = NewEngineRank(e, nil, chains)
 	}
-	reqs := make([]*executor.Request, window)
-	pending := make([]Pending, window)
+	reqs := make([]*executor.Request, placed)
+	pending := make([]Pending, placed)
 	for j := range reqs {
 		p := make([]int32, 48+j)
 		for k := range p {
@@ -379,21 +377,21 @@ func BenchmarkGatherRouteEngine(b *testing.B) {
 	for _, rc := range routers {
 		b.Run(rc.name, func(b *testing.B) {
 			var need Needs
-			if wr, ok := rc.r.(WindowReader); ok {
+			if wr, ok := rc.r.(MatchReader); ok {
 				need = wr.Reads()
 			}
 			states := make([]RankState, dp)
 			var l Loads
-			out := make([]int, window)
+			out := make([]int, placed)
 			b.ReportAllocs()
 			cpu0 := cpuTime()
 			for b.Loop() {
 				for i, r := range engines {
 					r.State(&states[i])
 				}
-				Gather(states, Policy{}, &l)
-				n := min(window, l.Admit)
-				chains.window = chains.window[:0] // a new window every iteration: hash it
+				ComputeLoads(states, Ablation{}, &l)
+				n := min(placed, l.Admit)
+				chains.pending = chains.pending[:0] // new pending requests every iteration: hash them
 				if need.Hits || need.Resident {
 					for i, r := range engines {
 						r.Match(&states[i], reqs[:n], need)
@@ -435,8 +433,8 @@ func TestEngineCacheAwareHit(t *testing.T) {
 				_, err := ers[1].Step()
 				require.NoError(t, err)
 			}
-			_, err = warm.Collect(testwait.Ctx(t))
-			require.NoError(t, err, "collecting the warm-up request")
+			_, err = warm.ReadAll(testwait.Ctx(t))
+			require.NoError(t, err, "reading the warm-up request")
 
 			var s RankState
 			ers[1].State(&s)

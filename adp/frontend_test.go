@@ -66,7 +66,7 @@ func TestFrontend(t *testing.T) {
 		p.Seed, p.HasSeed = uint64(i), true
 		st, err := f.Submit(ctx, &executor.Request{Prompt: "hello", MaxTokens: tokens, IgnoreEOS: true, Params: p})
 		require.NoError(t, err)
-		d, err := st.Collect(ctx)
+		d, err := st.ReadAll(ctx)
 		require.NoError(t, err)
 		require.Len(t, d.TokenIDs, tokens, "request %d", i)
 	}

@@ -3,9 +3,11 @@ package adp
 import (
 	"fmt"
 	"testing"
+
+	"github.com/turnstile-llm/turnstile/executor"
 )
 
-// FuzzRoute builds rank states and a window from bytes and checks every
+// FuzzRoute builds rank states and pending requests from bytes and checks every
 // router's contract: placements only on ranks with room and never past it,
 // every request placed when admission allows, Room never negative, and the
 // same inputs give the same assignment.
@@ -42,7 +44,7 @@ func FuzzRoute(f *testing.F) {
 				states[i].Resident = append(states[i].Resident, next()%3 == 0)
 			}
 		}
-		p := Policy{ChargeRetiring: flags&1 != 0, PlaceRetiring: flags&2 != 0}
+		p := Ablation{Engine: executor.Ablation{ChargeRetiring: flags&1 != 0}, PlaceRetiring: flags&2 != 0}
 		routers := []func() Router{
 			func() Router { return &LoadBalanced{} },
 			func() Router { return &CacheAware{LoadPermille: int64(flags) * 10} },
@@ -50,7 +52,7 @@ func FuzzRoute(f *testing.F) {
 		}
 		for ri, mk := range routers {
 			var l Loads
-			Gather(states, p, &l)
+			ComputeLoads(states, p, &l)
 			room := append([]int(nil), l.Room...)
 			m := min(n, l.Admit)
 			out := make([]int, m)
@@ -74,7 +76,7 @@ func FuzzRoute(f *testing.F) {
 				}
 			}
 			var l2 Loads
-			Gather(states, p, &l2)
+			ComputeLoads(states, p, &l2)
 			out2 := make([]int, m)
 			mk().Route(&l2, pending[:m], out2)
 			for j := range out {

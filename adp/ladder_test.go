@@ -30,12 +30,11 @@ var (
 type ladder struct {
 	d     *Deployment
 	ranks []*ctxRank
-	logs  []string
 }
 
 // newLadder builds dp ranks; late(i) says whether rank i's retiring
 // requests are still resident at the gather (nil: every rank).
-func newLadder(t testing.TB, dp int, m mode, p Policy, late func(int) bool) *ladder {
+func newLadder(t testing.TB, dp int, m mode, p Ablation, late func(int) bool) *ladder {
 	t.Helper()
 	l := &ladder{}
 	ranks := make([]Rank, dp)
@@ -45,8 +44,8 @@ func newLadder(t testing.TB, dp int, m mode, p Policy, late func(int) bool) *lad
 		l.ranks = append(l.ranks, r)
 		ranks[i] = r
 	}
-	p.ChargeRetiring = m.charge
-	d, err := New(Config{Policy: p, Logf: func(f string, a ...any) { l.logs = append(l.logs, fmt.Sprintf(f, a...)) }}, ranks)
+	p.Engine.ChargeRetiring = m.charge
+	d, err := New(Config{Ablation: p}, ranks)
 	require.NoError(t, err)
 	l.d = d
 	return l
@@ -70,14 +69,11 @@ func (l *ladder) finished() int {
 	return n
 }
 
-// lastShare parses rank 0's last log line.
-func (l *ladder) lastShare(t testing.TB) (int, int) {
-	t.Helper()
-	require.NotEmpty(t, l.logs)
-	var a, b int
-	_, err := fmt.Sscanf(l.logs[len(l.logs)-1], "currank_total_requests = %d/%d", &a, &b)
-	require.NoError(t, err)
-	return a, b
+// routedShare is rank 0's routing share so far, from the deployment's
+// metrics: requests routed to rank 0, and to every rank.
+func routedShare(d *Deployment) [2]int {
+	m := d.Snapshot()
+	return [2]int{int(m.Ranks[0].Routed), int(m.Routed)}
 }
 
 // k, as in the seed, counts the ranks whose retiring requests are charged at
@@ -148,7 +144,7 @@ func TestLadder(t *testing.T) {
 
 func runLadderChecked(t *testing.T, dp, k int, first bool, warm int, m mode) []uint64 {
 	late := lateRanks(dp, k, first)
-	l := newLadder(t, dp, m, Policy{}, late)
+	l := newLadder(t, dp, m, Ablation{}, late)
 	total := 40 * 2 * dp
 	if warm > 0 {
 		l.submit(t, warm)
@@ -170,7 +166,8 @@ func runLadderChecked(t *testing.T, dp, k int, first bool, warm int, m mode) []u
 			prev = m2
 			continue
 		}
-		satA, satB = l.lastShare(t)
+		s := routedShare(l.d)
+		satA, satB = s[0], s[1]
 		kg, worst := 0, 0 // k at this gather: ranks whose retiring requests are charged
 		for i := range m2.Ranks {
 			r := &m2.Ranks[i]
@@ -201,7 +198,7 @@ func runLadderChecked(t *testing.T, dp, k int, first bool, warm int, m mode) []u
 		prev = m2
 	}
 	require.NotZero(t, satB, "the run saturated the ranks")
-	// Rank 0's routing share from its log line, within one request.
+	// Rank 0's routing share from the metrics, within one request.
 	num, den := 1, dp
 	if m.charge && m.overlap && k > 0 {
 		num, den = 2, 2*dp-k
@@ -213,8 +210,7 @@ func runLadderChecked(t *testing.T, dp, k int, first bool, warm int, m mode) []u
 	// late ranks one more, depending on where in its 2,0 cycle the run is.
 	require.LessOrEqual(t, abs(satA*den-satB*num), den+num*k, "%s: rank-0 share %d/%d, want %d/%d", m.name, satA, satB, num, den)
 	require.True(t, onRung(dp, satA, satB), "rank-0 share %d/%d is on no rung of dp=%d", satA, satB, dp)
-	_, b := l.lastShare(t)
-	require.Equal(t, total, b, "every request routed")
+	require.Equal(t, total, routedShare(l.d)[1], "every request routed")
 	var per []uint64
 	for i, r := range l.d.Snapshot().Ranks {
 		per = append(per, r.Routed)
@@ -237,7 +233,7 @@ func TestLadderThroughput(t *testing.T) {
 		for _, k := range []int{1, dp} {
 			rate := map[string]float64{}
 			for _, m := range []mode{modeBASE, modeFIX, modeOVLOFF} {
-				rate[m.name], _ = ladderRate(t, dp, k, m, Policy{})
+				rate[m.name], _ = ladderRate(t, dp, k, m, Ablation{})
 			}
 			want := float64(2*dp-k) / float64(2*dp)
 			require.InEpsilon(t, want, rate["BASE"]/rate["FIX"], 0.03, "dp=%d k=%d", dp, k)
@@ -248,10 +244,10 @@ func TestLadderThroughput(t *testing.T) {
 
 // ladderRate runs the saturated ladder workload (the first k ranks late) to
 // completion: requests per virtual second and per-rank routed counts.
-func ladderRate(t testing.TB, dp, k int, m mode, p Policy) (float64, []uint64) {
+func ladderRate(t testing.TB, dp, k int, m mode, p Ablation) (float64, []uint64) {
 	l := newLadder(t, dp, m, p, lateRanks(dp, k, true))
 	// dp-1 more than whole iterations: the last gather places a partial
-	// window, where placement (not admission) decides.
+	// set, where placement (not admission) decides.
 	total := 100*2*dp + dp - 1
 	l.submit(t, total)
 	deadline := time.Now().Add(testwait.Bound)
@@ -275,7 +271,7 @@ func ladderRate(t testing.TB, dp, k int, m mode, p Policy) (float64, []uint64) {
 func TestRetiringOnlyRankNeverBlocks(t *testing.T) {
 	for _, m := range []mode{modeBASE, modeFIX, modeOVLOFF} {
 		t.Run(m.name, func(t *testing.T) {
-			l := newLadder(t, 2, m, Policy{}, nil)
+			l := newLadder(t, 2, m, Ablation{}, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			runCtx, stop := context.WithCancel(ctx)
@@ -285,7 +281,7 @@ func TestRetiringOnlyRankNeverBlocks(t *testing.T) {
 			h := l.submit(t, 1)[0]
 			s, err := h.Wait(ctx)
 			require.NoError(t, err)
-			d, err := s.Collect(ctx)
+			d, err := s.ReadAll(ctx)
 			require.NoError(t, err, "the request must finish before the deadline")
 			require.Equal(t, executor.FinishLength, d.FinishReason)
 
@@ -299,7 +295,7 @@ func TestRetiringOnlyRankNeverBlocks(t *testing.T) {
 			h = l.submit(t, 1)[0]
 			s, err = h.Wait(ctx)
 			require.NoError(t, err)
-			_, err = s.Collect(ctx)
+			_, err = s.ReadAll(ctx)
 			require.NoError(t, err, "the request after idle must finish before the deadline")
 			stop()
 			require.NoError(t, testwait.Recv(t, done, "Run to return after its context ended"))
@@ -310,7 +306,7 @@ func TestRetiringOnlyRankNeverBlocks(t *testing.T) {
 // TestCancelledWhileQueued: a cancelled queued request is dropped and
 // counted; accounting stays exact.
 func TestCancelledWhileQueued(t *testing.T) {
-	l := newLadder(t, 2, modeFIX, Policy{}, nil)
+	l := newLadder(t, 2, modeFIX, Ablation{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	var hs []*Handle
 	for i := 0; i < 10; i++ {
@@ -342,8 +338,8 @@ func TestNewValidation(t *testing.T) {
 	require.ErrorContains(t, err, "rank 1 is nil")
 	_, err = New(Config{}, []Rank{newCtxRank(0, true, false)})
 	require.ErrorContains(t, err, "rank 0 reports capacity 0")
-	_, err = New(Config{Window: -1}, []Rank{newCtxRank(2, true, false)})
-	require.ErrorContains(t, err, "Window must be >= 0, got -1")
+	_, err = New(Config{MaxPlaced: -1}, []Rank{newCtxRank(2, true, false)})
+	require.ErrorContains(t, err, "MaxPlaced must be >= 0, got -1")
 }
 
 func abs(x int) int {
@@ -358,7 +354,7 @@ func abs(x int) int {
 // no goroutine is left behind.
 func TestRunStopsOnRankError(t *testing.T) {
 	before := runtime.NumGoroutine()
-	l := newLadder(t, 3, modeFIX, Policy{}, nil)
+	l := newLadder(t, 3, modeFIX, Ablation{}, nil)
 	l.ranks[1].failAt = 3
 	hs := l.submit(t, 40)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -382,7 +378,7 @@ func TestRunStopsOnRankError(t *testing.T) {
 // drives the ranks and others read snapshots; every request completes and
 // the accounting is exact afterwards.
 func TestConcurrentClients(t *testing.T) {
-	l := newLadder(t, 4, modeFIX, Policy{}, nil)
+	l := newLadder(t, 4, modeFIX, Ablation{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
@@ -395,7 +391,7 @@ func TestConcurrentClients(t *testing.T) {
 			for i := 0; i < each; i++ {
 				s, err := l.d.SubmitStream(ctx, &executor.Request{PromptTokens: []int32{int32(c), int32(i), 3}, MaxTokens: 1})
 				if err == nil {
-					_, err = s.Collect(ctx)
+					_, err = s.ReadAll(ctx)
 				}
 				if err != nil {
 					errs <- err

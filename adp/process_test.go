@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -209,7 +210,7 @@ func TestProcessesMatchOneProcess(t *testing.T) {
 		text   string
 		finish executor.FinishReason
 	}
-	collect := func(t *testing.T, d *Deployment, run func() func() []error) []result {
+	outputs := func(t *testing.T, d *Deployment, run func() func() []error) []result {
 		var hs []*Handle
 		for _, r := range reqs() {
 			h, err := d.Submit(context.Background(), r)
@@ -221,7 +222,7 @@ func TestProcessesMatchOneProcess(t *testing.T) {
 		for i, h := range hs {
 			st, err := h.Wait(testwait.Ctx(t))
 			require.NoError(t, err, "request %d", i)
-			dl, err := st.Collect(testwait.Ctx(t))
+			dl, err := st.ReadAll(testwait.Ctx(t))
 			require.NoError(t, err)
 			out = append(out, result{rank: h.Rank(), tokens: dl.TokenIDs, text: dl.Text, finish: dl.FinishReason})
 		}
@@ -233,7 +234,7 @@ func TestProcessesMatchOneProcess(t *testing.T) {
 
 	one, err := NewFrontend(Config{}, frontendEngines(t, 2))
 	require.NoError(t, err)
-	want := collect(t, one.d, func() func() []error {
+	want := outputs(t, one.d, func() func() []error {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- one.Run(ctx) }()
@@ -242,7 +243,7 @@ func TestProcessesMatchOneProcess(t *testing.T) {
 	require.NoError(t, one.Check())
 
 	p := newProcs(t, 2, Config{VerifyPlacement: true})
-	got := collect(t, p.fes[0].d, func() func() []error { return p.run(t) })
+	got := outputs(t, p.fes[0].d, func() func() []error { return p.run(t) })
 	require.Equal(t, want, got, "placements and outputs")
 	ranks := map[int]int{}
 	for _, r := range got {
@@ -286,10 +287,10 @@ func TestProcessesAbortAndRelease(t *testing.T) {
 	_, err = s1.Recv(testwait.Ctx(t)) // it is running there
 	require.NoError(t, err)
 	cancel()
-	d1, err := s1.Collect(testwait.Ctx(t))
+	d1, err := s1.ReadAll(testwait.Ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, executor.FinishAbort, d1.FinishReason, "aborted on process 1")
-	d0, err := s0.Collect(testwait.Ctx(t))
+	d0, err := s0.ReadAll(testwait.Ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, executor.FinishLength, d0.FinishReason)
 	require.Len(t, d0.TokenIDs, 100)
@@ -326,7 +327,7 @@ func TestProcessesStopWithInFlight(t *testing.T) {
 	for q, err := range stop() {
 		require.NoError(t, err, "process %d", q)
 	}
-	d, err := sts[1].Collect(testwait.Ctx(t))
+	d, err := sts[1].ReadAll(testwait.Ctx(t))
 	require.NoError(t, err)
 	require.Contains(t, []executor.FinishReason{executor.FinishAbort, executor.FinishLength}, d.FinishReason)
 }
@@ -355,7 +356,7 @@ func livenessRun(t *testing.T, localLiveness bool) (errs [2]error, stuck []strin
 			fe.d.Wake() // a process in its own queue wait meets the abort at the gather
 		}
 	}
-	p = newProcs(t, 2, Config{Watchdog: watchdog, OnStuck: onStuck, LocalLiveness: localLiveness})
+	p = newProcs(t, 2, Config{Watchdog: watchdog, OnStuck: onStuck, Ablation: Ablation{LocalLiveness: localLiveness}})
 	var hs []*Handle
 	for _, n := range []int{24, 2} { // the second lands on rank 1, finishes first and retires
 		h, err := p.fes[0].d.Submit(context.Background(), &executor.Request{Prompt: "hello", MaxTokens: n, IgnoreEOS: true,
@@ -385,7 +386,7 @@ func livenessRun(t *testing.T, localLiveness bool) (errs [2]error, stuck []strin
 		require.Equal(t, i, h.Rank())
 		st, err := h.Wait(testwait.Ctx(t))
 		require.NoError(t, err)
-		d, err := st.Collect(testwait.Ctx(t))
+		d, err := st.ReadAll(testwait.Ctx(t))
 		require.NoError(t, err)
 		tokens[i] = len(d.TokenIDs)
 	}
@@ -426,9 +427,123 @@ func TestNewDeploymentRefuses(t *testing.T) {
 		{Config{Watchdog: -time.Second}, "Watchdog -1s"},
 		{Config{Watchdog: time.Second}, "needs OnStuck"},
 		{Config{Dummies: make([]func() error, 2)}, "2 dummy steps for 1 ranks"},
-		{Config{Window: -1}, "Window must be >= 0"},
+		{Config{MaxPlaced: -1}, "MaxPlaced must be >= 0"},
+		{Config{Ablation: Ablation{Engine: executor.Ablation{ChargeRetiring: true}}},
+			"rank 0's engine has ablation {ChargeRetiring:false}, the deployment {ChargeRetiring:true}"},
 	} {
 		_, err := New(tc.cfg, []Rank{r})
 		require.ErrorContains(t, err, tc.want)
+	}
+}
+
+// onRank places every request on one rank.
+type onRank int
+
+func (r onRank) Route(l *Loads, pending []Pending, out []int) {
+	for j := range out {
+		out[j] = int(r)
+		l.place(int(r), pending[j].Tokens)
+	}
+}
+
+// owingRank serves a request in one step, after which it no longer counts
+// it, while the request's stream hands its output out one delta per poll:
+// the rank holds no live request while process 0 is still owed output.
+type owingRank struct{ waiting int }
+
+func (r *owingRank) Step() (bool, error) {
+	busy := r.waiting > 0
+	r.waiting = 0
+	return busy, nil
+}
+
+func (r *owingRank) State(s *RankState) {
+	*s = RankState{Capacity: 1, Waiting: r.waiting, Hits: s.Hits[:0], Resident: s.Resident[:0]}
+}
+
+func (r *owingRank) Match(*RankState, []*executor.Request, Needs) {}
+
+func (r *owingRank) Submit(context.Context, *executor.Request) (Stream, error) {
+	r.waiting++
+	return &owingStream{deltas: []executor.Delta{{TokenIDs: []int32{1}}, {TokenIDs: []int32{2}, FinishReason: executor.FinishLength}}}, nil
+}
+
+// owingStream is only polled (the embedded Stream is nil): every other
+// TryRecv hands out its next delta, so each poll forwards one.
+type owingStream struct {
+	Stream
+	deltas []executor.Delta
+	rest   bool
+}
+
+func (s *owingStream) TryRecv() (executor.Delta, bool, error) {
+	if len(s.deltas) == 0 {
+		return executor.Delta{}, false, io.EOF
+	}
+	if s.rest = !s.rest; !s.rest {
+		return executor.Delta{}, false, nil
+	}
+	d := s.deltas[0]
+	s.deltas = s.deltas[1:]
+	return d, true, nil
+}
+
+// TestProcessesIdleOnlyWhenNothingOwed: the deployment is idle only when no
+// rank holds a live request and nothing is owed to process 0. Process 1's
+// rank stops counting its request after one step while its output still
+// takes two gathers to reach process 0: Step must not report idle before
+// the client has its last token, since no new work would carry it.
+func TestProcessesIdleOnlyWhenNothingOwed(t *testing.T) {
+	g := newGroup(2)
+	var ds [2]*Deployment
+	var errs [2]error
+	var wg sync.WaitGroup
+	for q := range 2 { // New gathers: every process at once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds[q], errs[q] = New(Config{Comm: party{g, q}, Router: onRank(1)}, []Rank{&owingRank{}})
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	h, err := ds[0].Submit(context.Background(), &executor.Request{PromptTokens: []int32{1, 2}, Params: sampling.DefaultParams()})
+	require.NoError(t, err)
+	for q := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				idle, err := ds[q].Step()
+				if err != nil || idle {
+					errs[q] = err
+					return
+				}
+			}
+		}()
+	}
+	testwait.Within(t, "both processes to go idle", func() struct{} { wg.Wait(); return struct{}{} })
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	st, err := h.Wait(testwait.Ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, 1, h.Rank())
+	// No iteration follows an idle one without new work: what the relay
+	// holds now is all the client gets.
+	var got executor.Delta
+	for {
+		d, ok, err := st.(*executor.Stream).TryRecv()
+		if err != nil || !ok {
+			break
+		}
+		got.TokenIDs = append(got.TokenIDs, d.TokenIDs...)
+		got.FinishReason = d.FinishReason
+	}
+	require.Equal(t, []int32{1, 2}, got.TokenIDs, "every token reached the client before the deployment went idle")
+	require.Equal(t, executor.FinishLength, got.FinishReason)
+	for q, d := range ds {
+		require.NoError(t, d.Check(), "process %d", q)
+		require.NoError(t, d.Close())
 	}
 }

@@ -12,7 +12,7 @@ type Pending struct {
 }
 
 // Router places requests on ranks. Route sees only the gathered loads (and,
-// through l.States, each rank's prefix hits and programs for the window):
+// through l.States, each rank's prefix hits and programs for the pending requests):
 // out[j] is the rank for pending[j], or -1 when no rank has room; it consumes
 // l's room as it places. The same loads and requests always give the same
 // assignment. A Router keeps scratch space between calls, so one Router
@@ -27,18 +27,18 @@ type Needs struct {
 	Resident bool // RankState.Resident: program residency
 }
 
-// WindowReader is implemented by routers that read per-request rank
+// MatchReader is implemented by routers that read per-request rank
 // information. The deployment asks the ranks for it (Rank.Match) only for
 // those, and only what they read, since a prefix lookup hashes prompt
 // blocks and a residency check scans the rank's requests.
-type WindowReader interface {
+type MatchReader interface {
 	Reads() Needs
 }
 
-// Reads implements WindowReader: the cache-aware router reads Hits.
+// Reads implements MatchReader: the cache-aware router reads Hits.
 func (r *CacheAware) Reads() Needs { return Needs{Hits: true} }
 
-// Reads implements WindowReader: the program-aware router reads Resident.
+// Reads implements MatchReader: the program-aware router reads Resident.
 func (r *ProgramAware) Reads() Needs { return Needs{Resident: true} }
 
 // LoadBalanced is the default router: requests, largest prompt first, go to

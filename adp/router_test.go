@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-llm/turnstile/executor"
 )
 
 // st builds a rank state: capacity, active, retiring, tokens per request.
@@ -19,19 +21,19 @@ func TestGatherCounts(t *testing.T) {
 	}
 	cases := []struct {
 		name        string
-		p           Policy
+		p           Ablation
 		room, count []int
 		load        []int
 		admit       int
 	}{
-		{"FIX: retiring excluded from admission and load", Policy{}, []int{2, 0}, []int{2, 2}, []int{15, 8}, 2},
-		{"BASE: retiring charged everywhere", Policy{ChargeRetiring: true}, []int{0, 0}, []int{4, 3}, []int{35, 11}, 0},
-		{"PlaceRetiring: load only, admission unchanged", Policy{PlaceRetiring: true}, []int{2, 0}, []int{4, 3}, []int{35, 11}, 2},
+		{"FIX: retiring excluded from admission and load", Ablation{}, []int{2, 0}, []int{2, 2}, []int{15, 8}, 2},
+		{"BASE: retiring charged everywhere", Ablation{Engine: executor.Ablation{ChargeRetiring: true}}, []int{0, 0}, []int{4, 3}, []int{35, 11}, 0},
+		{"PlaceRetiring: load only, admission unchanged", Ablation{PlaceRetiring: true}, []int{2, 0}, []int{4, 3}, []int{35, 11}, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var l Loads
-			Gather(states, c.p, &l)
+			ComputeLoads(states, c.p, &l)
 			require.Equal(t, c.room, l.Room)
 			require.Equal(t, c.count, l.Count)
 			require.Equal(t, c.load, l.Load)
@@ -59,9 +61,9 @@ func TestMayBlock(t *testing.T) {
 	}
 }
 
-func route(r Router, states []RankState, p Policy, pending []Pending) ([]int, *Loads) {
+func route(r Router, states []RankState, p Ablation, pending []Pending) ([]int, *Loads) {
 	var l Loads
-	Gather(states, p, &l)
+	ComputeLoads(states, p, &l)
 	out := make([]int, len(pending))
 	r.Route(&l, pending[:min(len(pending), l.Admit)], out[:min(len(pending), l.Admit)])
 	for j := l.Admit; j < len(pending); j++ {
@@ -82,32 +84,32 @@ func TestLoadBalanced(t *testing.T) {
 	cases := []struct {
 		name    string
 		states  []RankState
-		p       Policy
+		p       Ablation
 		pending []Pending
 		want    []int
 	}{
 		{"all tied: lowest index first, then alternate", []RankState{st(2, 0, 0, 0), st(2, 0, 0, 0)},
-			Policy{}, reqs(8, 8, 8, 8), []int{0, 1, 0, 1}},
+			Ablation{}, reqs(8, 8, 8, 8), []int{0, 1, 0, 1}},
 		{"lighter token load wins", []RankState{st(4, 1, 0, 100), st(4, 1, 0, 10)},
-			Policy{}, reqs(8), []int{1}},
+			Ablation{}, reqs(8), []int{1}},
 		{"equal tokens: fewer requests wins", []RankState{
 			{Capacity: 4, Active: 2, ActiveTokens: 20}, {Capacity: 4, Active: 1, ActiveTokens: 20}},
-			Policy{}, reqs(8), []int{1}},
+			Ablation{}, reqs(8), []int{1}},
 		{"FIX: retiring work does not count for placement", []RankState{st(4, 1, 3, 10), st(4, 1, 0, 10)},
-			Policy{}, reqs(8), []int{0}},
+			Ablation{}, reqs(8), []int{0}},
 		{"PlaceRetiring: retiring work counts for placement", []RankState{st(4, 1, 1, 10), st(4, 1, 0, 10)},
-			Policy{PlaceRetiring: true}, reqs(8), []int{1}},
+			Ablation{PlaceRetiring: true}, reqs(8), []int{1}},
 		{"largest prompt placed first", []RankState{st(4, 0, 0, 0), st(4, 0, 0, 0)},
-			Policy{}, reqs(5, 50, 7), []int{1, 0, 1}},
+			Ablation{}, reqs(5, 50, 7), []int{1, 0, 1}},
 		{"full rank skipped", []RankState{st(2, 2, 0, 1), st(2, 0, 0, 0)},
-			Policy{}, reqs(8, 8, 8), []int{1, 1, -1}},
+			Ablation{}, reqs(8, 8, 8), []int{1, 1, -1}},
 		{"BASE: retiring charged leaves no room", []RankState{st(2, 0, 2, 8), st(2, 0, 1, 8)},
-			Policy{ChargeRetiring: true}, reqs(8, 8), []int{1, -1}},
+			Ablation{Engine: executor.Ablation{ChargeRetiring: true}}, reqs(8, 8), []int{1, -1}},
 		{"FIX: the same ranks have full room", []RankState{st(2, 0, 2, 8), st(2, 0, 1, 8)},
-			Policy{}, reqs(8, 8, 8, 8), []int{0, 1, 0, 1}},
+			Ablation{}, reqs(8, 8, 8, 8), []int{0, 1, 0, 1}},
 		{"fair cap keeps a light rank from taking everything", []RankState{
 			{Capacity: 8, Active: 2, ActiveTokens: 2}, {Capacity: 8, Active: 2, ActiveTokens: 400}},
-			Policy{}, reqs(10, 10, 10, 10), []int{0, 0, 1, 1}},
+			Ablation{}, reqs(10, 10, 10, 10), []int{0, 0, 1, 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -118,6 +120,34 @@ func TestLoadBalanced(t *testing.T) {
 			}
 			again, _ := route(&LoadBalanced{}, c.states, c.p, c.pending)
 			require.Equal(t, got, again, "deterministic")
+		})
+	}
+}
+
+// TestFairCap: the fair share of everything counted plus n new requests
+// rounds up (a rank may take the remainder), and never cuts below what a
+// rank already holds.
+func TestFairCap(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		count []int
+		n     int
+		want  int
+	}{
+		{"no ranks", nil, 3, 0},
+		{"even split", []int{0, 0}, 4, 2},
+		{"remainder rounds up", []int{0, 0}, 3, 2},
+		{"remainder with load", []int{1, 0}, 2, 2},
+		{"one over a multiple", []int{2, 2, 2}, 1, 3},
+		{"a rank above the share", []int{5, 0}, 1, 5},
+		{"nothing to place", []int{1, 2}, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := Loads{Count: tc.count}
+			for _, c := range tc.count {
+				l.Total += c
+			}
+			require.Equal(t, tc.want, l.FairCap(tc.n))
 		})
 	}
 }
@@ -151,12 +181,16 @@ func TestCacheAware(t *testing.T) {
 			&CacheAware{LoadPermille: 0},
 			[]RankState{withHits(st(1, 1, 0, 0), 60), withHits(st(4, 0, 0, 0), 0)},
 			reqs(64), []int{1}},
+		{"total not a multiple of dp: the cached rank keeps its request (fair cap 2, not 1)",
+			&CacheAware{LoadPermille: 0},
+			[]RankState{withHits(st(4, 1, 0, 10), 64, 0), withHits(st(4, 0, 0, 0), 0, 0)},
+			reqs(64, 8), []int{0, 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, _ := route(c.r, c.states, Policy{}, c.pending)
+			got, _ := route(c.r, c.states, Ablation{}, c.pending)
 			require.Equal(t, c.want, got)
-			again, _ := route(c.r, c.states, Policy{}, c.pending)
+			again, _ := route(c.r, c.states, Ablation{}, c.pending)
 			require.Equal(t, got, again, "deterministic")
 		})
 	}
@@ -205,9 +239,9 @@ func TestProgramAware(t *testing.T) {
 				}
 			}
 			r := &ProgramAware{}
-			got, _ := route(r, c.states, Policy{}, c.pending)
+			got, _ := route(r, c.states, Ablation{}, c.pending)
 			require.Equal(t, c.want, got)
-			again, _ := route(r, c.states, Policy{}, c.pending)
+			again, _ := route(r, c.states, Ablation{}, c.pending)
 			require.Equal(t, got, again, "deterministic, also when the router is reused")
 		})
 	}

@@ -113,9 +113,9 @@ func (r *ctxRank) State(s *RankState) {
 	}
 }
 
-func (r *ctxRank) Match(s *RankState, window []*executor.Request, need Needs) {
+func (r *ctxRank) Match(s *RankState, pending []*executor.Request, need Needs) {
 	s.Hits, s.Resident = s.Hits[:0], s.Resident[:0]
-	for _, q := range window {
+	for _, q := range pending {
 		if need.Hits {
 			h := 0
 			if len(q.PromptTokens) > 0 {
@@ -168,7 +168,7 @@ func (s *ctxStream) Recv(ctx context.Context) (executor.Delta, error) {
 	return s.d, nil
 }
 
-func (s *ctxStream) Collect(ctx context.Context) (executor.Delta, error) {
+func (s *ctxStream) ReadAll(ctx context.Context) (executor.Delta, error) {
 	d, err := s.Recv(ctx)
 	if err != nil {
 		return d, err

@@ -5,9 +5,9 @@ package adp
 // tokens are context tokens (prompt plus generated so far). Slices are owned
 // by the caller and reused across gathers.
 //
-// It is plain data with no pointers into the rank, so the gather can later
-// be an allgather between processes (one process per GPU) without touching
-// the routers.
+// It is plain data with no pointers into the rank: the gather moves it
+// between processes as fixed-size int64 rows (Exchange), and the routers
+// never know.
 type RankState struct {
 	// Capacity is the most sequences one step of the rank may hold (its
 	// MaxBatchSize); admission fills a rank up to it.
@@ -20,13 +20,13 @@ type RankState struct {
 	// no step will schedule them again, but they hold a seat and KV blocks
 	// until the next step's teardown.
 	Retiring, RetiringTokens int
-	// Hits[j] is how many prompt tokens of pending request j (the window
+	// Hits[j] is how many prompt tokens of pending request j (the requests
 	// passed to Rank.Match) are already cached on this rank
-	// (kvpool.PeekPrefix); len(Hits) == len(window).
+	// (kvpool.Pool.PeekPrefix); len(Hits) == len(pending).
 	Hits []int
 	// Resident[j] reports whether pending request j's program has a request
 	// on this rank (waiting, active or retiring); len(Resident) ==
-	// len(window). Window-aligned like Hits, so the gather's size does not
+	// len(pending). Aligned with the pending requests like Hits, so the gather's size does not
 	// grow with the number of programs a rank holds.
 	Resident []bool
 }
@@ -42,19 +42,6 @@ func (s *RankState) Live() int { return s.Active + s.Waiting + s.Retiring }
 // collectives, every peer) would wait forever.
 func MayBlock(s *RankState, queued int) bool { return s.Live() == 0 && queued == 0 }
 
-// Policy says how the gather turns rank states into load.
-type Policy struct {
-	// ChargeRetiring counts retiring requests against admission and in the
-	// routing load, as engines without the retiring rule do: for
-	// experiments that measure that rule only.
-	ChargeRetiring bool
-	// PlaceRetiring adds retiring work back into the placement load (never
-	// into admission). Off by default: a retiring request needs no compute in
-	// the next step, so it is not what placement balances, and leaving it
-	// out makes FIX route exactly as the plain loop (OVLOFF) does.
-	PlaceRetiring bool
-}
-
 // Loads is the gathered, corrected state of every rank: the only place load
 // is computed, so every router sees the same correction. Routers consume it
 // (Room, Count, Load change as they place requests); it is rebuilt from the
@@ -64,10 +51,10 @@ type Loads struct {
 	States []RankState
 	// Room is admission: how many new requests rank i may take this
 	// iteration, Capacity - (Active + Waiting [+ Retiring under
-	// ChargeRetiring]), never below 0.
+	// Engine.ChargeRetiring]), never below 0.
 	Room []int
 	// Count and Load are placement: requests and tokens counted on rank i
-	// (active and waiting, plus retiring under ChargeRetiring or
+	// (active and waiting, plus retiring under Engine.ChargeRetiring or
 	// PlaceRetiring), grown by each placed request.
 	Count, Load []int
 	// Retiring is carried separately (metrics; routers may read it).
@@ -78,9 +65,9 @@ type Loads struct {
 	Total int
 }
 
-// Gather builds l from states under p, reusing l's slices. It takes
+// ComputeLoads builds l from states under a, reusing l's slices. It takes
 // ownership of nothing: l.States aliases states.
-func Gather(states []RankState, p Policy, l *Loads) {
+func ComputeLoads(states []RankState, a Ablation, l *Loads) {
 	n := len(states)
 	l.States = states
 	l.Room = resize(l.Room, n)
@@ -91,12 +78,12 @@ func Gather(states []RankState, p Policy, l *Loads) {
 	for i := range states {
 		s := &states[i]
 		charged := s.Active + s.Waiting
-		if p.ChargeRetiring {
+		if a.Engine.ChargeRetiring {
 			charged += s.Retiring
 		}
 		room := max(s.Capacity-charged, 0)
 		cnt, tok := s.Active+s.Waiting, s.ActiveTokens+s.WaitingTokens
-		if p.ChargeRetiring || p.PlaceRetiring {
+		if a.Engine.ChargeRetiring || a.PlaceRetiring {
 			cnt += s.Retiring
 			tok += s.RetiringTokens
 		}

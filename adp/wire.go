@@ -21,9 +21,9 @@ type Collective interface {
 }
 
 // Comm is the Collective a deployment across processes needs: the gather,
-// plus bytes — rank 0's broadcast of what every process applies each
-// iteration (aborts, program releases, the window of new requests) and
-// every process's output gathered back to rank 0. dist/mpi's World
+// plus bytes — process 0's broadcast of what every process applies each
+// iteration (aborts, program releases, the pending new requests) and
+// every process's output gathered back to process 0. dist/mpi's World
 // implements it.
 type Comm interface {
 	Collective
@@ -81,10 +81,10 @@ const maxWireCount = 1 << 48
 // retiring tokens. It is what the gather exchanges every iteration.
 const CountWords = 7
 
-// WindowWords is the fixed width of one rank's window report for a window
-// of at most w pending requests: the lengths of Hits and Resident, then
+// MatchWords is the fixed width of one rank's match report for at most w
+// pending requests: the lengths of Hits and Resident, then
 // Hits and Resident each padded to w.
-func WindowWords(w int) int { return 2 + 2*w }
+func MatchWords(w int) int { return 2 + 2*w }
 
 // PutCounts writes s's counts to dst (len CountWords).
 func (s *RankState) PutCounts(dst []int64) {
@@ -113,14 +113,14 @@ func (s *RankState) SetCounts(src []int64) error {
 	return nil
 }
 
-// PutWindow writes s's window report (Hits and Resident, each at most w
-// long) to dst (len WindowWords(w)).
-func (s *RankState) PutWindow(dst []int64, w int) error {
-	if len(dst) != WindowWords(w) {
-		return fmt.Errorf("adp: window report of %d words, want %d for a window of %d", len(dst), WindowWords(w), w)
+// PutMatches writes s's match report (Hits and Resident, each at most w
+// long) to dst (len MatchWords(w)).
+func (s *RankState) PutMatches(dst []int64, w int) error {
+	if len(dst) != MatchWords(w) {
+		return fmt.Errorf("adp: match report of %d words, want %d for %d pending requests", len(dst), MatchWords(w), w)
 	}
 	if len(s.Hits) > w || len(s.Resident) > w {
-		return fmt.Errorf("adp: rank reports %d hits and %d residencies for a window of %d", len(s.Hits), len(s.Resident), w)
+		return fmt.Errorf("adp: rank reports %d hits and %d residencies for %d pending requests", len(s.Hits), len(s.Resident), w)
 	}
 	clear(dst)
 	dst[0], dst[1] = int64(len(s.Hits)), int64(len(s.Resident))
@@ -135,26 +135,26 @@ func (s *RankState) PutWindow(dst []int64, w int) error {
 	return nil
 }
 
-// SetWindow reads s's Hits and Resident from src (len WindowWords(w)),
+// SetMatches reads s's Hits and Resident from src (len MatchWords(w)),
 // reusing their capacity.
-func (s *RankState) SetWindow(src []int64, w int) error {
-	if len(src) != WindowWords(w) {
-		return fmt.Errorf("adp: window report of %d words, want %d for a window of %d", len(src), WindowWords(w), w)
+func (s *RankState) SetMatches(src []int64, w int) error {
+	if len(src) != MatchWords(w) {
+		return fmt.Errorf("adp: match report of %d words, want %d for %d pending requests", len(src), MatchWords(w), w)
 	}
 	nh, nr := src[0], src[1]
 	if nh < 0 || nh > int64(w) || nr < 0 || nr > int64(w) {
-		return fmt.Errorf("adp: window report of %d hits and %d residencies for a window of %d", nh, nr, w)
+		return fmt.Errorf("adp: match report of %d hits and %d residencies for %d pending requests", nh, nr, w)
 	}
 	s.Hits, s.Resident = s.Hits[:0], s.Resident[:0]
 	for _, h := range src[2 : 2+nh] {
 		if h < math.MinInt32 || h > math.MaxInt32 {
-			return fmt.Errorf("adp: window hit %d outside int32", h)
+			return fmt.Errorf("adp: match report hit %d outside int32", h)
 		}
 		s.Hits = append(s.Hits, int(h))
 	}
 	for _, r := range src[2+w : 2+w+int(nr)] {
 		if r != 0 && r != 1 {
-			return fmt.Errorf("adp: window residency %d, want 0 or 1", r)
+			return fmt.Errorf("adp: match report residency %d, want 0 or 1", r)
 		}
 		s.Resident = append(s.Resident, r == 1)
 	}
@@ -179,12 +179,12 @@ func (x *Exchange) Counts(c Collective, local, all []RankState) error {
 		func(s *RankState, src []int64) error { return s.SetCounts(src) })
 }
 
-// Window exchanges the window reports (Hits, Resident) of local through c
-// into all, for a window of at most w requests: one allgather of
-// WindowWords(w) words per rank.
-func (x *Exchange) Window(c Collective, local, all []RankState, w int) error {
-	return x.gather(c, local, all, WindowWords(w), func(s *RankState, dst []int64) error { return s.PutWindow(dst, w) },
-		func(s *RankState, src []int64) error { return s.SetWindow(src, w) })
+// Matches exchanges the match reports (Hits, Resident) of local through c
+// into all, for at most w pending requests: one allgather of
+// MatchWords(w) words per rank.
+func (x *Exchange) Matches(c Collective, local, all []RankState, w int) error {
+	return x.gather(c, local, all, MatchWords(w), func(s *RankState, dst []int64) error { return s.PutMatches(dst, w) },
+		func(s *RankState, src []int64) error { return s.SetMatches(src, w) })
 }
 
 func (x *Exchange) gather(c Collective, local, all []RankState, words int,
@@ -230,13 +230,13 @@ const ProcWords = 5
 // its ranks' counts: what every process needs to make the same decisions
 // (whether a broadcast, an output gather or another iteration follows).
 type ProcState struct {
-	// Queued is the requests waiting at the process's front end (rank 0's;
+	// Queued is the requests waiting at the process's front end (process 0's;
 	// 0 elsewhere), and Control the aborts and program releases it will
 	// broadcast this iteration.
 	Queued, Control int
-	// Out is the bytes of output records the process sends rank 0 at this
-	// gather; Open is what it still owes rank 0 (requests whose output
-	// is not all sent, answers rank 0 awaits), which keeps the deployment
+	// Out is the bytes of output records the process sends process 0 at this
+	// gather; Open is what it still owes process 0 (requests whose output
+	// is not all sent, answers process 0 awaits), which keeps the deployment
 	// from going idle.
 	Out, Open int
 	// Stop: the process is shutting down; every process stops at this

@@ -17,18 +17,18 @@ func TestWireRoundTrip(t *testing.T) {
 	s := wireState()
 	counts := make([]int64, CountWords)
 	s.PutCounts(counts)
-	win := make([]int64, WindowWords(4))
-	require.NoError(t, s.PutWindow(win, 4))
+	win := make([]int64, MatchWords(4))
+	require.NoError(t, s.PutMatches(win, 4))
 	var got RankState
 	require.NoError(t, got.SetCounts(counts))
-	require.NoError(t, got.SetWindow(win, 4))
+	require.NoError(t, got.SetMatches(win, 4))
 	require.Equal(t, s, got)
 
 	// An empty report (the router reads neither) stays empty.
 	e := RankState{Capacity: 1}
-	require.NoError(t, e.PutWindow(win, 4))
+	require.NoError(t, e.PutMatches(win, 4))
 	got = RankState{Hits: []int{9}, Resident: []bool{true}}
-	require.NoError(t, got.SetWindow(win, 4))
+	require.NoError(t, got.SetMatches(win, 4))
 	require.Empty(t, got.Hits)
 	require.Empty(t, got.Resident)
 }
@@ -55,14 +55,14 @@ func TestWireRejects(t *testing.T) {
 			require.ErrorContains(t, s.SetCounts(tc.row), tc.want)
 		})
 	}
-	w := make([]int64, WindowWords(2))
+	w := make([]int64, MatchWords(2))
 	st := wireState()
-	require.ErrorContains(t, st.PutWindow(w, 2), "3 hits and 3 residencies for a window of 2")
-	require.ErrorContains(t, st.PutWindow(make([]int64, 5), 2), "5 words, want 6")
+	require.ErrorContains(t, st.PutMatches(w, 2), "3 hits and 3 residencies for 2 pending requests")
+	require.ErrorContains(t, st.PutMatches(make([]int64, 5), 2), "5 words, want 6")
 	w[0] = 3
-	require.ErrorContains(t, s.SetWindow(w, 2), "3 hits and 0 residencies for a window of 2")
+	require.ErrorContains(t, s.SetMatches(w, 2), "3 hits and 0 residencies for 2 pending requests")
 	w[0], w[1], w[4] = 0, 1, 2
-	require.ErrorContains(t, s.SetWindow(w, 2), "residency 2, want 0 or 1")
+	require.ErrorContains(t, s.SetMatches(w, 2), "residency 2, want 0 or 1")
 }
 
 // twoProcs is a Collective standing for process p of two, whose peer's
@@ -110,7 +110,7 @@ func TestExchangeLayout(t *testing.T) {
 	local := []RankState{me, peer}
 	got := make([]RankState, 2)
 	require.NoError(t, x.Counts(Local{}, local, got))
-	require.NoError(t, x.Window(Local{}, local, got, 3))
+	require.NoError(t, x.Matches(Local{}, local, got, 3))
 	require.Equal(t, me, got[0])
 	require.Equal(t, peer.ActiveTokens, got[1].ActiveTokens)
 	require.ErrorContains(t, Local{}.AllgatherInt64(make([]int64, 2), make([]int64, 3)), "2 values into 3")
@@ -129,10 +129,10 @@ func FuzzWire(f *testing.F) {
 		}
 		const w = 2
 		win := []int64{nh, nr, h0, h0 + 1, r0, 1 - r0}
-		if err := s.SetWindow(win, w); err == nil {
-			back := make([]int64, WindowWords(w))
-			require.NoError(t, s.PutWindow(back, w))
-			want := make([]int64, WindowWords(w))
+		if err := s.SetMatches(win, w); err == nil {
+			back := make([]int64, MatchWords(w))
+			require.NoError(t, s.PutMatches(back, w))
+			want := make([]int64, MatchWords(w))
 			copy(want, win[:2])
 			copy(want[2:2+nh], win[2:2+nh])
 			copy(want[2+w:2+w+nr], win[2+w:2+w+nr])

@@ -52,9 +52,9 @@ func TestCascadeGroupsFromSharedPrefix(t *testing.T) {
 			streams = append(streams, st)
 		}
 		s.drive(t, 400)
-		out := [][]int32{collect(t, first).TokenIDs}
+		out := [][]int32{readAll(t, first).TokenIDs}
 		for _, st := range streams {
-			out = append(out, collect(t, st).TokenIDs)
+			out = append(out, readAll(t, st).TokenIDs)
 		}
 		m := eng.Snapshot()
 		require.NoError(t, eng.Close())

@@ -31,12 +31,12 @@
 //
 // With Config.Overlap, step n+1 is planned and launched (overlap.Pipeline)
 // while step n runs; then n's results are processed. A request sampled in n
-// decodes in n+1 with model.FutureToken as input: the runner substitutes the
+// decodes in n+1 with step.FutureToken as input: the runner substitutes the
 // token from its own per-seat row, with no host round trip. kvpool learns the
 // token's value when n is processed: its slot is reserved when n+1 is
-// planned (kvpool.Reserve allocates the block when the slot opens one, so
+// planned (kvpool.Pool.Reserve allocates the block when the slot opens one, so
 // the runner writes the KV into the sequence's own block, with no copy) and
-// filled when n is processed (kvpool.Fill), and only then is a block it
+// filled when n is processed (kvpool.Pool.Fill), and only then is a block it
 // completes hashed and published. When no block is available for the slot,
 // the request skips n+1 and decodes in n+2 with the known token. A finish
 // known in advance (max tokens, context length) is never planned into n+1.
@@ -46,7 +46,7 @@
 // sees the finish at once.
 //
 // Retiring requests are not charged against admission or the step budgets
-// (Config.ChargeRetiring restores that charging, to measure what it costs) but they count for liveness: the loop blocks waiting for work
+// (Config.Ablation.ChargeRetiring restores that charging, to measure what it costs) but they count for liveness: the loop blocks waiting for work
 // only when nothing is running, retiring or in flight.
 //
 // The ordering rule that makes early release safe: the runner executes steps
@@ -56,7 +56,7 @@
 //
 // # Programs (Config.Programs)
 //
-// With a program policy (package policy, arms A/B/C), requests that carry a
+// With a program policy (package policy: tokens, blocks or pausing), requests that carry a
 // ProgramID are turns of agentic programs; requests without one bypass it.
 // The engine drives the policy's Controller from the loop goroutine:
 //
@@ -96,10 +96,10 @@
 //
 // # Simulated time
 //
-// A runner that spends simulated time implements Collector: the engine calls
-// Collected on its own goroutine as it takes each step's results, in step
-// order, so a virtual clock moves at a deterministic point even with overlap
-// (sim.Runner with ChargeOnCollect, sim.Recorder with SpendOn). Collect
+// A runner that spends simulated time implements StepSpender: the engine
+// calls SpendStep on its own goroutine as it processes each step's results,
+// in step order, so a virtual clock moves at a deterministic point even with
+// overlap (sim.Runner with DeferSpend, sim.Recorder with SpendOn). Flush
 // processes the steps in flight without launching one, for an
 // attention-DP rank that must see its step's results before the next gather
 // (adp's "early" ranks).

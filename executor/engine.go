@@ -17,16 +17,26 @@ import (
 	"github.com/turnstile-llm/turnstile/step"
 )
 
-// Collector is implemented by runners that spend simulated time (sim.Runner
-// with ChargeOnCollect, sim.Recorder spending on a virtual clock): the
-// engine calls Collected once per successful step, in step order, on its
-// own goroutine when it takes the step's results and before it reads the
-// clock to time-stamp them. Charging virtual time there, not from the
+// StepSpender is implemented by runners that spend simulated time (sim.Runner
+// with DeferSpend, sim.Recorder spending on a virtual clock): the engine
+// calls SpendStep once per successful step, in step order, on its own
+// goroutine when it processes the step's results and before it reads the
+// clock to time-stamp them. Spending virtual time there, not from the
 // device stream's goroutine inside Execute, makes time under overlap
 // deterministic: a step's results carry the time its step ended whatever
 // the goroutines' interleaving.
-type Collector interface {
-	Collected() error
+type StepSpender interface {
+	SpendStep() error
+}
+
+// Ablation is the engine's experiment switches, each of which restores a
+// rule whose absence an experiment measures: for experiments only, never
+// for serving (the zero value). An attention-DP deployment's
+// adp.Ablation.Engine is the one source of its engines' switches.
+type Ablation struct {
+	// ChargeRetiring charges retiring requests against admission and the
+	// step budgets, as engines without the retiring rule do.
+	ChargeRetiring bool
 }
 
 // Config configures an Engine. KV blocks, block size, vocab and context come
@@ -46,10 +56,8 @@ type Config struct {
 	BlockSize int
 	// Overlap plans and launches step n+1 while step n runs.
 	Overlap bool
-	// ChargeRetiring charges retiring requests against admission and the
-	// step budgets, as engines without the retiring rule do: for
-	// experiments that measure that rule, never for serving.
-	ChargeRetiring bool
+	// Ablation holds the experiment switches; the zero value serves.
+	Ablation Ablation
 	// Clock is the time source; nil means clock.Real.
 	Clock clock.Clock
 	// Programs, when set, enables program admission (package policy), the
@@ -117,7 +125,7 @@ type seq struct {
 	generated int
 	inflight  int // samples in launched, unprocessed steps
 	// futureIn: scheduled with a future input, whose slot is reserved in
-	// kvpool (kvpool.Reserve) until its value is known (kvpool.Fill).
+	// kvpool (kvpool.Pool.Reserve) until its value is known (kvpool.Pool.Fill).
 	futureIn bool
 	computed int // positions whose KV is written by launched steps
 	kvTokens int // == kv.Tokens(kvSeq)
@@ -165,7 +173,7 @@ func (st *stepRecord) reset(n uint64) {
 type Engine struct {
 	cfg       Config
 	runner    step.Runner
-	collector Collector // runner's, when it spends simulated time; else nil
+	spender   StepSpender // runner's, when it spends simulated time; else nil
 	tok       Tokenizer
 	capacity  step.Capacity
 	clock     clock.Clock
@@ -222,9 +230,9 @@ type Engine struct {
 	// drained) per program id, with or without a policy: an index of the
 	// engine's own requests, not program state. It is kept because
 	// attention-DP's program-aware routing asks HoldsProgram for every
-	// request of a window on every rank at each gather: in
+	// pending request on every rank at each gather: in
 	// adp.BenchmarkGatherRouteEngine/ProgramAware (8 ranks × 256
-	// requests, a window of 64) a scan of the requests instead takes the
+	// requests, 64 pending) a scan of the requests instead takes the
 	// iteration from about 20 to about 72 µs of CPU. ReleaseProgram reads
 	// it off the loop. Check proves it equals a recount.
 	progReqs map[string]int
@@ -292,7 +300,7 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 		kv: kv, seats: seats, rows: make([][]int32, n), tokBudget: cfg.MaxNumBatchedTokens,
 		wake: make(chan struct{}, 1),
 	}
-	e.collector, _ = runner.(Collector)
+	e.spender, _ = runner.(StepSpender)
 	if err := seats.Validate(
 		seatpool.Consumer{Owner: "runner buffers", Holds: capy.Seats},
 		seatpool.Consumer{Owner: "executor block-table rows", Holds: len(e.rows)},

@@ -115,7 +115,7 @@ func newSetup(t testing.TB, o opts) *setup {
 		TokenMin: o.tokMin, TokenMax: o.tokMax,
 	})
 	require.NoError(t, err)
-	eng, err := New(Config{MaxBatchSize: o.mbs, Seats: seats, Overlap: o.overlap, ChargeRetiring: o.charge,
+	eng, err := New(Config{MaxBatchSize: o.mbs, Seats: seats, Overlap: o.overlap, Ablation: Ablation{ChargeRetiring: o.charge},
 		Clock: clk, Programs: o.programs, Model: "test", Seed: 1}, r, newByteTokenizer())
 	require.NoError(t, err)
 	return &setup{eng: eng, runner: r, clock: vc}
@@ -147,10 +147,10 @@ func testSeats(tb testing.TB, mbs int, ovl bool) int {
 
 func greedy() sampling.Params { return sampling.DefaultParams() }
 
-func collect(t testing.TB, st *Stream) Delta {
+func readAll(t testing.TB, st *Stream) Delta {
 	t.Helper()
-	d, err := st.Collect(testwait.Ctx(t))
-	require.NoError(t, err, "collecting a stream to its finish")
+	d, err := st.ReadAll(testwait.Ctx(t))
+	require.NoError(t, err, "reading a stream to its finish")
 	return d
 }
 
@@ -182,7 +182,7 @@ func TestGenerateMatchesRunnerOverlapOnOff(t *testing.T) {
 		}
 		s.drive(t, 1000)
 		for i, st := range streams {
-			d := collect(t, st)
+			d := readAll(t, st)
 			prompt := newByteTokenizer().Encode(fmt.Sprintf("prompt number %d with some text", i), true)
 			require.Equal(t, expected(s.runner, uint64(100+i), prompt, 10+3*i), d.TokenIDs, "request %d overlap=%v", i, ovl)
 			require.Equal(t, FinishLength, d.FinishReason)
@@ -211,7 +211,7 @@ func TestGenerateMatchesRunnerOverlapOnOff(t *testing.T) {
 // TestRetiringSeat: with overlap, a request whose stop token (here EOS)
 // comes out of step n is already in step n+1; it holds its seat as retiring
 // for exactly that one step; admission ignores it (FIX) or counts it
-// (ChargeRetiring, BASE); liveness counts it either way.
+// (Ablation.ChargeRetiring, BASE); liveness counts it either way.
 func TestRetiringSeat(t *testing.T) {
 	type trace struct{ live, retiring, running, waiting int }
 	run := func(charge bool) ([]trace, Delta) {
@@ -230,7 +230,7 @@ func TestRetiringSeat(t *testing.T) {
 		}
 		s.drive(t, 100)
 		require.NoError(t, s.eng.Close())
-		return tr, collect(t, a)
+		return tr, readAll(t, a)
 	}
 	fix, da := run(false)
 	require.Equal(t, FinishStop, da.FinishReason)
@@ -340,7 +340,7 @@ func TestRetiringCountsForLiveness(t *testing.T) {
 	progressed, err = s.eng.Step()
 	require.NoError(t, err)
 	require.False(t, progressed, "nothing live: the loop may block")
-	require.Equal(t, FinishStop, collect(t, st).FinishReason)
+	require.Equal(t, FinishStop, readAll(t, st).FinishReason)
 	require.NoError(t, s.eng.Close())
 }
 
@@ -458,7 +458,7 @@ func TestStopConditions(t *testing.T) {
 			st, err := s.eng.Submit(context.Background(), &tc.req)
 			require.NoError(t, err)
 			s.drive(t, 2000)
-			d := collect(t, st)
+			d := readAll(t, st)
 			require.Equal(t, tc.reason, d.FinishReason)
 			if tc.name == "stop token id" {
 				first := indexOf32(exp, exp[4])
@@ -508,7 +508,7 @@ func TestPrefixCacheReuse(t *testing.T) {
 		second, err := s.eng.Submit(context.Background(), &req)
 		require.NoError(t, err)
 		s.drive(t, 100)
-		d1, d2 := collect(t, first), collect(t, second)
+		d1, d2 := readAll(t, first), readAll(t, second)
 		require.Equal(t, d1.TokenIDs, d2.TokenIDs)
 		require.Equal(t, 0, d1.Usage.CachedPrompt)
 		// 31 prompt tokens: 7 full blocks of 4 are cached (the last token is always recomputed).
@@ -541,7 +541,7 @@ func TestAdmissionOneAtATime(t *testing.T) {
 		}
 	}
 	for _, st := range streams {
-		require.Equal(t, FinishLength, collect(t, st).FinishReason)
+		require.Equal(t, FinishLength, readAll(t, st).FinishReason)
 	}
 	m := s.eng.Snapshot().Programs
 	require.Zero(t, m.Waiting+m.Active+m.Paused, "every admission must be matched by one release")
@@ -611,7 +611,7 @@ func TestStress(t *testing.T) {
 			s.drive(t, 100000)
 			var fin, ab int
 			for _, x := range subs {
-				d := collect(t, x.st)
+				d := readAll(t, x.st)
 				switch d.FinishReason {
 				case FinishAbort:
 					require.True(t, x.abort, "only cancelled requests abort")
@@ -669,7 +669,7 @@ func TestRunLoop(t *testing.T) {
 
 		ok, err := s.eng.Submit(context.Background(), &Request{Prompt: "fine", MaxTokens: 5, Params: greedy()})
 		require.NoError(t, err)
-		require.Equal(t, FinishLength, collect(t, ok).FinishReason)
+		require.Equal(t, FinishLength, readAll(t, ok).FinishReason)
 
 		rctx, cancelReq := context.WithCancel(context.Background())
 		long, err := s.eng.Submit(rctx, &Request{Prompt: "long", IgnoreEOS: true, Params: greedy()})
@@ -677,13 +677,13 @@ func TestRunLoop(t *testing.T) {
 		_, err = long.Recv(testwait.Ctx(t)) // it is running
 		require.NoError(t, err, "waiting for the long request's first token")
 		cancelReq()
-		require.Equal(t, FinishAbort, collect(t, long).FinishReason)
+		require.Equal(t, FinishAbort, readAll(t, long).FinishReason)
 
 		left, err := s.eng.Submit(context.Background(), &Request{Prompt: "left", IgnoreEOS: true, Params: greedy()})
 		require.NoError(t, err)
 		stop()
 		require.NoError(t, testwait.Recv(t, done, "Run to return after its context ended"))
-		require.Equal(t, FinishAbort, collect(t, left).FinishReason)
+		require.Equal(t, FinishAbort, readAll(t, left).FinishReason)
 		_, err = s.eng.Submit(context.Background(), &Request{Prompt: "late", Params: greedy()})
 		require.ErrorIs(t, err, ErrClosed)
 		require.NoError(t, s.eng.Check())
@@ -732,7 +732,7 @@ func TestBlockSizeOneLongRow(t *testing.T) {
 		require.NoError(t, s.eng.Check())
 		want := expected(s.runner, 3, newByteTokenizer().Encode("xyz", true), 600)
 		for _, st := range streams {
-			require.Equal(t, want, collect(t, st).TokenIDs)
+			require.Equal(t, want, readAll(t, st).TokenIDs)
 		}
 		if ovl {
 			require.Positive(t, s.eng.Snapshot().Reservations)
@@ -783,7 +783,7 @@ func TestFutureOpensBlockWithoutCopy(t *testing.T) {
 				}
 			}
 			m := eng.Snapshot()
-			require.Equal(t, expected(s.runner, 5, prompt, 9), collect(t, st).TokenIDs)
+			require.Equal(t, expected(s.runner, 5, prompt, 9), readAll(t, st).TokenIDs)
 			require.Equal(t, 8, cc.futures, "every decode after the first used its future token")
 			require.Equal(t, uint64(9), m.Steps, "the prefill and 8 decodes, nothing else")
 			// Positions 2..9 hold the 8 future inputs; those opening a block:
@@ -892,7 +892,7 @@ func TestStartNumOutput(t *testing.T) {
 				}
 			}
 			for _, st := range streams {
-				require.Len(t, collect(t, st).TokenIDs, 30)
+				require.Len(t, readAll(t, st).TokenIDs, 30)
 			}
 			require.Positive(t, eng.Snapshot().Preemptions, "10 blocks of 4 cannot hold both")
 			resumed := 0
@@ -952,7 +952,7 @@ func TestLeadingSpace(t *testing.T) {
 					break
 				}
 			}
-			d := collect(t, st)
+			d := readAll(t, st)
 			require.Equal(t, []int32{' ', ' ', ' ', ' '}, d.TokenIDs, "ids are never altered")
 			require.Equal(t, tc.want, d.Text)
 			require.NoError(t, eng.Close())
@@ -964,7 +964,7 @@ func TestLeadingSpace(t *testing.T) {
 // output token each) with max batch 2. Under overlap a request's only token
 // is in flight while the next step is planned; its finish is known, so it is
 // never planned again and — like a retiring request — must not hold an
-// admission slot (FIX). BASE (ChargeRetiring) charges it and runs at half
+// admission slot (FIX). BASE (Ablation.ChargeRetiring) charges it and runs at half
 // batch; without overlap (OVLOFF) the question never arises.
 func TestContextOnlyFinishingNotCharged(t *testing.T) {
 	const n = 8

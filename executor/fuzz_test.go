@@ -50,7 +50,7 @@ func FuzzEngine(f *testing.F) {
 		require.NoError(t, s.eng.Close())
 		require.NoError(t, s.eng.Check())
 		for _, st := range streams {
-			d := collect(t, st)
+			d := readAll(t, st)
 			require.NotEqual(t, FinishNone, d.FinishReason)
 		}
 		m := s.eng.Snapshot()

@@ -84,7 +84,7 @@ type Metrics struct {
 	PrefixHitTokens uint64 // served from the prefix cache at first admission
 	GeneratedTokens uint64
 	// Reservations counts future tokens that opened a block (overlap): the
-	// block was allocated by kvpool.Reserve before the token's value was
+	// block was allocated by kvpool.Pool.Reserve before the token's value was
 	// known; its KV is written in place (no copy).
 	Reservations uint64
 	// CascadeGroups counts step groups (step.Group) over all steps;

@@ -50,7 +50,7 @@ func TestRealModelOverlapOnOff(t *testing.T) {
 		}
 		require.NoError(t, r.Check()) // idle now: nothing in flight on the runner
 		for _, st := range streams {
-			got[mode] = append(got[mode], collect(t, st))
+			got[mode] = append(got[mode], readAll(t, st))
 		}
 		require.NoError(t, eng.Close())
 		require.NoError(t, r.Close())

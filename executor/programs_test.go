@@ -365,7 +365,7 @@ func TestProgramOneTurnAtATime(t *testing.T) {
 			}
 			require.True(t, together, "the request without a program ran beside the program's turn")
 			for _, st := range append(streams, other) {
-				require.Equal(t, FinishLength, collect(t, st).FinishReason)
+				require.Equal(t, FinishLength, readAll(t, st).FinishReason)
 			}
 			m := s.eng.Snapshot()
 			require.Equal(t, 1, m.Programs.Active)
@@ -395,7 +395,7 @@ func TestProgramReleaseAndStates(t *testing.T) {
 		st, err := s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(9, 0), MaxTokens: 3, Params: greedy(), ProgramID: "p"})
 		require.NoError(t, err)
 		s.drive(t, 100)
-		require.Equal(t, FinishLength, collect(t, st).FinishReason)
+		require.Equal(t, FinishLength, readAll(t, st).FinishReason)
 		require.Zero(t, s.eng.Snapshot().KVBlocksUsed, "without a policy nothing is pinned")
 		require.NoError(t, s.eng.Close())
 	})
@@ -407,7 +407,7 @@ func TestProgramReleaseAndStates(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, found, "a request of p is in the engine")
 		s.drive(t, 100) // the release applies before p's turn registers: nothing to end yet
-		require.Equal(t, FinishLength, collect(t, st).FinishReason)
+		require.Equal(t, FinishLength, readAll(t, st).FinishReason)
 		states, pauses, resumes := s.eng.ProgramStates()
 		require.Equal(t, map[string]int{"waiting": 0, "active": 1, "paused": 0}, states)
 		require.Zero(t, pauses+resumes)
@@ -460,8 +460,8 @@ func TestProgramWaitingTurnWithdrawn(t *testing.T) {
 	require.Equal(t, FinishAbort, d.FinishReason)
 	require.Zero(t, s.eng.Snapshot().Programs.Waiting, "the withdrawn first turn forgets its program")
 	s.drive(t, 200)
-	require.Equal(t, FinishLength, collect(t, big).FinishReason)
-	require.Equal(t, FinishLength, collect(t, plain).FinishReason)
+	require.Equal(t, FinishLength, readAll(t, big).FinishReason)
+	require.Equal(t, FinishLength, readAll(t, plain).FinishReason)
 	m = s.eng.Snapshot().Programs
 	require.Zero(t, m.Active+m.Waiting+m.Paused, "big asked for its release")
 	require.Equal(t, uint64(1), m.Released)
@@ -477,12 +477,12 @@ func TestProgramPinDroppedForLiveness(t *testing.T) {
 	st, err := s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(50, 0), MaxTokens: 4, Params: greedy(), ProgramID: "p"})
 	require.NoError(t, err)
 	s.drive(t, 100)
-	require.Equal(t, FinishLength, collect(t, st).FinishReason)
+	require.Equal(t, FinishLength, readAll(t, st).FinishReason)
 	require.Equal(t, 13, s.eng.Snapshot().KVBlocksUsed, "p's 53-token context is pinned: 13 full blocks")
 	st, err = s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(30, 11), MaxTokens: 4, Params: greedy()})
 	require.NoError(t, err)
 	s.drive(t, 100)
-	require.Equal(t, FinishLength, collect(t, st).FinishReason)
+	require.Equal(t, FinishLength, readAll(t, st).FinishReason)
 	m := s.eng.Snapshot()
 	require.Equal(t, uint64(1), m.PinsDropped)
 	require.Zero(t, m.Programs.Active, "p was ended to free its pin")
@@ -571,7 +571,7 @@ func fuzzPrograms(t *testing.T, ops []byte, arm uint8, ovl bool) {
 		require.NoError(t, s.eng.Close())
 		require.NoError(t, s.eng.Check())
 		for _, st := range streams {
-			require.NotEqual(t, FinishNone, collect(t, st).FinishReason)
+			require.NotEqual(t, FinishNone, readAll(t, st).FinishReason)
 		}
 		m := s.eng.Snapshot()
 		require.Equal(t, 0, m.Running+m.Waiting+m.Retiring+m.KVBlocksUsed+m.SeatsLive+m.SeatsRetiring)
@@ -597,7 +597,7 @@ func TestRunPollsProgramPolicy(t *testing.T) {
 	go func() { done <- s.eng.Run(ctx) }()
 	first, err := s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(40, 0), MaxTokens: 4, Params: greedy(), ProgramID: "first"})
 	require.NoError(t, err)
-	require.Equal(t, FinishLength, collect(t, first).FinishReason)
+	require.Equal(t, FinishLength, readAll(t, first).FinishReason)
 	held, err := s.eng.Submit(context.Background(), &Request{PromptTokens: progTokens(40, 5), MaxTokens: 4, Params: greedy(), ProgramID: "held"})
 	require.NoError(t, err)
 	testwait.For(t, "held's turn to wait behind first's pin", func() bool {
@@ -606,7 +606,7 @@ func TestRunPollsProgramPolicy(t *testing.T) {
 	})
 	// No wake-up: the idle loop finds the lease over at its next poll.
 	require.NoError(t, s.clock.Advance(pc.Lease+time.Second))
-	require.Equal(t, FinishLength, collect(t, held).FinishReason, "first's lease ended and held ran")
+	require.Equal(t, FinishLength, readAll(t, held).FinishReason, "first's lease ended and held ran")
 	stop()
 	require.NoError(t, testwait.Recv(t, done, "Run to return after its context ended"))
 	require.NoError(t, s.eng.Check())

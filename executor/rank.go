@@ -110,6 +110,9 @@ func (e *Engine) HoldsProgram(id string) bool {
 // MaxBatchSize is the most sequences one step schedules.
 func (e *Engine) MaxBatchSize() int { return e.cfg.MaxBatchSize }
 
+// Ablation is the experiment switches the engine was built with.
+func (e *Engine) Ablation() Ablation { return e.cfg.Ablation }
+
 // Launched is the number of steps launched on the runner so far; a Step
 // that leaves it unchanged ran nothing on the device.
 func (e *Engine) Launched() uint64 { return e.launched }

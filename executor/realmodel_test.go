@@ -129,7 +129,7 @@ func runArrangement(t *testing.T, m *model.Llama, a arrangement, ovl bool, reqs 
 	require.NoError(t, r.Check()) // idle: nothing in flight on the runner
 	out := make([]Delta, len(reqs))
 	for i, st := range streams {
-		out[i] = collect(t, st)
+		out[i] = readAll(t, st)
 	}
 	return out, eng.Snapshot()
 }
@@ -250,9 +250,9 @@ func benchEndToEnd(b *testing.B, m *model.Llama, conc int, ovl bool, maxTokens i
 		if err != nil {
 			return fmt.Errorf("submit %d: %w", i, err)
 		}
-		d, err := st.Collect(ctx)
+		d, err := st.ReadAll(ctx)
 		if err != nil {
-			return fmt.Errorf("collect %d: %w", i, err)
+			return fmt.Errorf("read %d: %w", i, err)
 		}
 		if len(d.TokenIDs) != maxTokens {
 			return fmt.Errorf("request %d: %d tokens, want %d", i, len(d.TokenIDs), maxTokens)

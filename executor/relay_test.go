@@ -22,7 +22,7 @@ func TestRelayStream(t *testing.T) {
 		TopLogprobs:  [][]TokenLogprob{{{Token: 4, Logprob: -4}, {Token: 5, Logprob: -5}}},
 		FinishReason: FinishLength, Usage: Usage{Prompt: 2, Completion: 3}}))
 	require.ErrorContains(t, s.Relay(Delta{Text: "late"}), "after the stream's finish")
-	d, err := s.Collect(context.Background())
+	d, err := s.ReadAll(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, "abc", d.Text)
 	require.Equal(t, []int32{1, 2, 4}, d.TokenIDs)
@@ -52,7 +52,7 @@ func TestStreamEnded(t *testing.T) {
 	default:
 		t.Fatal("Ended still open after the finish, with nothing read")
 	}
-	d, err := s.Collect(context.Background())
+	d, err := s.ReadAll(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, "ab", d.Text)
 }

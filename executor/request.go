@@ -211,8 +211,8 @@ func (s *Stream) TryRecv() (d Delta, ok bool, err error) {
 	return d, true, nil
 }
 
-// Collect drains the stream to its end and returns everything as one delta.
-func (s *Stream) Collect(ctx context.Context) (Delta, error) {
+// ReadAll drains the stream to its end and returns everything as one delta.
+func (s *Stream) ReadAll(ctx context.Context) (Delta, error) {
 	var all Delta
 	var text strings.Builder
 	for {

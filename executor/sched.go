@@ -17,7 +17,7 @@ func (e *Engine) plan(st *stepRecord) error {
 	n := st.n
 	bs := e.kv.BlockSize()
 	tokBudget, seqBudget := e.tokBudget, e.cfg.MaxBatchSize
-	if e.cfg.ChargeRetiring {
+	if e.cfg.Ablation.ChargeRetiring {
 		tokBudget -= e.retiring
 		seqBudget -= e.retiring
 	}
@@ -98,9 +98,9 @@ func (e *Engine) plan(st *stepRecord) error {
 	// A running request whose last token is in flight with a finish known in
 	// advance (max tokens, context) is never planned again: like a retiring
 	// request it holds its seat only until teardown, so it is not charged
-	// against admission either — unless ChargeRetiring (BASE) charges both.
+	// against admission either — unless Ablation.ChargeRetiring charges both.
 	finishing := 0
-	if !e.cfg.ChargeRetiring && len(e.waiting) > 0 {
+	if !e.cfg.Ablation.ChargeRetiring && len(e.waiting) > 0 {
 		for _, s := range e.running {
 			if s.inflight > 0 && e.finishKnown(s) {
 				finishing++
@@ -109,7 +109,7 @@ func (e *Engine) plan(st *stepRecord) error {
 	}
 	for i := 0; i < len(e.waiting) && tokBudget > 0 && seqBudget > 0; {
 		live := len(e.running) - finishing
-		if e.cfg.ChargeRetiring {
+		if e.cfg.Ablation.ChargeRetiring {
 			live += e.retiring
 		}
 		if live >= e.cfg.MaxBatchSize || e.seats.Free() == 0 {
@@ -414,9 +414,9 @@ func (e *Engine) process(d overlap.Done[*stepRecord]) error {
 	if d.Err != nil {
 		return fmt.Errorf("executor: step %d: runner: %w", st.n, d.Err)
 	}
-	if e.collector != nil {
-		if err := e.collector.Collected(); err != nil {
-			return fmt.Errorf("executor: step %d: collecting: %w", st.n, err)
+	if e.spender != nil {
+		if err := e.spender.SpendStep(); err != nil {
+			return fmt.Errorf("executor: step %d: spending its time: %w", st.n, err)
 		}
 	}
 	e.processed = st.n

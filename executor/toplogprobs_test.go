@@ -50,7 +50,7 @@ func TestRealModelTopLogprobs(t *testing.T) {
 		streams = append(streams, st)
 	}
 	// Drain one stream incrementally while stepping, to prove coalesced
-	// deltas concatenate to the same output as Collect.
+	// deltas concatenate to the same output as ReadAll.
 	var inc Delta
 	for range 500 {
 		progressed, err := eng.Step()
@@ -68,7 +68,7 @@ func TestRealModelTopLogprobs(t *testing.T) {
 	}
 	var got []Delta
 	for _, st := range streams[:4] {
-		got = append(got, collect(t, st))
+		got = append(got, readAll(t, st))
 	}
 	got = append(got, inc)
 

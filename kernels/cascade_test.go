@@ -10,11 +10,13 @@ import (
 )
 
 // cascShape is one group of a cascade batch: members sharing their first
-// shared blocks, or (loose) sequences listed in no group.
+// shared blocks, or (loose) sequences listed in no group; window is every
+// member's sliding window (0: none).
 type cascShape struct {
 	shared  int
 	members []attnSeqShape
 	loose   bool
+	window  int
 }
 
 // cascCase is a batch of sequences, grouped, over a random paged layer.
@@ -57,9 +59,10 @@ func newCascCase(t testing.TB, rng *rand.Rand, bs, kvHeads, group, hd int, shape
 		return ids
 	}
 	type member struct {
-		s     attnSeqShape
-		table []int32
-		group int
+		s      attnSeqShape
+		table  []int32
+		group  int
+		window int
 	}
 	var all []member
 	for gi, sh := range shapes {
@@ -70,7 +73,7 @@ func newCascCase(t testing.TB, rng *rand.Rand, bs, kvHeads, group, hd int, shape
 			if sh.loose {
 				g = -1
 			}
-			all = append(all, member{m, table, g})
+			all = append(all, member{m, table, g, sh.window})
 		}
 	}
 	c := cascCase{
@@ -84,7 +87,8 @@ func newCascCase(t testing.TB, rng *rand.Rand, bs, kvHeads, group, hd int, shape
 	rows := 0
 	for i, k := range rng.Perm(len(all)) {
 		m := all[k]
-		c.seqs[i] = AttnSeq{QStart: int32(rows), NumQ: int32(m.s.numQ), ContextLen: int32(m.s.ctx), BlockTable: m.table}
+		c.seqs[i] = AttnSeq{QStart: int32(rows), NumQ: int32(m.s.numQ), ContextLen: int32(m.s.ctx), BlockTable: m.table,
+			Window: int32(m.window)}
 		rows += m.s.numQ
 		if m.group >= 0 {
 			members[m.group] = append(members[m.group], int32(i))
@@ -181,6 +185,13 @@ func TestPagedAttentionGroups(t *testing.T) {
 		"prefill members": {16, 2, 2, 64, []cascShape{{shared: 3, members: []attnSeqShape{
 			{20, 68}, {1, 49}, {37, 100}, {16, 64}}}}},
 		"no queries": {16, 2, 1, 8, []cascShape{{shared: 2, members: []attnSeqShape{{0, 40}, {1, 33}, {0, 32}}}}},
+		// At the window's edge: a context the window covers takes the
+		// shared pass; one position more and the shared run's first
+		// position falls out of the last query's window.
+		"window = context":   {16, 2, 2, 8, []cascShape{{shared: 2, window: 40, members: decodes(3, 40)}}},
+		"window = context-1": {16, 2, 2, 8, []cascShape{{shared: 2, window: 39, members: decodes(3, 40)}}},
+		"window at the edge, prefill members": {16, 2, 2, 64, []cascShape{{shared: 2, window: 64, members: []attnSeqShape{
+			{16, 64}, {1, 64}, {1, 65}, {20, 65}}}}},
 		"several groups and loose": {32, 2, 4, 64, []cascShape{
 			{shared: 2, members: decodes(3, 90)},
 			{shared: 1, members: []attnSeqShape{{5, 50}, {1, 33}}},

@@ -59,7 +59,8 @@
 //
 // Layouts shared with the forward pass and the CUDA kernels:
 //   - weights W: row-major [Rows][Cols] as stored in GGUF; y[m][n] = Σ_k x[m][k]·W[n][k];
-//   - KV cache per layer: K and V float32 [numBlocks][kvHeads][blockSize][headDim];
+//   - KV cache per layer (KVLayer): K and V [numBlocks][kvHeads][blockSize][headDim]
+//     of one KVTypes element type: float32 (K, V), or F16 or BF16 bits (K16, V16);
 //     position p of a sequence is at offset p%blockSize of block table[p/blockSize]
 //     (its KV slot is table[p/blockSize]*blockSize + p%blockSize);
 //   - Q/K/V activations: [tokens][heads*headDim], head h at columns h*headDim.

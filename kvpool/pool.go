@@ -14,7 +14,7 @@ type BlockID = int32
 // table; entries are reused after Release (see the package doc on handles).
 type SeqID int32
 
-// InvalidSeq is the handle NewSeq returns when all 2^20 sequence slots are in
+// InvalidSeq is the handle NewSeq returns when all 2^20 sequence entries are in
 // use; every method refuses it.
 const InvalidSeq SeqID = -1
 
@@ -88,17 +88,18 @@ func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("kvpool: request of %d tokens exceeds the whole pool of %d tokens", e.Tokens, e.PoolTokens)
 }
 
-// Sequence handles: low seqSlotBits bits are the slot, the next seqGenBits
-// bits the slot's generation (bumped on every Release).
+// Sequence handles: low seqEntryBits bits are the entry (the sequence's
+// index in Pool.seqs), the next seqGenBits bits the entry's generation
+// (bumped on every Release).
 const (
-	seqSlotBits = 20
-	seqGenBits  = 11
-	seqSlotMask = 1<<seqSlotBits - 1
-	seqGenMask  = 1<<seqGenBits - 1
-	maxSeqSlots = 1 << seqSlotBits
+	seqEntryBits  = 20
+	seqGenBits    = 11
+	seqEntryMask  = 1<<seqEntryBits - 1
+	seqGenMask    = 1<<seqGenBits - 1
+	maxSeqEntries = 1 << seqEntryBits
 )
 
-// seq is one sequence's state. Slices are kept across reuse of the slot so a
+// seq is one sequence's state. Slices are kept across reuse of the entry so a
 // steady state allocates nothing.
 type seq struct {
 	blocks  []BlockID // block table, len = ceil((tokens+reserved)/bs)
@@ -137,7 +138,7 @@ type Pool struct {
 	index map[Hash]BlockID // published hashes; sized lazily
 
 	seqs     []seq
-	freeSeqs []int32 // stack of free slots
+	freeSeqs []int32 // stack of free entries
 
 	keyIdx   map[Keys]int32
 	keyTab   []keyEntry

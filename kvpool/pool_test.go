@@ -478,9 +478,9 @@ func TestInvalidHandles(t *testing.T) {
 	dead := p.NewSeq(Keys{})
 	require.NoError(t, p.Append(dead, seqTokens(0, 5)))
 	p.Release(dead)
-	reused := p.NewSeq(Keys{}) // takes dead's slot with a new generation
+	reused := p.NewSeq(Keys{}) // takes dead's entry with a new generation
 	require.NotEqual(t, dead, reused)
-	require.Equal(t, int32(dead)&seqSlotMask, int32(reused)&seqSlotMask)
+	require.Equal(t, int32(dead)&seqEntryMask, int32(reused)&seqEntryMask)
 	require.NoError(t, p.Check())
 	handles := []struct {
 		name    string
@@ -511,7 +511,7 @@ func TestInvalidHandles(t *testing.T) {
 			require.Zero(t, p.DistinctBlocks([]SeqID{h.s}))
 			p.Release(h.s) // no-op
 			require.NoError(t, p.Check())
-			require.True(t, p.Valid(reused), "the slot's new owner is untouched")
+			require.True(t, p.Valid(reused), "the entry's new owner is untouched")
 		})
 	}
 	release(t, p, reused, reused) // double release is a no-op
@@ -578,7 +578,7 @@ func TestCheckDetectsCorruption(t *testing.T) {
 			q.tokens = 1
 			q.partial = append(q.partial, 5)
 		}, "shared by 2 sequences"},
-		{"free slot", func(p *Pool, s SeqID) { p.freeSeqs = append(p.freeSeqs, int32(s)) }, "free"},
+		{"free entry", func(p *Pool, s SeqID) { p.freeSeqs = append(p.freeSeqs, int32(s)) }, "free"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

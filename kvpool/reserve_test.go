@@ -147,7 +147,7 @@ func TestCheckDetectsPublishedReservedBlock(t *testing.T) {
 	require.NoError(t, p.Append(s, seqTokens(0, 2)))
 	require.NoError(t, p.Reserve(s, 2))
 	b := p.Blocks(s)[1]
-	q := &p.seqs[int32(s&seqSlotMask)]
+	q := &p.seqs[int32(s&seqEntryMask)]
 	p.publish(b, Hash{1}, q.key)
 	require.ErrorContains(t, p.Check(), "reserved block")
 }

@@ -7,13 +7,13 @@ func (p *Pool) get(s SeqID) (*seq, error) {
 	if s < 0 {
 		return nil, fmt.Errorf("%w: %d is negative", ErrInvalidSeq, s)
 	}
-	slot := int(s & seqSlotMask)
-	if slot >= len(p.seqs) {
-		return nil, fmt.Errorf("%w: %d (slot %d) is out of range (%d slots)", ErrInvalidSeq, s, slot, len(p.seqs))
+	ent := int(s & seqEntryMask)
+	if ent >= len(p.seqs) {
+		return nil, fmt.Errorf("%w: %d (entry %d) is out of range (%d entries)", ErrInvalidSeq, s, ent, len(p.seqs))
 	}
-	q := &p.seqs[slot]
-	if !q.live || uint16(s>>seqSlotBits) != q.gen {
-		return nil, fmt.Errorf("%w: %d (slot %d) was released", ErrInvalidSeq, s, slot)
+	q := &p.seqs[ent]
+	if !q.live || uint16(s>>seqEntryBits) != q.gen {
+		return nil, fmt.Errorf("%w: %d (entry %d) was released", ErrInvalidSeq, s, ent)
 	}
 	return q, nil
 }
@@ -24,35 +24,36 @@ func (p *Pool) Valid(s SeqID) bool {
 	return err == nil
 }
 
-// newSlot takes a free sequence slot with key entry k; -1 when none is left.
-func (p *Pool) newSlot(k int32) (SeqID, *seq) {
-	var slot int32
+// newEntry takes a free sequence entry with key entry k; -1 when none is
+// left.
+func (p *Pool) newEntry(k int32) (SeqID, *seq) {
+	var ent int32
 	if n := len(p.freeSeqs); n > 0 {
-		slot = p.freeSeqs[n-1]
+		ent = p.freeSeqs[n-1]
 		p.freeSeqs = p.freeSeqs[:n-1]
 	} else {
-		if len(p.seqs) >= maxSeqSlots {
+		if len(p.seqs) >= maxSeqEntries {
 			return InvalidSeq, nil
 		}
-		slot = int32(len(p.seqs))
+		ent = int32(len(p.seqs))
 		p.seqs = append(p.seqs, seq{partial: make([]int32, 0, p.bs)})
 	}
-	q := &p.seqs[slot]
+	q := &p.seqs[ent]
 	q.live = true
 	q.key = k
 	q.tokens = 0
 	q.parent = p.keyTab[k].root
-	return SeqID(int32(q.gen)<<seqSlotBits | slot), q
+	return SeqID(int32(q.gen)<<seqEntryBits | ent), q
 }
 
 // NewSeq returns an empty sequence under keys. O(1); it allocates nothing in
-// steady state (slots and their slices are reused). It returns InvalidSeq
-// when all 2^20 slots are live.
+// steady state (entries and their slices are reused). It returns InvalidSeq
+// when all 2^20 entries are live.
 func (p *Pool) NewSeq(keys Keys) SeqID {
-	if len(p.freeSeqs) == 0 && len(p.seqs) >= maxSeqSlots {
+	if len(p.freeSeqs) == 0 && len(p.seqs) >= maxSeqEntries {
 		return InvalidSeq
 	}
-	s, _ := p.newSlot(p.keyRef(keys))
+	s, _ := p.newEntry(p.keyRef(keys))
 	return s
 }
 
@@ -76,7 +77,7 @@ func (p *Pool) Release(s SeqID) {
 	q.key = -1
 	q.live = false
 	q.gen = (q.gen + 1) & seqGenMask
-	p.freeSeqs = append(p.freeSeqs, int32(s&seqSlotMask))
+	p.freeSeqs = append(p.freeSeqs, int32(s&seqEntryMask))
 }
 
 // MatchPrefix takes references on the longest run of cached full blocks
@@ -266,13 +267,13 @@ func (p *Pool) Pin(s SeqID) (SeqID, error) {
 
 // dup makes a new sequence with q's keys referencing q's first full blocks.
 func (p *Pool) dup(s SeqID, q *seq, full int) (SeqID, *seq, error) {
-	if len(p.freeSeqs) == 0 && len(p.seqs) >= maxSeqSlots {
-		return InvalidSeq, nil, fmt.Errorf("kvpool: copying sequence %d: all %d sequence slots are live", s, maxSeqSlots)
+	if len(p.freeSeqs) == 0 && len(p.seqs) >= maxSeqEntries {
+		return InvalidSeq, nil, fmt.Errorf("kvpool: copying sequence %d: all %d sequence entries are live", s, maxSeqEntries)
 	}
 	p.keyTab[q.key].refs++
 	parent, key := q.parent, q.key
-	child, c := p.newSlot(key)
-	q = &p.seqs[int32(s&seqSlotMask)] // p.seqs may have grown
+	child, c := p.newEntry(key)
+	q = &p.seqs[int32(s&seqEntryMask)] // p.seqs may have grown
 	for _, b := range q.blocks[:full] {
 		p.addRef(b)
 	}

@@ -48,7 +48,7 @@ func (h *seatHost) capacity() step.Capacity { return h.checker.Capacity() }
 // begin checks b (a bad batch changes nothing) and starts the sampler
 // state of every sequence whose first step this is.
 func (h *seatHost) begin(b *step.Batch) error {
-	if err := h.checker.Check(b); err != nil {
+	if err := h.checker.Validate(b); err != nil {
 		return err
 	}
 	for i := range b.Seqs {

@@ -6,13 +6,13 @@ import (
 	"github.com/turnstile-llm/turnstile/kernels"
 )
 
-// MLPGroup is the set of ranks a CPURunner's MLP is tensor-parallel across
+// MLPComm is the communicator of the ranks a CPURunner's MLP is tensor-parallel across
 // (attention-DP: each rank runs attention for its own sequences, and the MLP
 // of every rank's tokens is split by FFN rows over the ranks). *mpi.World
 // (and its Dup) satisfies it. Every rank must call the same methods in the
 // same order with matching counts; a sharded CPURunner does, as long as every
 // rank calls Execute or DummyStep once per step.
-type MLPGroup interface {
+type MLPComm interface {
 	// Rank is this rank, in [0, Size()).
 	Rank() int
 	// Size is the number of ranks.
@@ -39,7 +39,7 @@ type ffnWeights struct {
 // mlpShard is a runner's share of a tensor-parallel MLP and the state of
 // the collectives that join the shards.
 type mlpShard struct {
-	g          MLPGroup
+	g          MLPComm
 	rank, size int
 	width      int // FFN/size: this shard's gate/up rows and down columns
 
@@ -67,7 +67,7 @@ func blockElems(t kernels.DType) int { return t.BlockElems() }
 // model's (memory-mapped) data, and the same columns of down copied into
 // owned memory, w = FFN/Size. tokens is the runner's MaxBatchTokens; the
 // gathered buffers hold Size()·tokens rows.
-func newMLPShard(m *Llama, g MLPGroup, tokens int) (*mlpShard, []ffnWeights, error) {
+func newMLPShard(m *Llama, g MLPComm, tokens int) (*mlpShard, []ffnWeights, error) {
 	c := m.cfg
 	n, rank := g.Size(), g.Rank()
 	if n < 1 {

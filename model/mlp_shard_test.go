@@ -19,7 +19,7 @@ import (
 const shardTol = 1e-4
 
 // hub joins N in-process ranks (goroutines) for the collectives of
-// MLPGroup: each collective deposits every rank's arguments, waits for all,
+// MLPComm: each collective deposits every rank's arguments, waits for all,
 // lets each rank compute its result from all deposits, and waits again so
 // that no rank reuses its buffers while a peer still reads them. Every rank
 // checks that all ranks called the same collective with the same counts, as
@@ -92,16 +92,16 @@ func (h *hub) exchange(rank int, d deposit, read func(all []deposit) error) erro
 	return errors.Join(err, h.barrier())
 }
 
-// hubRank is one rank's MLPGroup on a hub.
-type hubRank struct {
+// hubComm is one rank's MLPComm on a hub.
+type hubComm struct {
 	h    *hub
 	rank int
 }
 
-func (g hubRank) Rank() int { return g.rank }
-func (g hubRank) Size() int { return g.h.n }
+func (g hubComm) Rank() int { return g.rank }
+func (g hubComm) Size() int { return g.h.n }
 
-func (g hubRank) AllgatherInt64(local, all []int64) error {
+func (g hubComm) AllgatherInt64(local, all []int64) error {
 	return g.h.exchange(g.rank, deposit{op: "allgather", counts: []int{len(local)}, i64: local}, func(ds []deposit) error {
 		if len(all) != len(ds)*len(local) {
 			return fmt.Errorf("hub: allgather len(all) = %d", len(all))
@@ -113,7 +113,7 @@ func (g hubRank) AllgatherInt64(local, all []int64) error {
 	})
 }
 
-func (g hubRank) AllgathervFloat32(local []float32, counts []int, all []float32) error {
+func (g hubComm) AllgathervFloat32(local []float32, counts []int, all []float32) error {
 	return g.h.exchange(g.rank, deposit{op: "gatherv", counts: counts, f32: local}, func(ds []deposit) error {
 		off := 0
 		for p, d := range ds {
@@ -129,7 +129,7 @@ func (g hubRank) AllgathervFloat32(local []float32, counts []int, all []float32)
 	})
 }
 
-func (g hubRank) ReduceScatterSumFloat32V(send []float32, counts []int, recv []float32) error {
+func (g hubComm) ReduceScatterSumFloat32V(send []float32, counts []int, recv []float32) error {
 	return g.h.exchange(g.rank, deposit{op: "reduce-scatter", counts: counts, f32: send}, func(ds []deposit) error {
 		off := 0
 		for _, n := range counts[:g.rank] {
@@ -242,7 +242,7 @@ func runRank(r *CPURunner, rank int, c shardCase, prompts [][]int32) (rankRun, e
 }
 
 // shardConfig is every runner's configuration in these tests.
-func shardConfig(g MLPGroup) CPURunnerConfig {
+func shardConfig(g MLPComm) CPURunnerConfig {
 	return CPURunnerConfig{Seats: 4, KVBlocks: 64, BlockSize: 16, MaxBatchTokens: 128, Workers: 2, KeepLogits: true, MLP: g}
 }
 
@@ -264,7 +264,7 @@ func checkSharded(t *testing.T, m *Llama, c shardCase, prompts [][]int32) {
 	h := newHub(n)
 	runners := make([]*CPURunner, n)
 	for rank := range n {
-		runners[rank] = newExactRunner(t, m, shardConfig(hubRank{h, rank}))
+		runners[rank] = newExactRunner(t, m, shardConfig(hubComm{h, rank}))
 	}
 	got := make([]rankRun, n)
 	errs := make([]error, n)
@@ -350,22 +350,22 @@ func TestShardedMLPBlockTypes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkSharded(t, loadSynth(t, tc.spec), tc.c, prompts) })
 	}
-	_, err := NewCPURunner(loadSynth(t, kquantSpec(gguf.TypeQ4_K)), shardConfig(fixedGroup{0, 2}))
+	_, err := NewCPURunner(loadSynth(t, kquantSpec(gguf.TypeQ4_K)), shardConfig(fixedComm{0, 2}))
 	require.ErrorContains(t, err, "FFN 256 in 2 MLP shards is 128 columns each, not a multiple of the Q4_K block size 256")
 }
 
-// fixedGroup is an MLPGroup of a given rank and size that must never be
+// fixedComm is an MLPComm of a given rank and size that must never be
 // called (construction tests).
-type fixedGroup struct{ rank, size int }
+type fixedComm struct{ rank, size int }
 
-func (g fixedGroup) Rank() int                       { return g.rank }
-func (g fixedGroup) Size() int                       { return g.size }
-func (fixedGroup) AllgatherInt64(_, _ []int64) error { return errors.New("fixedGroup: called") }
-func (fixedGroup) AllgathervFloat32(_ []float32, _ []int, _ []float32) error {
-	return errors.New("fixedGroup: called")
+func (g fixedComm) Rank() int                       { return g.rank }
+func (g fixedComm) Size() int                       { return g.size }
+func (fixedComm) AllgatherInt64(_, _ []int64) error { return errors.New("fixedComm: called") }
+func (fixedComm) AllgathervFloat32(_ []float32, _ []int, _ []float32) error {
+	return errors.New("fixedComm: called")
 }
-func (fixedGroup) ReduceScatterSumFloat32V(_ []float32, _ []int, _ []float32) error {
-	return errors.New("fixedGroup: called")
+func (fixedComm) ReduceScatterSumFloat32V(_ []float32, _ []int, _ []float32) error {
+	return errors.New("fixedComm: called")
 }
 
 func TestShardedMLPConfigErrors(t *testing.T) {
@@ -376,15 +376,15 @@ func TestShardedMLPConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		m    *Llama
-		g    MLPGroup
+		g    MLPComm
 		want string
 	}{
-		{"FFN 172 into 3", stories, fixedGroup{0, 3}, "FFN 172 does not split into 3 equal MLP shards"},
-		{"FFN 172 into 8", stories, fixedGroup{1, 8}, "FFN 172 does not split into 8 equal MLP shards"},
-		{"size 0", stories, fixedGroup{0, 0}, "MLP.Size() = 0, want ≥ 1"},
-		{"rank past size", stories, fixedGroup{2, 2}, "MLP.Rank() = 2 outside [0, 2)"},
-		{"negative rank", stories, fixedGroup{-1, 4}, "MLP.Rank() = -1 outside [0, 4)"},
-		{"Q8_0 block", quant, fixedGroup{0, 8}, "FFN 128 in 8 MLP shards is 16 columns each, not a multiple of the Q8_0 block size 32"},
+		{"FFN 172 into 3", stories, fixedComm{0, 3}, "FFN 172 does not split into 3 equal MLP shards"},
+		{"FFN 172 into 8", stories, fixedComm{1, 8}, "FFN 172 does not split into 8 equal MLP shards"},
+		{"size 0", stories, fixedComm{0, 0}, "MLP.Size() = 0, want ≥ 1"},
+		{"rank past size", stories, fixedComm{2, 2}, "MLP.Rank() = 2 outside [0, 2)"},
+		{"negative rank", stories, fixedComm{-1, 4}, "MLP.Rank() = -1 outside [0, 4)"},
+		{"Q8_0 block", quant, fixedComm{0, 8}, "FFN 128 in 8 MLP shards is 16 columns each, not a multiple of the Q8_0 block size 32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewCPURunner(tc.m, shardConfig(tc.g))
@@ -392,7 +392,7 @@ func TestShardedMLPConfigErrors(t *testing.T) {
 		})
 	}
 	// On the block boundary a quantized model shards.
-	r := newTestRunner(t, quant, shardConfig(fixedGroup{3, 4}))
+	r := newTestRunner(t, quant, shardConfig(fixedComm{3, 4}))
 	require.Equal(t, quantMLPBytes(quant)/4, r.MLPWeightBytes())
 }
 
@@ -414,7 +414,7 @@ func TestMLPWeightBytes(t *testing.T) {
 	require.Equal(t, whole, newTestRunner(t, m, shardConfig(nil)).MLPWeightBytes())
 	for _, n := range []int{1, 2, 4} {
 		for rank := range n {
-			r := newTestRunner(t, m, shardConfig(fixedGroup{rank, n}))
+			r := newTestRunner(t, m, shardConfig(fixedComm{rank, n}))
 			require.Equal(t, whole/int64(n), r.MLPWeightBytes(), "rank %d of %d", rank, n)
 		}
 	}

@@ -39,7 +39,7 @@ type CPURunnerConfig struct {
 	// (see Execute and DummyStep). Every rank must use the same model and
 	// should use the same MaxBatchTokens. nil (or Size() = 1): the whole MLP,
 	// no collectives.
-	MLP MLPGroup
+	MLP MLPComm
 }
 
 // CPURunner executes batches of the llama forward pass on the CPU with the

@@ -38,7 +38,7 @@ type CUDARunnerConfig struct {
 	// captured and every decode row attends its whole context itself. By
 	// default a decode graph of batch P ≥ 2 has a cascade twin, replayed for
 	// steps with groups, that attends each group's shared run once for all
-	// its members (kernels.CascadeDecodeAttention); the group layout is data
+	// its members (kernels.CUDAKernels.CascadeDecodeAttention); the group layout is data
 	// in the step's inputs, so one twin serves every grouping of its shape.
 	NoCascade bool
 	// KVType is the KV cache's element type: kernels.F32 (the zero value:

@@ -288,7 +288,7 @@ func emuWindowStart(ctx, window int) int {
 	return 0
 }
 
-// CascadeDecodeAttention emulates kernels.CascadeDecodeAttention from the
+// CascadeDecodeAttention emulates kernels.CUDAKernels.CascadeDecodeAttention from the
 // group layout in emulated device memory: every slot of the scratch is
 // poisoned first and must be written exactly once (each row's tail splits
 // from its start block, kernels.DecodeTailSplitRange; each member's shared

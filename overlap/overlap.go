@@ -6,7 +6,7 @@
 //
 //	launch(n)            // step n starts on the stream
 //	plan(n+1)            // its decode inputs for sequences sampled in n are
-//	launch(n+1)          //   token futures (model.FutureToken), resolved by
+//	launch(n+1)          //   token futures (step.FutureToken), resolved by
 //	wait(n); process(n)  //   the runner from its own per-seat rows
 //
 // Two consequences the executor builds on (see its package doc):

@@ -9,8 +9,8 @@ import (
 )
 
 // Check verifies every invariant and returns the first violation. It
-// recomputes both accountings from scratch (B's distinct blocks also through
-// kvpool.DistinctBlocks over the ACTIVE programs' sequences), so it is
+// recomputes both accountings from scratch (the distinct blocks also through
+// kvpool.Pool.DistinctBlocks over the ACTIVE programs' sequences), so it is
 // O(programs + pool) and allocates; tests call it after every lifecycle event
 // and Tick. Growth the engine made since the last Grew or Tick is reported as
 // unobserved.
@@ -20,7 +20,7 @@ import (
 //   - only ACTIVE programs hold handles or counted blocks; only ACTIVE ACTING
 //     programs hold pins, so every pinned block belongs to an ACTIVE program;
 //   - counted blocks equal the handle's block table;
-//   - A's sums, B's per-block counts, distinct count and estimates equal a
+//   - the token sums, the per-block counts, distinct count and estimates equal a
 //     from-scratch recomputation; |ACTIVE| ≤ MaxActive;
 //   - with no program left nothing is pinned and used is 0 under both.
 func (c *Controller) Check() error {
@@ -144,7 +144,7 @@ func (c *Controller) Check() error {
 		return err
 	}
 	if pd := c.pool.DistinctBlocks(handles); distinct != c.distinct || pd != c.distinct {
-		return fmt.Errorf("policy: B counts %d distinct blocks; recomputed %d, kvpool.DistinctBlocks %d", c.distinct, distinct, pd)
+		return fmt.Errorf("policy: %d distinct blocks counted; recomputed %d, kvpool.Pool.DistinctBlocks %d", c.distinct, distinct, pd)
 	}
 	switch {
 	case nActive != c.nActive || len(c.reasoning)+len(c.acting) != nActive:
@@ -153,18 +153,18 @@ func (c *Controller) Check() error {
 	case nActive > c.cfg.MaxActive:
 		return fmt.Errorf("policy: %d ACTIVE programs exceed the %d seats", nActive, c.cfg.MaxActive)
 	case sumR != c.sumReasoning || sumA != c.sumActing:
-		return fmt.Errorf("policy: A sums reasoning %d / acting %d tokens, recomputed %d / %d", c.sumReasoning, c.sumActing, sumR, sumA)
+		return fmt.Errorf("policy: token sums reasoning %d / acting %d, recomputed %d / %d", c.sumReasoning, c.sumActing, sumR, sumA)
 	case sumEst != c.sumEst:
-		return fmt.Errorf("policy: B estimates %d tokens, recomputed %d", c.sumEst, sumEst)
+		return fmt.Errorf("policy: block estimates %d tokens, recomputed %d", c.sumEst, sumEst)
 	case nMarked != c.nMarked:
 		return fmt.Errorf("policy: %d marked counted, %d found", c.nMarked, nMarked)
 	}
-	if len(c.progs) == 0 && (c.UsedA() != 0 || c.UsedB() != 0 || c.distinct != 0 || len(handles) != 0) {
-		return fmt.Errorf("policy: no programs left but used A %v, B %d, %d distinct blocks, %d handles",
-			c.UsedA(), c.UsedB(), c.distinct, len(handles))
+	if len(c.progs) == 0 && (c.UsedTokens() != 0 || c.UsedBlocks() != 0 || c.distinct != 0 || len(handles) != 0) {
+		return fmt.Errorf("policy: no programs left but used tokens %v, blocks %d, %d distinct blocks, %d handles",
+			c.UsedTokens(), c.UsedBlocks(), c.distinct, len(handles))
 	}
-	if u := c.UsedA(); math.IsNaN(u) || u < 0 {
-		return fmt.Errorf("policy: A's used is %v", u)
+	if u := c.UsedTokens(); math.IsNaN(u) || u < 0 {
+		return fmt.Errorf("policy: used tokens is %v", u)
 	}
 	return nil
 }
@@ -189,7 +189,7 @@ func checkList(l *plist, want int) error {
 	return nil
 }
 
-// recount recomputes B's per-block counts from the counted programs' block
+// recount recomputes the per-block counts from the counted programs' block
 // lists into scratch and compares them with the maintained ones. Only the
 // blocks involved are visited: together with Σ refs (maintained) equal to
 // Σ list lengths, matching counts on them mean every other block counts 0.

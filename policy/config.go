@@ -8,36 +8,36 @@ import (
 )
 
 // Accounting selects how admission charges programs against the KV pool
-// (see the package doc). Its flag values are A, B and C, the names the
-// experiments compare them by, or the words tokens, blocks and pausing.
+// (see the package doc). Its names are tokens, blocks and pausing; the
+// letters A, B and C, by which the experiments compare them, parse too.
 type Accounting uint8
 
 const (
-	// TokenAccounting (A) charges each ACTIVE program its tokens × weight + Buffer.
+	// TokenAccounting (tokens) charges each ACTIVE program its tokens × weight + Buffer.
 	TokenAccounting Accounting = iota + 1
-	// BlockAccounting (B) charges the distinct KV blocks of ACTIVE programs,
+	// BlockAccounting (blocks) charges the distinct KV blocks of ACTIVE programs,
 	// from kvpool's block identities, + Reserve each.
 	BlockAccounting
-	// PausingAccounting (C) is TokenAccounting with a pause threshold,
+	// PausingAccounting (pausing) is TokenAccounting with a pause threshold,
 	// target and hysteresis.
 	PausingAccounting
 )
 
-// String is the accounting's flag value: "A", "B" or "C".
+// String is the accounting's name: "tokens", "blocks" or "pausing".
 func (a Accounting) String() string {
 	switch a {
 	case TokenAccounting:
-		return "A"
+		return "tokens"
 	case BlockAccounting:
-		return "B"
+		return "blocks"
 	case PausingAccounting:
-		return "C"
+		return "pausing"
 	}
 	return fmt.Sprintf("Accounting(%d)", uint8(a))
 }
 
-// ParseAccounting parses an --admission value: A or tokens, B or blocks,
-// C or pausing (case-insensitive).
+// ParseAccounting parses an --admission value: tokens (or A), blocks (or
+// B), pausing (or C), case-insensitive.
 func ParseAccounting(s string) (Accounting, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "a", "tokens":
@@ -47,7 +47,7 @@ func ParseAccounting(s string) (Accounting, error) {
 	case "c", "pausing":
 		return PausingAccounting, nil
 	}
-	return 0, fmt.Errorf("policy: admission %q: want A (tokens), B (blocks) or C (pausing)", s)
+	return 0, fmt.Errorf("policy: admission %q: want tokens, blocks or pausing (A, B or C)", s)
 }
 
 // Clock is the time source the Controller reads (clock.Virtual and
@@ -66,11 +66,11 @@ type Config struct {
 	Accounting Accounting
 	// MaxActive caps ACTIVE programs: the executor's seats (> 0).
 	MaxActive int
-	// Buffer is tokens charged per ACTIVE program under A and C (≥ 0).
+	// Buffer is tokens charged per ACTIVE program under tokens and pausing (≥ 0).
 	Buffer int
-	// Reserve is tokens charged per ACTIVE program under B (≥ 0).
+	// Reserve is tokens charged per ACTIVE program under blocks (≥ 0).
 	Reserve int
-	// ActingTokenWeight weighs an ACTING program's tokens under A and C, in [0, 1].
+	// ActingTokenWeight weighs an ACTING program's tokens under tokens and pausing, in [0, 1].
 	ActingTokenWeight float64
 	// PauseThreshold, PauseTarget and ResumeHysteresis are fractions of
 	// capacity: pause when used > threshold, down to used ≤ target; resume
@@ -90,13 +90,13 @@ type Config struct {
 	Clock Clock
 }
 
-// DefaultConfig returns the serving defaults for arm with maxActive seats:
+// DefaultConfig returns the serving defaults for accounting a with maxActive seats:
 // buffer 100, reserve 512, acting weight 1, τ 60 s, forced resume 1800 s,
-// lease 30 min; threshold/target/hysteresis 0.95/0.80/0.10 for C and
-// 1.0/1.0/0 for A and B.
-func DefaultConfig(arm Accounting, maxActive int) Config {
+// lease 30 min; threshold/target/hysteresis 0.95/0.80/0.10 for pausing and
+// 1.0/1.0/0 for tokens and blocks.
+func DefaultConfig(a Accounting, maxActive int) Config {
 	c := Config{
-		Accounting:        arm,
+		Accounting:        a,
 		MaxActive:         maxActive,
 		Buffer:            100,
 		Reserve:           512,
@@ -108,7 +108,7 @@ func DefaultConfig(arm Accounting, maxActive int) Config {
 		ForcedResume:      1800 * time.Second,
 		Lease:             30 * time.Minute,
 	}
-	if arm == PausingAccounting {
+	if a == PausingAccounting {
 		c.PauseThreshold, c.PauseTarget, c.ResumeHysteresis = 0.95, 0.80, 0.10
 	}
 	return c
@@ -119,7 +119,7 @@ func (c Config) Validate() error {
 	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
 	switch {
 	case c.Accounting != TokenAccounting && c.Accounting != BlockAccounting && c.Accounting != PausingAccounting:
-		return fmt.Errorf("policy: admission %v: want A (tokens), B (blocks) or C (pausing)", c.Accounting)
+		return fmt.Errorf("policy: admission %v: want tokens, blocks or pausing", c.Accounting)
 	case c.MaxActive <= 0:
 		return fmt.Errorf("policy: max active programs %d: must be > 0 (the executor's seats)", c.MaxActive)
 	case c.Buffer < 0:

@@ -76,7 +76,7 @@ type program struct {
 	marked  bool   // REASONING, to be paused when its turn ends
 	tokens  int    // context on the latest turn
 	cached  int    // the pending turn's prefix-cache hit (tokens)
-	est     int    // B: tokens charged for an admitted turn not yet started
+	est     int    // blocks: tokens charged for an admitted turn not yet started
 	// handle is the turn's live sequence (live, owned by the engine) or the
 	// Controller's pin (ACTIVE ACTING); kvpool.InvalidSeq when neither.
 	handle kvpool.SeqID
@@ -126,11 +126,11 @@ type Controller struct {
 	progs   map[string]*program
 	nextOrd uint64
 
-	// A's terms over ACTIVE programs.
+	// The tokens accounting's terms over ACTIVE programs.
 	nActive      int
 	sumReasoning int // Σ tokens, ACTIVE REASONING
 	sumActing    int // Σ tokens, ACTIVE ACTING
-	// B's terms: refs[b] = ACTIVE programs whose counted blocks hold b.
+	// The blocks accounting's terms: refs[b] = ACTIVE programs whose counted blocks hold b.
 	refs     []int32
 	refsSum  int // Σ refs
 	distinct int
@@ -189,7 +189,7 @@ func New(cfg Config, pool *kvpool.Pool) (*Controller, error) {
 func (c *Controller) Capacity() int { return c.capacity }
 
 // Admit asks whether a turn of program id, with a context of tokens of which
-// cached hit the prefix cache (kvpool.PeekPrefix), may run now. True: the
+// cached hit the prefix cache (kvpool.Pool.PeekPrefix), may run now. True: the
 // program is ACTIVE and REASONING and the engine starts the turn (then calls
 // Started, or Preempted when it cannot). False: the turn waits (a new
 // program, or a paused one) and the engine asks again at a later step;
@@ -662,13 +662,13 @@ func (c *Controller) removeReasoning(p *program) {
 	p.rIdx = -1
 }
 
-// setTokens sets ACTIVE REASONING p's tokens, keeping A's sum.
+// setTokens sets ACTIVE REASONING p's tokens, keeping the token sums.
 func (c *Controller) setTokens(p *program, tokens int) {
 	c.sumReasoning += tokens - p.tokens
 	p.tokens = tokens
 }
 
-// setEst recharges ACTIVE REASONING p's unstarted turn under B.
+// setEst recharges ACTIVE REASONING p's unstarted turn under blocks.
 func (c *Controller) setEst(p *program) {
 	est := 0
 	if !p.live {
@@ -742,7 +742,7 @@ func (c *Controller) sync(p *program) {
 		c.setTokens(p, t)
 	}
 	// A table holds ⌈(tokens + reserved slots) / BlockSize⌉ blocks: read it
-	// only when it grew. Reserved slots (a future token's KV, kvpool.Reserve)
+	// only when it grew. Reserved slots (a future token's KV, kvpool.Pool.Reserve)
 	// already occupy a block before their values are known.
 	if n := t + c.pool.Reserved(p.handle); (n+c.bs-1)/c.bs != len(p.blocks) {
 		if bl := c.pool.Blocks(p.handle); len(bl) > len(p.blocks) {
@@ -751,24 +751,25 @@ func (c *Controller) sync(p *program) {
 	}
 }
 
-// UsedA is A's (and C's) used tokens: Σ ACTIVE tokens × weight + Buffer.
-func (c *Controller) UsedA() float64 {
+// UsedTokens is the tokens (and pausing) accounting's used tokens: Σ ACTIVE
+// tokens × weight + Buffer.
+func (c *Controller) UsedTokens() float64 {
 	return float64(c.sumReasoning) + c.cfg.ActingTokenWeight*float64(c.sumActing) +
 		float64(c.cfg.Buffer)*float64(c.nActive)
 }
 
-// UsedB is B's used tokens: distinct ACTIVE blocks × BlockSize + estimates of
-// unstarted turns + Reserve × |ACTIVE|.
-func (c *Controller) UsedB() int {
+// UsedBlocks is the blocks accounting's used tokens: distinct ACTIVE blocks ×
+// BlockSize + estimates of unstarted turns + Reserve × |ACTIVE|.
+func (c *Controller) UsedBlocks() int {
 	return c.distinct*c.bs + c.sumEst + c.cfg.Reserve*c.nActive
 }
 
-// used is the configured arm's used tokens.
+// used is the configured accounting's used tokens.
 func (c *Controller) used() float64 {
 	if c.cfg.Accounting == BlockAccounting {
-		return float64(c.UsedB())
+		return float64(c.UsedBlocks())
 	}
-	return c.UsedA()
+	return c.UsedTokens()
 }
 
 // estimate is what resuming queued p would add to used.

@@ -140,16 +140,16 @@ func TestSharedFamily(t *testing.T) {
 	}
 	require.True(t, r.admit("p2", context(2, 64, 96)))
 	// Distinct: 4 + 3 × 2 = 10 blocks.
-	require.Equal(t, 10*16, r.c.Metrics().UsedB)
+	require.Equal(t, 10*16, r.c.Metrics().UsedBlocks)
 	r.c.pause(r.c.progs["p0"], r.clk.Now())
 	r.check()
-	require.Equal(t, 8*16, r.c.Metrics().UsedB, "p0's 2 own blocks leave; the shared 4 stay")
+	require.Equal(t, 8*16, r.c.Metrics().UsedBlocks, "p0's 2 own blocks leave; the shared 4 stay")
 	r.release("p1")
-	require.Equal(t, 6*16, r.c.Metrics().UsedB, "p2 still references the family")
+	require.Equal(t, 6*16, r.c.Metrics().UsedBlocks, "p2 still references the family")
 	r.end("p2")
-	require.Equal(t, 6*16, r.c.Metrics().UsedB, "pinned, still charged")
+	require.Equal(t, 6*16, r.c.Metrics().UsedBlocks, "pinned, still charged")
 	r.release("p2")
-	require.Equal(t, 0, r.c.Metrics().UsedB)
+	require.Equal(t, 0, r.c.Metrics().UsedBlocks)
 	r.release("p0")
 	r.drained()
 }
@@ -177,10 +177,10 @@ func TestBEstimateLessPrefixHit(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, ok, "alone, it runs")
 			r.check()
-			require.Equal(t, tc.wantEst, r.c.UsedB(), "estimate of the admitted, unstarted turn")
+			require.Equal(t, tc.wantEst, r.c.UsedBlocks(), "estimate of the admitted, unstarted turn")
 			require.NoError(t, r.c.Preempted("p"))
 			r.check()
-			require.Equal(t, tc.wantEst, r.c.UsedB(), "a turn preempted before it started keeps its estimate")
+			require.Equal(t, tc.wantEst, r.c.UsedBlocks(), "a turn preempted before it started keeps its estimate")
 			require.True(t, r.c.Release("p"))
 			r.drained()
 		})
@@ -191,11 +191,11 @@ func TestBEstimateLessPrefixHit(t *testing.T) {
 	r := newRig(t, smallCfg(BlockAccounting, 8), 256)
 	require.True(t, r.admit("p0", context(0, 2000, 2000)))
 	r.end("p0")
-	require.Equal(t, 125*16, r.c.UsedB())
+	require.Equal(t, 125*16, r.c.UsedBlocks())
 	p1 := context(1, 2000, 3000)
 	require.Equal(t, 2000, r.pool.PeekPrefix(testKeys, p1), "p1's shared prefix hits p0's pin")
 	require.True(t, r.admit("p1", p1), "admitted on its 63 new blocks, not its 188")
-	require.Equal(t, (125+63)*16, r.c.UsedB())
+	require.Equal(t, (125+63)*16, r.c.UsedBlocks())
 	// Without the hit the same turn waits.
 	ok, err := r.c.Admit("p2", 3000, 0)
 	require.NoError(t, err)
@@ -213,17 +213,17 @@ func TestBEstimateLessPrefixHit(t *testing.T) {
 func TestPreempted(t *testing.T) {
 	r := newRig(t, smallCfg(BlockAccounting, 8), 256)
 	require.True(t, r.admit("p", own(0, 100))) // 7 blocks (6 full + 1 partial)
-	require.Equal(t, 7*16, r.c.Metrics().UsedB)
+	require.Equal(t, 7*16, r.c.Metrics().UsedBlocks)
 	require.NoError(t, r.c.Preempted("p"))
 	r.pool.Release(r.seqs["p"])
 	delete(r.seqs, "p")
 	r.check()
-	require.Equal(t, 7*16, r.c.Metrics().UsedB, "charged its estimate: ceil(100/16) = 7 blocks")
+	require.Equal(t, 7*16, r.c.Metrics().UsedBlocks, "charged its estimate: ceil(100/16) = 7 blocks")
 	require.Zero(t, r.c.Metrics().DistinctBlocks)
 	require.True(t, r.admit("p", own(0, 100)))
-	require.Equal(t, 7*16, r.c.Metrics().UsedB)
+	require.Equal(t, 7*16, r.c.Metrics().UsedBlocks)
 	r.end("p")
-	require.Equal(t, 6*16, r.c.Metrics().UsedB, "the pin holds only the 6 full blocks")
+	require.Equal(t, 6*16, r.c.Metrics().UsedBlocks, "the pin holds only the 6 full blocks")
 	r.release("p")
 	r.drained()
 }
@@ -395,22 +395,22 @@ func TestNoAllocs(t *testing.T) {
 }
 
 // TestReservedSlotCharged: a future token's slot reserved in a new block
-// (kvpool.Reserve, before its value is known) occupies that block already,
+// (kvpool.Pool.Reserve, before its value is known) occupies that block already,
 // so B charges it as soon as the growth is observed, not only after Fill.
 func TestReservedSlotCharged(t *testing.T) {
 	r := newRig(t, smallCfg(BlockAccounting, 8), 256)
 	toks := context(0, 0, 32) // two full blocks
 	require.True(t, r.admit("p0", toks))
-	require.Equal(t, 2*16+r.c.cfg.Reserve, r.c.UsedB())
+	require.Equal(t, 2*16+r.c.cfg.Reserve, r.c.UsedBlocks())
 	seq := r.seqs["p0"]
 	require.NoError(t, r.pool.Reserve(seq, 1)) // opens block 3
 	require.NoError(t, r.c.Grew("p0"))
 	r.check()
-	require.Equal(t, 3*16+r.c.cfg.Reserve, r.c.UsedB(), "the reserved slot's block is charged")
+	require.Equal(t, 3*16+r.c.cfg.Reserve, r.c.UsedBlocks(), "the reserved slot's block is charged")
 	require.NoError(t, r.pool.Fill(seq, []int32{7}))
 	require.NoError(t, r.c.Grew("p0"))
 	r.check()
-	require.Equal(t, 3*16+r.c.cfg.Reserve, r.c.UsedB())
+	require.Equal(t, 3*16+r.c.cfg.Reserve, r.c.UsedBlocks())
 	r.end("p0")
 	r.release("p0")
 	r.drained()

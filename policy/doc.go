@@ -21,9 +21,9 @@
 //
 // # Accounting (capacity = the pool's NumBlocks × BlockSize tokens)
 //
-//   - A (and C): used = Σ over ACTIVE programs of tokens × weight + Buffer,
+//   - tokens (and pausing): used = Σ over ACTIVE programs of tokens × weight + Buffer,
 //     weight 1 for REASONING and ActingTokenWeight for ACTING.
-//   - B: used = (distinct blocks referenced by ACTIVE programs) × BlockSize,
+//   - blocks: used = (distinct blocks referenced by ACTIVE programs) × BlockSize,
 //     plus the estimates of ACTIVE turns not yet started, plus Reserve ×
 //     |ACTIVE|.
 //     A per-block count of the ACTIVE programs referencing each block is
@@ -34,8 +34,8 @@
 //     minus its prefix-cache hit, in whole blocks), which assumes the hit is
 //     already charged to another ACTIVE program.
 //
-// Both accountings are maintained under every arm (Metrics reports both);
-// the arm chooses which one decides.
+// Both accountings are maintained whichever is configured (Metrics reports
+// both); the configured one decides.
 //
 // # Decisions, at step boundaries (Tick) and on admission (Admit)
 //

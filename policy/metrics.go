@@ -32,13 +32,14 @@ type Metrics struct {
 	// LostSequences counts live sequences the engine released without
 	// Preempted or TurnEnded (a protocol error; Check reports it).
 	LostSequences uint64
-	// Capacity is the pool's tokens; Used the arm's used tokens; UsedA and
-	// UsedB both accountings (C uses A's), maintained under every arm.
-	Capacity int
-	Used     float64
-	UsedA    float64
-	UsedB    int
-	// DistinctBlocks is B's count of distinct blocks of ACTIVE programs.
+	// Capacity is the pool's tokens; Used the configured accounting's used
+	// tokens; UsedTokens and UsedBlocks both accountings' (pausing uses
+	// tokens'), maintained under every accounting.
+	Capacity   int
+	Used       float64
+	UsedTokens float64
+	UsedBlocks int
+	// DistinctBlocks is the blocks accounting's count of distinct blocks of ACTIVE programs.
 	DistinctBlocks int
 	// AdmissionWaits counts turns that were queued or admitted (new programs
 	// and pending turns of paused ones), with their total and longest wait.
@@ -67,8 +68,8 @@ func (c *Controller) Metrics() Metrics {
 		LostSequences:      c.m.lost,
 		Capacity:           c.capacity,
 		Used:               c.used(),
-		UsedA:              c.UsedA(),
-		UsedB:              c.UsedB(),
+		UsedTokens:         c.UsedTokens(),
+		UsedBlocks:         c.UsedBlocks(),
 		DistinctBlocks:     c.distinct,
 		AdmissionWaits:     c.m.waits,
 		AdmissionWaitTotal: c.m.waitTotal,
@@ -177,7 +178,7 @@ func (m *Metrics) ByState() map[string]int {
 
 // Merge adds another Controller's snapshot into m (one per attention-DP
 // rank): counts, capacities and used tokens add; the longest wait is the
-// larger; Accounting is kept (every rank runs the same arm).
+// larger; Accounting is kept (every rank runs the same accounting).
 func (m *Metrics) Merge(o *Metrics) {
 	if m.Accounting == 0 {
 		m.Accounting = o.Accounting
@@ -198,8 +199,8 @@ func (m *Metrics) Merge(o *Metrics) {
 	m.LostSequences += o.LostSequences
 	m.Capacity += o.Capacity
 	m.Used += o.Used
-	m.UsedA += o.UsedA
-	m.UsedB += o.UsedB
+	m.UsedTokens += o.UsedTokens
+	m.UsedBlocks += o.UsedBlocks
 	m.DistinctBlocks += o.DistinctBlocks
 	m.AdmissionWaits += o.AdmissionWaits
 	m.AdmissionWaitTotal += o.AdmissionWaitTotal

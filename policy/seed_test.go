@@ -53,8 +53,8 @@ func TestSeedAdmission(t *testing.T) {
 			require.Equal(t, programs-tc.admitted, m.Waiting)
 			require.Equal(t, tc.used, m.Used)
 			// Both accountings are kept whatever the arm decides with.
-			require.Equal(t, float64(tc.admitted*(total+100)), m.UsedA)
-			require.Equal(t, (921+tc.admitted*103)*16+tc.admitted*512, m.UsedB)
+			require.Equal(t, float64(tc.admitted*(total+100)), m.UsedTokens)
+			require.Equal(t, (921+tc.admitted*103)*16+tc.admitted*512, m.UsedBlocks)
 
 			// Every turn ends (its blocks are pinned), then every program is
 			// released: the waiting ones are admitted as room frees.

@@ -163,7 +163,7 @@ func clientLeft(ctx context.Context) bool {
 func (s *Server) whole(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream) {
 	ds := make([]executor.Delta, len(streams))
 	for i, st := range streams {
-		d, err := st.Collect(ctx)
+		d, err := st.ReadAll(ctx)
 		if clientLeft(ctx) {
 			clientGone(w) // nobody reads an answer
 			return

@@ -56,8 +56,8 @@ func greedyReference(t *testing.T, prompt string, maxTokens int) executor.Delta 
 			break
 		}
 	}
-	d, err := st.Collect(testwait.Ctx(t))
-	require.NoError(t, err, "collecting the reference output")
+	d, err := st.ReadAll(testwait.Ctx(t))
+	require.NoError(t, err, "reading the reference output")
 	require.NoError(t, eng.Close())
 	return d
 }

@@ -63,7 +63,7 @@ type engineCollector struct {
 	// The program policy's, exported when the engine has one
 	// (Metrics.Programs.Accounting set).
 	policyGauges, policyCounters []engineMetric
-	accounted                    *prometheus.Desc // used tokens by accounting (A: tokens, B: distinct blocks)
+	accounted                    *prometheus.Desc // used tokens by accounting (tokens, blocks)
 }
 
 type engineMetric struct {
@@ -138,7 +138,7 @@ func newEngineCollector(eng Engine, progs *programs) *engineCollector {
 			func(m *executor.Metrics) uint64 { return m.PinsDropped }),
 	}
 	c.accounted = prometheus.NewDesc("turnstile_program_admission_accounted_tokens",
-		"Tokens charged to ACTIVE programs under each accounting (A and C: tokens × weight + buffer; B: distinct blocks + estimates + reserve).",
+		"Tokens charged to ACTIVE programs under each accounting (tokens, also pausing's: tokens × weight + buffer; blocks: distinct blocks + estimates + reserve).",
 		[]string{"rank", "accounting"}, nil)
 	c.programs = prometheus.NewDesc("turnstile_programs", "Agentic programs by state.", []string{"state"}, nil)
 	c.pauses = prometheus.NewDesc("turnstile_program_pauses_total", "Program pauses by the admission policy.", nil, nil)
@@ -218,8 +218,8 @@ func (c *engineCollector) collectRank(ch chan<- prometheus.Metric, snap *executo
 		for _, m := range c.policyCounters {
 			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, m.value(snap), rankLabel)
 		}
-		ch <- prometheus.MustNewConstMetric(c.accounted, prometheus.GaugeValue, snap.Programs.UsedA, rankLabel, "A")
-		ch <- prometheus.MustNewConstMetric(c.accounted, prometheus.GaugeValue, float64(snap.Programs.UsedB), rankLabel, "B")
+		ch <- prometheus.MustNewConstMetric(c.accounted, prometheus.GaugeValue, snap.Programs.UsedTokens, rankLabel, "tokens")
+		ch <- prometheus.MustNewConstMetric(c.accounted, prometheus.GaugeValue, float64(snap.Programs.UsedBlocks), rankLabel, "blocks")
 	}
 }
 

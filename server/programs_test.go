@@ -54,8 +54,8 @@ func TestProgramPolicyWiring(t *testing.T) {
 	fams := waitActive(1) // agent-2 asked for its release; agent-1 stays, pinned
 	require.Equal(t, float64(512*16), value(t, fams, "turnstile_program_admission_capacity_tokens"))
 	require.Positive(t, value(t, fams, "turnstile_program_admission_used_tokens"))
-	require.Positive(t, labelled(fams, "turnstile_program_admission_accounted_tokens", "accounting", "A"))
-	require.Positive(t, labelled(fams, "turnstile_program_admission_accounted_tokens", "accounting", "B"))
+	require.Positive(t, labelled(fams, "turnstile_program_admission_accounted_tokens", "accounting", "tokens"))
+	require.Positive(t, labelled(fams, "turnstile_program_admission_accounted_tokens", "accounting", "blocks"))
 	require.Equal(t, 2.0, value(t, fams, "turnstile_program_admission_waits_total"))
 	for _, name := range []string{"turnstile_program_pauses_total", "turnstile_program_resumes_total",
 		"turnstile_program_forced_resumes_total", "turnstile_program_pins_dropped_total"} {

@@ -38,7 +38,7 @@ type Recorder struct {
 
 	virt    clock.Clock // SpendOn's clock; nil: none
 	mu      sync.Mutex
-	pending []time.Duration // recorded steps not yet collected, in step order
+	pending []time.Duration // recorded steps not yet spent, in step order
 }
 
 // NewRecorder wraps inner, timing each step on clk.
@@ -50,16 +50,16 @@ func NewRecorder(inner step.Runner, clk clock.Clock) (*Recorder, error) {
 }
 
 // SpendOn makes the recorder a real device on virtual time: each recorded
-// step's measured duration is also spent on virt when the engine collects
-// the step (executor.Collector). Drivers that run on a virtual clock
+// step's measured duration is also spent on virt when the engine processes
+// the step (executor.StepSpender). Drivers that run on a virtual clock
 // (arrivals, tool waits) can then drive the CPU or GPU runner at full speed:
 // waits cost nothing, steps cost what they measured. Call it before the
 // first step. The inner device must not spend time on virt itself.
 func (r *Recorder) SpendOn(virt clock.Clock) { r.virt = virt }
 
-// Collected implements executor.Collector: with SpendOn it spends the
+// SpendStep implements executor.StepSpender: with SpendOn it spends the
 // oldest recorded step's duration on the virtual clock.
-func (r *Recorder) Collected() error {
+func (r *Recorder) SpendStep() error {
 	if r.virt == nil {
 		return nil
 	}

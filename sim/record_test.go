@@ -39,13 +39,13 @@ func TestRecorderErrors(t *testing.T) {
 	require.Empty(t, rec.Samples(), "failed steps are not recorded")
 }
 
-// TestChargeOnCollect: the runner's cost and a recorder's measured time
-// reach the clock only when the engine collects the step, in step order,
-// and collecting a step never executed is an error.
-func TestChargeOnCollect(t *testing.T) {
+// TestDeferSpend: the runner's cost and a recorder's measured time
+// reach the clock only when the engine processes the step, in step order,
+// and spending a step never executed is an error.
+func TestDeferSpend(t *testing.T) {
 	vc := clock.NewVirtual(time.Unix(0, 0))
 	r, err := New(Config{Capacity: step.Capacity{Seats: 1, KVBlocks: 4, BlockSize: 4, MaxContext: 16, MaxBatchTokens: 16, Vocab: 8},
-		Cost: Fixed(5 * time.Millisecond), Clock: vc, ChargeOnCollect: true})
+		Cost: Fixed(5 * time.Millisecond), Clock: vc, DeferSpend: true})
 	require.NoError(t, err)
 	p := sampling.DefaultParams()
 	b := &step.Batch{Tokens: []int32{1, 2}, Positions: []int32{0, 1},
@@ -53,10 +53,10 @@ func TestChargeOnCollect(t *testing.T) {
 	out := &step.Output{}
 	out.Resize(1)
 	require.NoError(t, r.Execute(b, out))
-	require.Zero(t, vc.Elapsed(), "Execute spends nothing under ChargeOnCollect")
-	require.NoError(t, r.Collected())
+	require.Zero(t, vc.Elapsed(), "Execute spends nothing under DeferSpend")
+	require.NoError(t, r.SpendStep())
 	require.Equal(t, 5*time.Millisecond, vc.Elapsed())
-	require.ErrorContains(t, r.Collected(), "never executed")
+	require.ErrorContains(t, r.SpendStep(), "never executed")
 
 	// A recorder spending a (virtual here, real in use) device's measured
 	// time on a second virtual clock.
@@ -70,8 +70,8 @@ func TestChargeOnCollect(t *testing.T) {
 	rec.SpendOn(virt)
 	require.NoError(t, rec.Execute(b, out))
 	require.Zero(t, virt.Elapsed())
-	require.NoError(t, rec.Collected())
+	require.NoError(t, rec.SpendStep())
 	require.Equal(t, 3*time.Millisecond, virt.Elapsed())
 	require.Len(t, rec.Samples(), 1)
-	require.ErrorContains(t, rec.Collected(), "never executed")
+	require.ErrorContains(t, rec.SpendStep(), "never executed")
 }

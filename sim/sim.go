@@ -120,13 +120,13 @@ type Config struct {
 	// preemption by recompute the count restarts.
 	EOS      int32
 	EOSAfter int
-	// ChargeOnCollect defers each step's cost from Execute to Collected
-	// (executor.Collector), which the engine calls on its own goroutine
-	// when it takes the step's results: under overlap the clock then moves
+	// DeferSpend defers each step's cost from Execute to SpendStep
+	// (executor.StepSpender), which the engine calls on its own goroutine
+	// when it processes the step's results: under overlap the clock then moves
 	// at a deterministic point and the same seeds reproduce times bit for
 	// bit. Without it Execute spends the cost itself (for callers that use
 	// the runner without an engine).
-	ChargeOnCollect bool
+	DeferSpend bool
 }
 
 // seatState is what the simulated device keeps of a seat beside its
@@ -147,7 +147,7 @@ type Runner struct {
 	spent   time.Duration
 
 	mu      sync.Mutex
-	pending []time.Duration // costs of executed steps not yet collected, in step order
+	pending []time.Duration // costs of executed steps not yet spent, in step order
 }
 
 // New validates cfg and returns a runner.
@@ -280,7 +280,7 @@ func (r *Runner) Execute(b *step.Batch, out *step.Output) error {
 	shape.addGroups(b, int(bs))
 	r.checker.Advance(b, out)
 	d := r.cost.StepTime(shape)
-	if r.cfg.ChargeOnCollect {
+	if r.cfg.DeferSpend {
 		r.mu.Lock()
 		r.pending = append(r.pending, d)
 		r.mu.Unlock()
@@ -292,10 +292,10 @@ func (r *Runner) Execute(b *step.Batch, out *step.Output) error {
 	return nil
 }
 
-// Collected implements executor.Collector: with ChargeOnCollect it spends
+// SpendStep implements executor.StepSpender: with DeferSpend it spends
 // the oldest executed step's cost on the clock; otherwise it does nothing.
-func (r *Runner) Collected() error {
-	if !r.cfg.ChargeOnCollect {
+func (r *Runner) SpendStep() error {
+	if !r.cfg.DeferSpend {
 		return nil
 	}
 	d, err := popPending(&r.mu, &r.pending)
@@ -310,7 +310,7 @@ func popPending(mu *sync.Mutex, q *[]time.Duration) (time.Duration, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(*q) == 0 {
-		return 0, errors.New("collected a step that was never executed")
+		return 0, errors.New("spent a step that was never executed")
 	}
 	d := (*q)[0]
 	*q = append((*q)[:0], (*q)[1:]...)
@@ -322,7 +322,7 @@ func popPending(mu *sync.Mutex, q *[]time.Duration) (time.Duration, error) {
 // checker validates an entry once, when it first enters a table, and this
 // device reads that block again later.
 func (r *Runner) check(b *step.Batch) error {
-	if err := r.checker.Check(b); err != nil {
+	if err := r.checker.Validate(b); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
 	c := r.cfg.Capacity

@@ -17,20 +17,20 @@ type Cursor struct {
 	// HasLast: the value FutureToken stands for.
 	Last    int32
 	HasLast bool
-	// tableOK is how many leading block-table entries Check has validated
+	// tableOK is how many leading block-table entries Validate has checked
 	// since Start (see Checker.Incremental).
 	tableOK int32
 }
 
 // Checker is the one statement of the Batch contract: every runner (CPU,
-// CUDA, simulated) checks each batch with it before touching anything, and
+// CUDA, simulated) validates each batch with it (Validate) before touching anything, and
 // records each executed step with Advance. It owns the seats' cursors.
 // Not safe for concurrent use; runners call it from their Execute.
 type Checker struct {
 	capacity Capacity
 	seats    []Cursor
 	stamp    []uint32 // per seat: the batch number that last used it (duplicate check)
-	member   []bool   // per batch sequence: seen in a group (checkGroups' scratch)
+	member   []bool   // per batch sequence: seen in a group (validateGroups' scratch)
 	batchNo  uint32
 	// Incremental validates a running sequence's block table from the block
 	// of its first new token on, not from entry 0 again: a running
@@ -63,10 +63,10 @@ func (k *Checker) Capacity() Capacity { return k.capacity }
 // valid for the checker's life.
 func (k *Checker) Seat(s int32) *Cursor { return &k.seats[s] }
 
-// Check validates b against the capacity and the seats' cursors without
+// Validate checks b against the capacity and the seats' cursors without
 // changing any seat: every error names the sequence, its seat and the
 // offending value.
-func (k *Checker) Check(b *Batch) error {
+func (k *Checker) Validate(b *Batch) error {
 	c := k.capacity
 	T := len(b.Tokens)
 	if T == 0 || len(b.Seqs) == 0 {
@@ -112,7 +112,7 @@ func (k *Checker) Check(b *Batch) error {
 		first := sb.ContextLen - sb.NumTokens
 		st := &k.seats[sb.Seat]
 		if sb.Start {
-			if err := checkStart(i, sb, c.Vocab); err != nil {
+			if err := validateStart(i, sb, c.Vocab); err != nil {
 				return err
 			}
 		} else if !st.Started || st.KVLen != first {
@@ -152,12 +152,12 @@ func (k *Checker) Check(b *Batch) error {
 	if int(next) != T {
 		return fmt.Errorf("step: sequences cover %d of the batch's %d tokens", next, T)
 	}
-	return checkGroups(b, bs, k.member)
+	return validateGroups(b, bs, k.member)
 }
 
-// checkStart validates what a sequence's first step at its seat brings:
+// validateStart checks what a sequence's first step at its seat brings:
 // sampling parameters and the history the sampler is reset from.
-func checkStart(i int, sb *SeqBatch, vocab int) error {
+func validateStart(i int, sb *SeqBatch, vocab int) error {
 	if sb.Params == nil {
 		return fmt.Errorf("step: seq %d (seat %d): Start without Params", i, sb.Seat)
 	}

@@ -79,7 +79,7 @@ func decodeBatch() *step.Batch {
 // advance checks b and records it as executed, every sampled token 7.
 func advance(t testing.TB, k *step.Checker, b *step.Batch) {
 	t.Helper()
-	require.NoError(t, k.Check(b))
+	require.NoError(t, k.Validate(b))
 	var out step.Output
 	out.Resize(len(b.Seqs))
 	for i := range out.Tokens {
@@ -97,13 +97,14 @@ func cursors(k *step.Checker) []step.Cursor {
 	return c
 }
 
-// TestCheckRules: every rule of Checker.Check rejects a batch that breaks
+// TestValidateRules: every rule of Checker.Validate rejects a batch that breaks
 // it with an error naming the offending value, and a rejected batch leaves
 // every cursor as it was.
-func TestCheckRules(t *testing.T) {
+func TestValidateRules(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		decode  bool // start seats 0 and 1 first and mutate decodeBatch, not startBatch
+		chunk   bool // with decode: seat 1's first step is a prefill chunk (it samples nothing)
 		mutate  func(b *step.Batch)
 		wantErr string // "" for a batch that passes
 	}{
@@ -164,6 +165,8 @@ func TestCheckRules(t *testing.T) {
 		}, wantErr: "seq 0 (seat 0): FutureToken at token 1 but the seat sampled nothing"},
 		{name: "future token at start", mutate: func(b *step.Batch) { b.Tokens[5] = step.FutureToken },
 			wantErr: "seq 1 (seat 1): FutureToken at token 5 but the seat sampled nothing"},
+		{name: "future token after a prefill chunk", decode: true, chunk: true, mutate: func(b *step.Batch) { b.Tokens[1] = step.FutureToken },
+			wantErr: "seq 1 (seat 1): FutureToken at token 1 but the seat sampled nothing"},
 		{name: "token above vocab", mutate: func(b *step.Batch) { b.Tokens[2] = 10 },
 			wantErr: "seq 0 (seat 0): token 10 outside vocab 10 (index 2)"},
 		{name: "negative token", mutate: func(b *step.Batch) { b.Tokens[6] = -2 },
@@ -184,26 +187,36 @@ func TestCheckRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, incremental := range []bool{false, true} {
 				k := newChecker(t, incremental)
-				b := startBatch()
-				if tc.decode {
-					advance(t, k, b)
-					b = decodeBatch()
+				// next is the batch the case breaks: the start, or the
+				// decode after it (after a chunk, seat 1 continues with a
+				// known token).
+				next := func() *step.Batch {
+					if !tc.decode {
+						return startBatch()
+					}
+					b := decodeBatch()
+					if tc.chunk {
+						b.Tokens[1] = 4
+					}
+					return b
 				}
+				if tc.decode {
+					b := startBatch()
+					b.Seqs[1].Sample = !tc.chunk
+					advance(t, k, b)
+				}
+				b := next()
 				tc.mutate(b)
 				before := cursors(k)
-				err := k.Check(b)
-				require.Equal(t, before, cursors(k), "Check changes no cursor")
+				err := k.Validate(b)
+				require.Equal(t, before, cursors(k), "Validate changes no cursor")
 				if tc.wantErr == "" {
 					require.NoError(t, err)
 					continue
 				}
 				require.ErrorContains(t, err, tc.wantErr, "incremental %v", incremental)
 				// The rejection is not remembered: the unmodified batch passes.
-				b = startBatch()
-				if tc.decode {
-					b = decodeBatch()
-				}
-				require.NoError(t, k.Check(b), "a rejected batch leaves the checker able to check the next")
+				require.NoError(t, k.Validate(next()), "a rejected batch leaves the checker able to check the next")
 			}
 		})
 	}
@@ -278,7 +291,7 @@ func TestAdvance(t *testing.T) {
 	t0, s0 := starting(3, 1, 0)
 	t1, s1 := starting(1, 1, 1)
 	b := batchOf(t0, s0, t1, s1)
-	require.NoError(t, k.Check(b))
+	require.NoError(t, k.Validate(b))
 	k.Advance(b, &step.Output{Tokens: []int32{4, 9}})
 	require.Equal(t, int32(4), k.Seat(3).Last)
 	require.Equal(t, int32(9), k.Seat(1).Last)
@@ -358,7 +371,7 @@ func TestIncremental(t *testing.T) {
 					b = batchOf([]int32{step.FutureToken},
 						step.SeqBatch{Seat: 0, NumTokens: 1, ContextLen: 7, BlockTable: tc.table, Sample: true})
 				}
-				err := k.Check(b)
+				err := k.Validate(b)
 				if incremental && tc.wantOK {
 					require.NoError(t, err)
 					continue
@@ -372,11 +385,11 @@ func TestIncremental(t *testing.T) {
 	k := newChecker(t, true)
 	advance(t, k, startBatch()) // seat 1: 2 positions in block 2
 	b := batchOf([]int32{3, 4, 5}, step.SeqBatch{Seat: 1, NumTokens: 3, ContextLen: 5, BlockTable: []int32{2, 8}})
-	require.ErrorContains(t, k.Check(b), "seq 0 (seat 1): block 8 (table entry 1) outside [0, 8)")
+	require.ErrorContains(t, k.Validate(b), "seq 0 (seat 1): block 8 (table entry 1) outside [0, 8)")
 	b.Seqs[0].BlockTable = []int32{2, 3}
 	advance(t, k, b)
 	b = batchOf([]int32{6}, step.SeqBatch{Seat: 1, NumTokens: 1, ContextLen: 6, BlockTable: []int32{-1, 3}})
-	require.NoError(t, k.Check(b), "block 0 was checked when the sequence was in it")
+	require.NoError(t, k.Validate(b), "block 0 was checked when the sequence was in it")
 }
 
 // fuzzBytes hands out the fuzzer's bytes, then zeros.
@@ -392,7 +405,7 @@ func (f *fuzzBytes) next() int {
 }
 
 // genBatch builds a batch from f that is mostly valid against k's cursors,
-// with rare faults in every field Check validates (a zero byte, as after the
+// with rare faults in every field Validate checks (a zero byte, as after the
 // input ends, is never a fault). tables are the seats' block tables as of
 // the last accepted batch; as the engine's, they only grow at their end,
 // except that a Start begins a new one.
@@ -484,7 +497,7 @@ func genBatch(f *fuzzBytes, k *step.Checker, tables [][]int32) *step.Batch {
 	return b
 }
 
-// satisfies is the contract stated independently of Checker.Check: what a
+// satisfies is the contract stated independently of Checker.Validate: what a
 // runner may rely on in a batch that passed, given the seats' cursors
 // before it.
 func satisfies(t *testing.T, c step.Capacity, before []step.Cursor, b *step.Batch) {
@@ -536,8 +549,8 @@ func satisfies(t *testing.T, c step.Capacity, before []step.Cursor, b *step.Batc
 	require.Equal(t, T, int(covered))
 }
 
-// FuzzChecker: random batches either fail Check, changing no cursor, or
-// satisfy the contract; Advance after a passing Check keeps CheckCursors
+// FuzzChecker: random batches either fail Validate, changing no cursor, or
+// satisfy the contract; Advance after a passing Validate keeps CheckCursors
 // nil. An Incremental checker fed the same grow-only tables agrees with the
 // full one on every batch. Nothing panics.
 func FuzzChecker(f *testing.F) {
@@ -554,8 +567,8 @@ func FuzzChecker(f *testing.F) {
 			}
 			b := genBatch(in, full, tables)
 			before := cursors(full)
-			err := full.Check(b)
-			ierr := incr.Check(b)
+			err := full.Validate(b)
+			ierr := incr.Validate(b)
 			require.Equal(t, err == nil, ierr == nil, "full: %v; incremental: %v", err, ierr)
 			if err != nil {
 				require.Equal(t, before, cursors(full), "a rejected batch changes no cursor")

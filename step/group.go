@@ -154,9 +154,9 @@ func commonRun(a, c []int32) int32 {
 	return int32(n)
 }
 
-// checkGroups validates b.Groups against b.Seqs (see Group); stamp is a
+// validateGroups checks b.Groups against b.Seqs (see Group); stamp is a
 // per-sequence scratch of at least len(b.Seqs) entries, zeroed on return.
-func checkGroups(b *Batch, bs int32, stamp []bool) error {
+func validateGroups(b *Batch, bs int32, stamp []bool) error {
 	defer clear(stamp[:len(b.Seqs)])
 	for gi, g := range b.Groups {
 		if g.SharedBlocks < 1 || g.Count < 2 || g.First < 0 || int(g.First)+int(g.Count) > len(b.GroupSeqs) {

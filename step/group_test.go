@@ -76,7 +76,7 @@ func TestGrouperFindsSharedRuns(t *testing.T) {
 			g := Grouper{MinBlocks: tc.min}
 			g.Group(b, 16)
 			require.Equal(t, tc.want, groupsOf(b))
-			require.NoError(t, checkGroups(b, 16, make([]bool, len(b.Seqs))))
+			require.NoError(t, validateGroups(b, 16, make([]bool, len(b.Seqs))))
 		})
 	}
 }
@@ -121,9 +121,9 @@ func TestCheckGroupsRefuses(t *testing.T) {
 				p := sampling.DefaultParams()
 				b.Seqs[i].Params = &p
 			}
-			require.ErrorContains(t, k.Check(b), tc.want)
+			require.ErrorContains(t, k.Validate(b), tc.want)
 			b.Groups, b.GroupSeqs = nil, nil
-			require.NoError(t, k.Check(b), "the batch itself is valid")
+			require.NoError(t, k.Validate(b), "the batch itself is valid")
 		})
 	}
 }
@@ -154,7 +154,7 @@ func TestGrouperRandom(t *testing.T) {
 		}
 		b := groupBatch(tables, 16)
 		g.Group(b, 16)
-		require.NoError(t, checkGroups(b, 16, make([]bool, n)))
+		require.NoError(t, validateGroups(b, 16, make([]bool, n)))
 		in := make([]bool, n)
 		for _, gr := range b.Groups {
 			for _, m := range b.Members(gr) {

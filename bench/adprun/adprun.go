@@ -2,13 +2,13 @@
 // simulated device, one lockstep deployment per row, in one of three arms:
 //
 //   - BASE: overlap on, retiring requests charged against admission, in
-//     the gather (adp.Policy.ChargeRetiring) and in each engine
-//     (executor.Config.ChargeRetiring): the bug.
+//     the gather and in each engine (adp.Ablation.Engine.ChargeRetiring,
+//     the engines' switches' one source): the bug.
 //   - FIX: overlap on, retiring requests not charged.
-//   - OVLOFF: overlap off (no retiring window at all).
+//   - OVLOFF: overlap off (nothing is ever retiring).
 //
 // A row builds dp engines (rig.NewSim: seats from seatpool, a sim.Runner that
-// charges a step's time when the engine collects it) on sim.Lockstep rank
+// spends a step's time when the engine processes it) on sim.Lockstep rank
 // clocks, an adp.Deployment over them with the default LoadBalanced router,
 // submits the row seed's context-heavy requests (workload.ContextHeavy:
 // long inputs, one output token, all at the origin so the queue saturates)
@@ -189,7 +189,7 @@ type row struct {
 	engines []*executor.Engine
 	d       *adp.Deployment
 	// clocks are the ranks' lockstep clocks; lag[i] is 1 when rank i
-	// collects its step in the next iteration (late, overlap on), else 0.
+	// processes its step in the next iteration (late, overlap on), else 0.
 	clocks []*spendClock
 	lag    []int
 }
@@ -276,10 +276,11 @@ func (w *row) build(overlap, charge bool, seed uint64) (int, error) {
 	if c.Cost != nil {
 		cost = c.Cost(overlap)
 	}
+	abl := adp.Ablation{Engine: executor.Ablation{ChargeRetiring: charge}}
 	rc := rig.Config{MaxBatchSize: c.MaxBatchSize, KVBlocks: seats*perSeq + 1, BlockSize: blockSize,
 		// A full batch of the longest prompts fits one step: admission by
 		// seats binds, not the token budget (seed 004's binding cases).
-		MaxBatchTokens: c.MaxBatchSize * maxContext, Overlap: overlap, ChargeRetiring: charge, Seed: seed}
+		MaxBatchTokens: c.MaxBatchSize * maxContext, Overlap: overlap, Ablation: abl.Engine, Seed: seed}
 	dev := rig.Sim{Cost: cost, MaxContext: maxContext, Vocab: vocab}
 	ranks := make([]adp.Rank, c.DP)
 	chains := &adp.Chains{}
@@ -304,7 +305,7 @@ func (w *row) build(overlap, charge bool, seed uint64) (int, error) {
 		ranks[i] = er
 		capacity = capTokens
 	}
-	w.d, err = adp.New(adp.Config{Policy: adp.Policy{ChargeRetiring: charge}}, ranks)
+	w.d, err = adp.New(adp.Config{Ablation: abl}, ranks)
 	if err != nil {
 		return 0, fmt.Errorf("adprun: deployment: %w", err)
 	}
@@ -389,7 +390,7 @@ func (c *spendClock) total() time.Duration {
 // drive submits every request at the origin (the workload saturates) and
 // steps the deployment until it is idle, then audits.
 //
-// Timing. A step's simulated cost is charged when its engine collects it
+// Timing. A step's simulated cost is spent when its engine processes it
 // (deterministic under overlap): in the iteration that launched it on an
 // early rank (or without overlap), in the next one on a late rank. Ending
 // the lockstep after every iteration therefore pairs a late rank's step

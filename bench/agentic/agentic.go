@@ -12,8 +12,8 @@
 // engine (Engine.Step) and, when the engine is idle, moves the clock to the
 // next arrival or tool completion. The same engine configuration, workload
 // and seeds reproduce a batch bit for bit, overlap on or off, as long as the
-// runner spends step time when the engine collects each step
-// (executor.Collector: sim.Runner with ChargeOnCollect, sim.Recorder with
+// runner spends step time when the engine processes each step
+// (executor.StepSpender: sim.Runner with DeferSpend, sim.Recorder with
 // SpendOn for a real runner) rather than from the device stream's goroutine.
 package agentic
 

@@ -100,8 +100,8 @@ func TestBatchCompletesAndAudits(t *testing.T) {
 }
 
 // TestBatchReproducible checks bit-for-bit reproduction, overlap on and
-// off: the simulated runner charges each step when the engine collects it
-// (sim.Config.ChargeOnCollect), so no goroutine interleaving reaches the
+// off: the simulated runner spends each step's time when the engine processes it
+// (sim.Config.DeferSpend), so no goroutine interleaving reaches the
 // times. A run of 20 repetitions with overlap is the test of that.
 func TestBatchReproducible(t *testing.T) {
 	for _, overlap := range []bool{false, true} {

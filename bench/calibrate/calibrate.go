@@ -44,7 +44,7 @@ type Device struct {
 	// RealTime: the runner takes wall time, so the recorder times it on
 	// the real clock and spends it on the pass's virtual clock. Otherwise
 	// the runner spends its simulated time on the virtual clock inside
-	// Execute (sim.Runner without ChargeOnCollect) and the recorder reads it
+	// Execute (sim.Runner without DeferSpend) and the recorder reads it
 	// there.
 	RealTime bool
 	// Close releases the runner after its pass; nil: nothing to release.

@@ -35,8 +35,9 @@ type Config struct {
 	// KVBlocks × BlockSize is the KV capacity in tokens (BlockSize in
 	// tokens per block); MaxBatchTokens is the step's token budget.
 	KVBlocks, BlockSize, MaxBatchTokens int
-	// Overlap and ChargeRetiring are the executor's (seed 004's arms).
-	Overlap, ChargeRetiring bool
+	// Overlap and Ablation are the executor's (seed 004's arms).
+	Overlap  bool
+	Ablation executor.Ablation
 	// Seed is the engine's base for request seeds (the simulated device
 	// also mixes it into generated tokens).
 	Seed uint64
@@ -60,7 +61,7 @@ func (c Config) seats() (int, error) {
 // the engine's model name. The engine does not own run.
 func (c Config) engine(clk clock.Clock, seats int, run step.Runner, tok executor.Tokenizer, name string) (*executor.Engine, error) {
 	eng, err := executor.New(executor.Config{MaxBatchSize: c.MaxBatchSize, Seats: seats, Overlap: c.Overlap,
-		ChargeRetiring: c.ChargeRetiring, Clock: clk, Programs: c.Programs, Model: name, Seed: c.Seed,
+		Ablation: c.Ablation, Clock: clk, Programs: c.Programs, Model: name, Seed: c.Seed,
 		CascadeMinBlocks: c.CascadeMinBlocks}, run, tok)
 	if err != nil {
 		return nil, fmt.Errorf("rig: %w", err)
@@ -90,7 +91,7 @@ type Sim struct {
 }
 
 // NewSim builds the engine of c on the simulated device d, on clk: the
-// device spends each step's priced time on clk when the engine collects the
+// device spends each step's priced time on clk when the engine processes the
 // step, and the engine reads clk. It returns the engine and its KV capacity
 // in tokens. The engine holds nothing beyond memory; the caller closes it.
 func NewSim(c Config, d Sim, clk clock.Clock) (*executor.Engine, int, error) {
@@ -105,7 +106,7 @@ func NewSim(c Config, d Sim, clk clock.Clock) (*executor.Engine, int, error) {
 		Capacity: step.Capacity{Seats: seats, KVBlocks: c.KVBlocks, BlockSize: c.BlockSize, MaxContext: d.MaxContext,
 			MaxBatchTokens: c.MaxBatchTokens, Vocab: d.Vocab},
 		Cost: d.Cost, Clock: clk, Seed: c.Seed, EOS: EOS, EOSAfter: d.EOSAfter,
-		TokenMin: TokenMin, TokenMax: int32(d.Vocab), ChargeOnCollect: true,
+		TokenMin: TokenMin, TokenMax: int32(d.Vocab), DeferSpend: true,
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("rig: %w", err)
@@ -155,7 +156,7 @@ func (e *CPUEngine) Runner() *model.CPURunner { return e.runner }
 
 // NewCPU builds the engine of c on the CPU runner d, on virt: a
 // sim.Recorder times each step on the real clock and spends the measured
-// wall time on virt when the engine collects the step, and the engine reads
+// wall time on virt when the engine processes the step, and the engine reads
 // virt. Virtual-time drivers (bench/traffic, bench/agentic) can then drive
 // the real runner at full speed: arrivals and tool waits cost nothing,
 // steps cost what they measured. It returns the engine, the recorder

@@ -124,7 +124,7 @@ func TestSeed004ArmsOnOneRank(t *testing.T) {
 		},
 		Setup: func(arm, _ string, clk *clock.Virtual) (Engine, int, error) {
 			return rig.NewSim(rig.Config{MaxBatchSize: 2, KVBlocks: 256, BlockSize: 16, MaxBatchTokens: 512,
-				Overlap: arm != "OVLOFF", ChargeRetiring: arm == "BASE", Seed: 3},
+				Overlap: arm != "OVLOFF", Ablation: executor.Ablation{ChargeRetiring: arm == "BASE"}, Seed: 3},
 				rig.Sim{Cost: sim.Fixed(10 * time.Millisecond), MaxContext: 1024, Vocab: workload.DefaultTokenMax, EOSAfter: 1}, clk)
 		},
 		CheckEveryStep: true, StopAtEOS: true,

@@ -100,7 +100,7 @@ type runnerSizes struct {
 	kvType kernels.DType
 	// mlp, when set, makes the CPU runner's MLP tensor-parallel across the
 	// attention-DP ranks of this group (one per process).
-	mlp model.MLPGroup
+	mlp model.MLPComm
 }
 
 // newRunner builds the runner for the resolved device sel; mem is the CUDA

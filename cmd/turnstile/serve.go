@@ -40,13 +40,14 @@ type serveOptions struct {
 	port         int
 	dp           int
 	selection    cuda.Selection // --device parsed by validate
-	admission    string         // A, B, C (or their words) or none; validate normalizes it
+	admission    string         // tokens, blocks, pausing (or A, B, C) or none; validate normalizes it
 	programs     programFlags
-	// chargeRetiring charges retiring requests (experiments only).
-	chargeRetiring bool
-	apiKeys        []string // --api-key; validate adds --api-key-file's and TURNSTILE_API_KEY
-	apiKeyFile     string
-	maxQueue       int // 0: 4 × seats
+	// ablation is the experiment switches (the zero value serves), the one
+	// source of every engine's and the deployment's.
+	ablation   adp.Ablation
+	apiKeys    []string // --api-key; validate adds --api-key-file's and TURNSTILE_API_KEY
+	apiKeyFile string
+	maxQueue   int // 0: 4 × seats
 	// maxProgramQueue bounds program turns in flight apart from maxQueue
 	// (0: maxQueue).
 	maxProgramQueue int
@@ -72,7 +73,7 @@ type serveOptions struct {
 // newServeOptions is serve's configuration before any flag: the engine's
 // defaults and the server's, stated once (bench serve starts from it too).
 func newServeOptions() serveOptions {
-	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, admission: "A",
+	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, admission: "tokens",
 		programs: newProgramFlags(), drain: 30 * time.Second, logFormat: "text", logLevel: "info", getenv: os.Getenv,
 		dpWatchdog: time.Minute, shardMLP: true, readTimeout: server.DefaultReadTimeout, writeTimeout: server.DefaultWriteTimeout,
 		idleTimeout: server.DefaultIdleTimeout, maxConnections: server.DefaultMaxConnections}
@@ -83,7 +84,7 @@ const serveEngineFlags = flagModel | flagDevice | flagGPUFraction | flagMaxBatch
 	flagKVTokens | flagKVDtype | flagWorkers | flagNoOverlap
 
 // programFlags are the program policy's parameters. Those not given on the
-// command line (set) take the arm's defaults (policy.DefaultConfig); the
+// command line (set) take the accounting's defaults (policy.DefaultConfig); the
 // policy validates them (policy.Config.Validate).
 type programFlags struct {
 	maxActive                                     int // 0: --max-batch-size
@@ -94,7 +95,7 @@ type programFlags struct {
 	set                                           map[string]bool
 }
 
-// newProgramFlags holds arm A's defaults, which the flags' help shows.
+// newProgramFlags holds the tokens accounting's defaults, which the flags' help shows.
 func newProgramFlags() programFlags {
 	d := policy.DefaultConfig(policy.TokenAccounting, 1)
 	return programFlags{buffer: d.Buffer, reserve: d.Reserve, actingWeight: d.ActingTokenWeight, pauseThreshold: d.PauseThreshold,
@@ -166,19 +167,19 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&o.dpWatchdog, "dp-watchdog", o.dpWatchdog, "under mpirun: end the job (naming the rank and collective) when one lockstep iteration takes longer than this; 0 disables")
 	f.BoolVar(&o.shardMLP, "shard-mlp", o.shardMLP, "under mpirun on the CPU: run the MLP tensor-parallel across the ranks (each process holds 1/N of the MLP weights; every rank steps in lockstep)")
 	f.BoolVar(&o.verifyPlacement, "verify-placement", o.verifyPlacement, "debug: every process hashes each iteration's placements and the job stops if any differs")
-	f.StringVar(&o.admission, "admission", o.admission, "program admission for requests with a program id: A or tokens (each program's tokens + a buffer), B or blocks (distinct shared KV blocks + a growth reserve), C or pausing (A with pause thresholds), or none")
+	f.StringVar(&o.admission, "admission", o.admission, "program admission for requests with a program id: tokens (each program's tokens + a buffer), blocks (distinct shared KV blocks + a growth reserve), pausing (tokens with pause thresholds), or none; A, B and C name the first three too")
 	p := &o.programs
 	f.IntVar(&p.maxActive, "max-active-programs", p.maxActive, "most programs ACTIVE at once; the others' turns wait (default: --max-batch-size)")
-	f.IntVar(&p.buffer, "admission-buffer", p.buffer, "tokens charged per ACTIVE program under A and C")
-	f.IntVar(&p.reserve, "admission-reserve", p.reserve, "tokens charged per ACTIVE program under B (growth headroom)")
-	f.Float64Var(&p.actingWeight, "acting-token-weight", p.actingWeight, "weight of a program's tokens between turns under A and C, in [0, 1]")
-	f.Float64Var(&p.pauseThreshold, "pause-threshold", p.pauseThreshold, "pause programs when used exceeds this fraction of the KV capacity (C's default: 0.95)")
-	f.Float64Var(&p.pauseTarget, "pause-target", p.pauseTarget, "pause down to this fraction of the KV capacity (C's default: 0.80)")
-	f.Float64Var(&p.resumeHysteresis, "resume-hysteresis", p.resumeHysteresis, "resume while used + estimate <= threshold - this (C's default: 0.10)")
+	f.IntVar(&p.buffer, "admission-buffer", p.buffer, "tokens charged per ACTIVE program under tokens and pausing")
+	f.IntVar(&p.reserve, "admission-reserve", p.reserve, "tokens charged per ACTIVE program under blocks (growth headroom)")
+	f.Float64Var(&p.actingWeight, "acting-token-weight", p.actingWeight, "weight of a program's tokens between turns under tokens and pausing, in [0, 1]")
+	f.Float64Var(&p.pauseThreshold, "pause-threshold", p.pauseThreshold, "pause programs when used exceeds this fraction of the KV capacity (pausing's default: 0.95)")
+	f.Float64Var(&p.pauseTarget, "pause-target", p.pauseTarget, "pause down to this fraction of the KV capacity (pausing's default: 0.80)")
+	f.Float64Var(&p.resumeHysteresis, "resume-hysteresis", p.resumeHysteresis, "resume while used + estimate <= threshold - this (pausing's default: 0.10)")
 	f.DurationVar(&p.agingTau, "aging-tau", p.agingTau, "aging of waiting programs: effective size = tokens / (1 + wait/tau); 0 disables")
 	f.DurationVar(&p.forcedResume, "forced-resume", p.forcedResume, "resume a waiting turn after this long even if it does not fit")
 	f.DurationVar(&p.lease, "program-lease", p.lease, "end a program after this long without a turn (with --admission none, the server forgets its id then)")
-	f.BoolVar(&o.chargeRetiring, "charge-retiring", o.chargeRetiring, "experiments only: charge retiring requests against admission and step budgets (what engines without the retiring rule do)")
+	f.BoolVar(&o.ablation.Engine.ChargeRetiring, "charge-retiring", o.ablation.Engine.ChargeRetiring, "experiments only: charge retiring requests against admission and step budgets (what engines without the retiring rule do)")
 	f.StringArrayVar(&o.apiKeys, "api-key", o.apiKeys, "require 'Authorization: Bearer KEY' (repeatable; each key is its own cache tenant; visible in ps: prefer --api-key-file or "+apiKeyEnv+")")
 	f.StringVar(&o.apiKeyFile, "api-key-file", o.apiKeyFile, "read API keys from this file, one per line (blank lines and lines starting with # are skipped); adds to --api-key and "+apiKeyEnv)
 	f.IntVar(&o.maxQueue, "max-queue", o.maxQueue, "most requests in flight before 429 (default: 4 × seats)")
@@ -231,13 +232,13 @@ func (o *serveOptions) validate() error {
 	}
 	o.selection = sel
 	// The accounting names are policy's; serve adds only "none" and that
-	// an empty value means the default, A.
+	// an empty value means the default, tokens.
 	if strings.TrimSpace(o.admission) == "" {
 		o.admission = policy.TokenAccounting.String()
 	} else if strings.EqualFold(strings.TrimSpace(o.admission), "none") {
 		o.admission = "none"
 	} else if a, err := policy.ParseAccounting(o.admission); err != nil {
-		return fmt.Errorf("serve: --admission %q: must be A, B or C (or none): %w", o.admission, err)
+		return fmt.Errorf("serve: --admission %q: must be tokens, blocks or pausing (or none): %w", o.admission, err)
 	} else {
 		o.admission = a.String()
 	}
@@ -302,7 +303,7 @@ func (o *serveOptions) addAPIKeys() error {
 }
 
 // programPolicy is the program policy the flags ask for (nil: none): the
-// arm's defaults with the parameters given on the command line. The policy
+// accounting's defaults with the parameters given on the command line. The policy
 // validates them (policy.Config.Validate, the one statement of its rules);
 // each given flag is applied and validated in turn, so an error names the
 // flag that made the configuration invalid. MaxActive is
@@ -312,14 +313,14 @@ func (o *serveOptions) programPolicy() (*policy.Config, error) {
 	if o.admission == "none" {
 		return nil, nil
 	}
-	arm, err := policy.ParseAccounting(o.admission)
+	acc, err := policy.ParseAccounting(o.admission)
 	if err != nil {
 		return nil, fmt.Errorf("serve: --admission: %w", err)
 	}
 	// At most --max-batch-size ACTIVE programs (what the sizing report
 	// says): one step's sequences. 1 here once held every program but the
 	// first waiting behind it.
-	c := policy.DefaultConfig(arm, o.maxBatchSize)
+	c := policy.DefaultConfig(acc, o.maxBatchSize)
 	for _, p := range o.programs.params() {
 		if !o.programs.set[p.name] {
 			continue
@@ -622,7 +623,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			}
 		}
 		cfg := o.executorConfig()
-		cfg.Seats, cfg.ChargeRetiring, cfg.Model, cfg.Programs = sz.seats, o.chargeRetiring, name, sz.programs
+		cfg.Seats, cfg.Ablation, cfg.Model, cfg.Programs = sz.seats, o.ablation.Engine, name, sz.programs
 		eng, err := executor.New(cfg, runner, tok)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
@@ -635,7 +636,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 		Check() error
 	} = engines[0]
 	if o.dp > 1 {
-		acfg := adp.Config{Policy: adp.Policy{ChargeRetiring: o.chargeRetiring},
+		acfg := adp.Config{Ablation: o.ablation,
 			Logf: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }}
 		if world != nil {
 			acfg.Comm, acfg.VerifyPlacement, acfg.Watchdog, acfg.Dummies = world, o.verifyPlacement, o.dpWatchdog, dummies
@@ -691,7 +692,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			return err
 		}
 	}
-	if o.chargeRetiring {
+	if o.ablation.Engine.ChargeRetiring {
 		if _, err := fmt.Fprintln(out, "  retiring     CHARGED against admission and budgets (--charge-retiring: for experiments)"); err != nil {
 			return err
 		}

@@ -27,7 +27,7 @@ func (o *serveOptions) checkLaunch() error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if l.Launched && l.Size != launch.Unknown {
-		if err := launch.CheckWorld(o.dp, l); err != nil {
+		if err := launch.ValidateWorld(o.dp, l); err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
@@ -51,7 +51,7 @@ func (o *serveOptions) openWorld() (*mpi.World, error) {
 	}
 	l := o.launch
 	l.Size, l.Rank = w.Size(), w.Rank()
-	if err := launch.CheckWorld(o.dp, l); err != nil {
+	if err := launch.ValidateWorld(o.dp, l); err != nil {
 		_ = w.Close()
 		return nil, fmt.Errorf("serve: %w", err)
 	}

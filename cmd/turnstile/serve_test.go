@@ -31,7 +31,7 @@ func TestServeFlagErrors(t *testing.T) {
 	}{
 		{"dp 0", []string{"--dp", "0"}, "serve: --dp 0: must be in [1, 64]"},
 		{"dp 65", []string{"--dp", "65"}, "serve: --dp 65: must be in [1, 64]"},
-		{"admission D", []string{"--admission", "D"}, `serve: --admission "D": must be A, B or C`},
+		{"admission D", []string{"--admission", "D"}, `serve: --admission "D": must be tokens, blocks or pausing`},
 		{"admission buffer", []string{"--admission-buffer", "-1"}, "serve: --admission-buffer -1: policy: buffer -1 tokens: must be ≥ 0"},
 		{"admission reserve", []string{"--admission", "B", "--admission-reserve", "-5"}, "serve: --admission-reserve -5: policy: reserve -5 tokens: must be ≥ 0"},
 		{"acting weight", []string{"--acting-token-weight", "1.5"}, "serve: --acting-token-weight 1.5: policy: acting token weight 1.5: must be in [0, 1]"},
@@ -86,12 +86,12 @@ func TestServeProgramPolicy(t *testing.T) {
 	}{
 		{"none", nil, func(t *testing.T, c *policy.Config) { require.Nil(t, c) }},
 		{"", nil, func(t *testing.T, c *policy.Config) {
-			require.Equal(t, policy.DefaultConfig(policy.TokenAccounting, 4), *c, "default: A with its defaults")
+			require.Equal(t, policy.DefaultConfig(policy.TokenAccounting, 4), *c, "default: tokens with its defaults")
 		}},
 		{"c", map[string]bool{"pause-target": true, "program-lease": true}, func(t *testing.T, c *policy.Config) {
 			want := policy.DefaultConfig(policy.PausingAccounting, 4)
 			want.PauseTarget, want.Lease = 0.5, time.Minute
-			require.Equal(t, want, *c, "C's thresholds, the target and lease given")
+			require.Equal(t, want, *c, "pausing's thresholds, the target and lease given")
 		}},
 		{"B", map[string]bool{"admission-reserve": true, "aging-tau": true}, func(t *testing.T, c *policy.Config) {
 			want := policy.DefaultConfig(policy.BlockAccounting, 4)
@@ -147,7 +147,7 @@ func TestServeGreedyMatchesGenerate(t *testing.T) {
 	// stories260K: 5 layers × K and V × 8192 positions × 4 kv heads × 8 dims × 2 bytes (auto: f16).
 	require.Contains(t, out.String(), "KV cache     512 blocks × 16 tokens = 8192 tokens, f16, 5.0 MiB")
 	require.Contains(t, out.String(), "queue bound  32 requests")
-	require.Contains(t, out.String(), "admission    A for requests with a program id: tokens × acting weight 1 + buffer 100 per program, of 8192 tokens; at most 4 ACTIVE programs")
+	require.Contains(t, out.String(), "admission    tokens for requests with a program id: tokens × acting weight 1 + buffer 100 per program, of 8192 tokens; at most 4 ACTIVE programs")
 
 	resp, err := http.Get(url + "/health")
 	require.NoError(t, err)
@@ -240,7 +240,7 @@ func TestServeSIGTERM(t *testing.T) {
 // report, so a BASE run cannot be mistaken for a FIX run from its logs.
 func TestServeChargeRetiring(t *testing.T) {
 	o := defaultServeOptions()
-	o.chargeRetiring = true
+	o.ablation.Engine.ChargeRetiring = true
 	_, out, stop := serveInProcess(t, o)
 	require.NoError(t, stop())
 	require.Contains(t, out.String(), "retiring     CHARGED")

@@ -51,7 +51,7 @@ type Launch struct {
 	LocalSize int
 }
 
-// ErrWorldMismatch is wrapped by CheckWorld's error when --dp differs from the
+// ErrWorldMismatch is wrapped by ValidateWorld's error when --dp differs from the
 // launched world.
 var ErrWorldMismatch = errors.New("--dp differs from the MPI world size")
 
@@ -124,11 +124,11 @@ func parse(env func(string) string, name string, min int) (int, error) {
 	return n, nil
 }
 
-// CheckWorld checks --dp dp against the launch: a process not launched by MPI
+// ValidateWorld checks --dp dp against the launch: a process not launched by MPI
 // may run any dp ≥ 1 in one process; a launched one must have dp equal to the
 // world size. A launch whose size is Unknown is an error: set l.Size from MPI's
 // Comm_size first.
-func CheckWorld(dp int, l Launch) error {
+func ValidateWorld(dp int, l Launch) error {
 	if dp < 1 {
 		return fmt.Errorf("launch: --dp %d: must be at least 1", dp)
 	}

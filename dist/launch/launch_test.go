@@ -79,7 +79,7 @@ func TestDetect(t *testing.T) {
 	}
 }
 
-func TestCheckWorld(t *testing.T) {
+func TestValidateWorld(t *testing.T) {
 	launched := func(size int) Launch {
 		return Launch{Launched: true, Source: EnvOMPIRank, Size: size, LocalRank: Unknown}
 	}
@@ -100,7 +100,7 @@ func TestCheckWorld(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := CheckWorld(tc.dp, tc.l)
+			err := ValidateWorld(tc.dp, tc.l)
 			if tc.err == "" {
 				require.NoError(t, err)
 				return
@@ -148,7 +148,7 @@ func FuzzDetect(f *testing.F) {
 		require.True(t, l.Size == Unknown || l.Size >= 1)
 		if l.Size != Unknown {
 			require.Less(t, l.Rank, l.Size)
-			require.NoError(t, CheckWorld(l.Size, l))
+			require.NoError(t, ValidateWorld(l.Size, l))
 		}
 		require.True(t, l.LocalRank == Unknown || l.LocalRank >= 0)
 	})

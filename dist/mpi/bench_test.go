@@ -193,6 +193,57 @@ func idleCPUWorker(t *testing.T, w *World) {
 	}
 }
 
+// patientLate is how long rank 0 keeps rank 1 waiting in
+// TestMPIPatientGatherLatency. Without its cap, a backoff doubling from
+// 10 µs polls at about 164 and 328 ms: rank 1 would return about 128 ms
+// after rank 0 enters at 200 ms (at 300 ms only about 28 ms, too close to
+// the bound to tell).
+const patientLate = 200 * time.Millisecond
+
+// patientBound is the most rank 1 may return after rank 0 entered: the
+// capped backoff polls every PatientPoll (1 ms), and the rest is margin
+// for a loaded 2-core machine.
+const patientBound = 100 * time.Millisecond
+
+var patientLine = regexp.MustCompile(`(?m)^rank 1 patient gather returned (\d+) us after rank 0 entered$`)
+
+// TestMPIPatientGatherLatency: the patient allgather's sleeps are capped,
+// so a rank that waited long still returns within a few polls of its
+// peer's arrival, not as late again as it waited.
+func TestMPIPatientGatherLatency(t *testing.T) {
+	mpirunPath(t)
+	out, err := runMPI(t, 2, "patient-latency")
+	require.NoError(t, err, out)
+	m := patientLine.FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	us, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	late := time.Duration(us) * time.Microsecond
+	t.Logf("rank 1 returned %v after rank 0 entered (rank 0 came %v late)", late, patientLate)
+	require.Less(t, late, patientBound, "rank 1 woke long after rank 0 entered: is the backoff capped at PatientPoll?")
+}
+
+// patientLatencyWorker: rank 1 waits in the patient allgather for rank 0,
+// which enters patientLate later; rank 1 reports how long after rank 0's
+// entry it returned (one host: both read the same wall clock).
+func patientLatencyWorker(t *testing.T, w *World) {
+	local, all := []int64{int64(w.Rank())}, make([]int64, w.Size())
+	require.NoError(t, w.Barrier())
+	var entered int64
+	if w.Rank() == 0 {
+		time.Sleep(patientLate)
+		entered = time.Now().UnixNano()
+	}
+	require.NoError(t, w.AllgatherInt64Patient(local, all))
+	returned := time.Now().UnixNano()
+	require.Equal(t, []int64{0, 1}, all)
+	times := make([]int64, 2*w.Size())
+	require.NoError(t, w.AllgatherInt64([]int64{entered, returned}, times))
+	if w.Rank() == 1 {
+		fmt.Printf("rank 1 patient gather returned %d us after rank 0 entered\n", (times[3]-times[0])/1000)
+	}
+}
+
 // cpuTime is this process's user + system CPU time.
 func cpuTime(t *testing.T) time.Duration {
 	var ru syscall.Rusage

@@ -37,9 +37,9 @@ func deployRequests() []*executor.Request {
 
 // rankEngine is one rank's engine on stories260K: max batch 2, its own KV
 // cache, one kernel worker; its MLP sharded across mlp when set.
-func rankEngine(tb testing.TB, m *model.Llama, overlap, charge bool, mlp model.MLPGroup) (*executor.Engine, *model.CPURunner) {
+func rankEngine(tb testing.TB, m *model.Llama, overlap, charge bool, mlp model.MLPComm) (*executor.Engine, *model.CPURunner) {
 	tb.Helper()
-	cfg := executor.Config{MaxBatchSize: 2, Overlap: overlap, ChargeRetiring: charge, Model: "stories260K"}
+	cfg := executor.Config{MaxBatchSize: 2, Overlap: overlap, Ablation: executor.Ablation{ChargeRetiring: charge}, Model: "stories260K"}
 	seats, err := cfg.DeriveSeats()
 	require.NoError(tb, err)
 	cfg.Seats = seats
@@ -90,7 +90,7 @@ func runDeployment(tb testing.TB, d *adp.Deployment, reqs []*executor.Request) [
 	for i, h := range hs {
 		st, err := h.Wait(context.Background())
 		require.NoError(tb, err)
-		dl, err := st.Collect(context.Background())
+		dl, err := st.ReadAll(context.Background())
 		require.NoError(tb, err)
 		lines = append(lines, placedLine(i, h, dl))
 	}
@@ -224,7 +224,7 @@ func ladderWorker(t *testing.T, w *World) {
 		// retiring at the next gather), rank 0 healthy. Which ranks are
 		// late on a real deployment is timing; this pins it.
 		er.SetEarly(w.Rank() != w.Size()-1)
-		d, err := adp.New(adp.Config{Comm: w, Policy: adp.Policy{ChargeRetiring: arm.charge}, VerifyPlacement: true},
+		d, err := adp.New(adp.Config{Comm: w, Ablation: adp.Ablation{Engine: executor.Ablation{ChargeRetiring: arm.charge}}, VerifyPlacement: true},
 			[]adp.Rank{er})
 		require.NoError(t, err)
 		reqs := ladderRequests(w.Size(), m.Config().Vocab)
@@ -256,7 +256,7 @@ func ladderWorker(t *testing.T, w *World) {
 
 // instantRank is a rank whose requests finish as soon as they are placed,
 // so a benchmark times the deployment's own iteration: the gather, the
-// window's broadcast, routing, handing off and the output's way back.
+// bulletin's broadcast, routing, handing off and the output's way back.
 type instantRank struct{}
 
 func (instantRank) Step() (bool, error) { return false, nil }
@@ -301,7 +301,7 @@ func deploymentIteration(d *adp.Deployment, reqs []*executor.Request) error {
 // BenchmarkDeploymentStep: one iteration of the deployment loop across 2
 // and 4 MPI processes (one rank each; 4 oversubscribes a 2-core machine)
 // with two requests placed per iteration: the gather (one allgather), the
-// window's broadcast (two), routing, the hand-off, and the previous
+// bulletin's broadcast (two), routing, the hand-off, and the previous
 // iteration's output gathered back to process 0. The ranks do no work, so
 // this is the deployment's own cost; local is one process with two ranks
 // (adp.Local: the same loop, every collective a copy).

@@ -19,25 +19,25 @@ import (
 // on every process and equal the one-process placement (adp.Local) of the
 // same states.
 
-// gatherWindow is the pending window every rank routes.
-const gatherWindow = 12
+// gatherPending is how many pending requests every rank routes.
+const gatherPending = 12
 
 // rankStateFor is rank r's deterministic state at iteration it: loads that
 // differ per rank and per iteration, cache hits and residencies for the
-// window.
+// pending requests.
 func rankStateFor(r, it int) adp.RankState {
 	s := adp.RankState{Capacity: 6 + r%3, Active: (r*7 + it) % 5, ActiveTokens: 100*(r+1) + 37*it,
 		Waiting: (r + it) % 2, WaitingTokens: 13 * ((r + it) % 2), Retiring: (r + 2*it) % 3, RetiringTokens: 9 * ((r + 2*it) % 3)}
-	for j := range gatherWindow {
+	for j := range gatherPending {
 		s.Hits = append(s.Hits, ((r+1)*(j+it))%5*16)
 		s.Resident = append(s.Resident, (r+j+it)%4 == 0)
 	}
 	return s
 }
 
-// pendingFor is the window's requests at iteration it.
+// pendingFor is the pending requests at iteration it.
 func pendingFor(it int) []adp.Pending {
-	p := make([]adp.Pending, gatherWindow)
+	p := make([]adp.Pending, gatherPending)
 	for j := range p {
 		p[j] = adp.Pending{Tokens: 20 + (j*11+it)%50, Program: fmt.Sprintf("p%d", (j+it)%5)}
 	}
@@ -45,7 +45,7 @@ func pendingFor(it int) []adp.Pending {
 }
 
 // routeAll gathers local (this process's ranks) through c into size·len(local)
-// ranks and routes the window with each router for 5 iterations; it
+// ranks and routes the pending requests with each router for 5 iterations; it
 // returns a hash of every placement.
 func routeAll(t testing.TB, c adp.Collective, local func(it int) []adp.RankState, ranks int) string {
 	t.Helper()
@@ -55,10 +55,10 @@ func routeAll(t testing.TB, c adp.Collective, local func(it int) []adp.RankState
 	for it := range 5 {
 		l := local(it)
 		require.NoError(t, x.Counts(c, l, all))
-		require.NoError(t, x.Window(c, l, all, gatherWindow))
+		require.NoError(t, x.Matches(c, l, all, gatherPending))
 		for _, r := range []adp.Router{&adp.LoadBalanced{}, &adp.CacheAware{LoadPermille: 500}, &adp.ProgramAware{}} {
 			var loads adp.Loads
-			adp.Gather(all, adp.Policy{}, &loads)
+			adp.ComputeLoads(all, adp.Ablation{}, &loads)
 			pending := pendingFor(it)
 			n := min(len(pending), loads.Admit)
 			out := make([]int, n)
@@ -106,8 +106,8 @@ func gatherRouteWorker(t *testing.T, w *World) {
 var _ adp.Comm = (*World)(nil)
 
 // BenchmarkGatherRoute is one iteration of the gather point across 2 and 4
-// MPI processes, one rank each: the counts' allgather, the window's
-// allgather and LoadBalanced routing of a window of gatherWindow requests,
+// MPI processes, one rank each: the counts' allgather, the match
+// allgather and LoadBalanced routing of gatherPending pending requests,
 // timed on rank 0 over benchAllgatherIters iterations (ns/op). local is
 // the same iteration in one process (adp.Local), measured here for the
 // side-by-side figure.
@@ -129,10 +129,10 @@ func BenchmarkGatherRoute(b *testing.B) {
 			if err := x.Counts(adp.Local{}, local, all); err != nil {
 				b.Fatal(err)
 			}
-			if err := x.Window(adp.Local{}, local, all, gatherWindow); err != nil {
+			if err := x.Matches(adp.Local{}, local, all, gatherPending); err != nil {
 				b.Fatal(err)
 			}
-			adp.Gather(all, adp.Policy{}, &loads)
+			adp.ComputeLoads(all, adp.Ablation{}, &loads)
 			n := min(len(pending), loads.Admit)
 			router.Route(&loads, pending[:n], out[:n])
 		}
@@ -164,10 +164,10 @@ func benchGatherRouteWorker(t *testing.T, w *World) {
 		if err := x.Counts(w, local, all); err != nil {
 			return err
 		}
-		if err := x.Window(w, local, all, gatherWindow); err != nil {
+		if err := x.Matches(w, local, all, gatherPending); err != nil {
 			return err
 		}
-		adp.Gather(all, adp.Policy{}, &loads)
+		adp.ComputeLoads(all, adp.Ablation{}, &loads)
 		n := min(len(pending), loads.Admit)
 		router.Route(&loads, pending[:n], out[:n])
 		return nil

@@ -31,7 +31,7 @@ const (
 
 // TestMPILiveness: two MPI processes, one rank each, step in lockstep
 // through real collectives every iteration (the gather's allgather, the
-// window's broadcast, the output gather). Process 0 takes both requests:
+// bulletin's broadcast, the output gather). Process 0 takes both requests:
 // rank 0 decodes the long one while rank 1's short one retires. Counting
 // retiring requests for liveness, both run to the end; with the broken
 // rule process 1 waits in its own queue while process 0 waits for it in
@@ -65,7 +65,7 @@ func livenessWorker(t *testing.T, w *World) {
 	if broken {
 		watchdog = livenessWatchdog
 	}
-	d, err := adp.New(adp.Config{Comm: w, Watchdog: watchdog, LocalLiveness: broken, VerifyPlacement: true,
+	d, err := adp.New(adp.Config{Comm: w, Watchdog: watchdog, Ablation: adp.Ablation{LocalLiveness: broken}, VerifyPlacement: true,
 		OnStuck: func(msg string) {
 			fmt.Println(msg)
 			w.Abort(2)
@@ -90,7 +90,7 @@ func livenessWorker(t *testing.T, w *World) {
 	for i, h := range hs {
 		st, err := h.Wait(context.Background())
 		require.NoError(t, err)
-		dl, err := st.Collect(context.Background())
+		dl, err := st.ReadAll(context.Background())
 		require.NoError(t, err)
 		fmt.Printf("request %d on rank %d finished %d tokens\n", i, h.Rank(), len(dl.TokenIDs))
 	}

@@ -300,7 +300,7 @@ func (w *World) AllgatherInt64(local, all []int64) error {
 const PatientPoll = time.Millisecond
 
 // AllgatherInt64Patient is AllgatherInt64 for a gather that may wait long
-// (an idle deployment's ranks waiting for rank 0 to get work, possibly for
+// (an idle deployment's processes waiting for process 0 to get work, possibly for
 // hours): it polls a nonblocking allgather (MPI_Iallgather, MPI_Test) and
 // sleeps between polls, up to PatientPoll, so the waiting thread sleeps
 // instead of spinning a core as MPI's blocking collectives do. MPI never

@@ -163,7 +163,7 @@ func TestMPIWorker(t *testing.T) {
 		run, ok := map[string]func(*testing.T, *World){
 			"liveness": livenessWorker, "gather-route": gatherRouteWorker, "bench-gather-route": benchGatherRouteWorker,
 			"bench-allgather": benchAllgatherWorker, "bench-mlp": benchMLPWorker,
-			"mlp-shard": shardWorker, "idle-cpu": idleCPUWorker, "deploy": deployWorker, "ladder": ladderWorker, "bench-step": benchStepWorker,
+			"mlp-shard": shardWorker, "idle-cpu": idleCPUWorker, "patient-latency": patientLatencyWorker, "deploy": deployWorker, "ladder": ladderWorker, "bench-step": benchStepWorker,
 		}[mode]
 		if !ok {
 			t.Fatalf("%s=%q: unknown worker mode", workerEnv, mode)
@@ -186,8 +186,8 @@ func checkCollectives(t *testing.T, w *World) {
 	require.Equal(t, rank, l.Rank)
 	require.Equal(t, size, l.Size)
 	require.Equal(t, rank, l.LocalRank, "one host: local rank is the world rank")
-	require.NoError(t, launch.CheckWorld(size, l))
-	require.ErrorIs(t, launch.CheckWorld(size+1, l), launch.ErrWorldMismatch)
+	require.NoError(t, launch.ValidateWorld(size, l))
+	require.ErrorIs(t, launch.ValidateWorld(size+1, l), launch.ErrWorldMismatch)
 
 	// Allgather of a rank-dependent vector.
 	local := []int64{int64(rank), -int64(rank) - 1, 1<<40 + int64(rank)}

@@ -22,7 +22,7 @@ import (
 // with the whole MLP on the same batches.
 
 // A World (and its Dup) is what the sharded CPU runner's MLP runs on.
-var _ model.MLPGroup = (*World)(nil)
+var _ model.MLPComm = (*World)(nil)
 
 // shardTol bounds a sharded logits row against the whole MLP's, relative to
 // the row's largest magnitude: only the summation order differs.

@@ -8,6 +8,16 @@ import (
 // addr is the address of b's first byte (len(b) > 0).
 func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 
+// alignOffset is how many bytes past address a the next PageSize boundary
+// lies (0 when a is on one): a mapping only promises 4 KiB alignment, and
+// a region starts this far into its mapping.
+func alignOffset(a uintptr) int {
+	if rem := a % PageSize; rem != 0 {
+		return PageSize - int(rem)
+	}
+	return 0
+}
+
 // Float32s views the first n float32 of r (n·4 ≤ len(r.Bytes())).
 func Float32s(r *Region, n int) ([]float32, error) { return view[float32](r, n, 4) }
 

@@ -18,10 +18,7 @@ func alloc(n int) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hugemem: map %d bytes: %w", size+PageSize, err)
 	}
-	off := 0
-	if rem := addr(full) % PageSize; rem != 0 {
-		off = PageSize - int(rem)
-	}
+	off := alignOffset(addr(full))
 	aligned := full[off : off+size : off+size]
 	r := &Region{b: aligned[:n:n], full: full}
 	// EINVAL: this kernel has no transparent huge pages; base pages work.

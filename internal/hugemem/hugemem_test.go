@@ -66,3 +66,27 @@ func TestViews(t *testing.T) {
 	_, err = Float32s(r, 1)
 	require.ErrorIs(t, err, ErrFreed)
 }
+
+// TestAlignOffset: the offset of the first huge-page boundary at or past an
+// address. A fresh mapping on this kernel may already be 2 MiB aligned, so
+// the arithmetic is checked on addresses, not on Alloc.
+func TestAlignOffset(t *testing.T) {
+	const base = 1 << 40 // on a boundary
+	for _, tc := range []struct {
+		a    uintptr
+		want int
+	}{
+		{base, 0},
+		{base + 1, PageSize - 1},
+		{base + 4096, PageSize - 4096},
+		{base + PageSize/2, PageSize / 2},
+		{base + PageSize - 4096, 4096},
+		{base + PageSize - 1, 1},
+		{base + 3*PageSize, 0},
+		{0, 0},
+	} {
+		got := alignOffset(tc.a)
+		require.Equal(t, tc.want, got, "address %#x", tc.a)
+		require.Zero(t, (tc.a+uintptr(got))%PageSize, "address %#x + %d is not on a boundary", tc.a, got)
+	}
+}

@@ -8,12 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestCollect: after Step, Collect processes the step left in flight by
+// TestFlush: after Step, Flush processes the step left in flight by
 // overlap (reporting it did), so nothing is retiring at the next look; with
 // overlap off, or with nothing in flight, it reports false. Check passes
 // after every call, queued submissions wait for the next Step, and the
 // output equals the plain loop's.
-func TestCollect(t *testing.T) {
+func TestFlush(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		overlap bool
@@ -35,38 +35,38 @@ func TestCollect(t *testing.T) {
 					*x.out = append(*x.out, st)
 				}
 			}
-			collected := 0
+			flushed := 0
 			for it := 0; ; it++ {
 				require.Less(t, it, 200, "the engine must drain")
 				progressed, err := s.eng.Step()
 				require.NoError(t, err)
 				require.NoError(t, s.eng.Check())
-				ok, err := s.eng.Collect()
+				ok, err := s.eng.Flush()
 				require.NoError(t, err)
 				require.NoError(t, s.eng.Check())
 				if ok {
-					collected++
+					flushed++
 				}
-				// Nothing is in flight after Collect: no request retires at
+				// Nothing is in flight after Flush: no request retires at
 				// the next gather, and teardown already happened.
 				l := s.eng.RankLoad()
 				require.Zero(t, l.Retiring, "iteration %d", it)
 				require.Zero(t, s.eng.Snapshot().SeatsRetiring, "iteration %d", it)
-				again, err := s.eng.Collect()
+				again, err := s.eng.Flush()
 				require.NoError(t, err)
-				require.False(t, again, "a second Collect has nothing to process")
+				require.False(t, again, "a second Flush has nothing to process")
 				if !progressed {
 					break
 				}
 			}
 			if c.overlap {
-				require.Positive(t, collected, "overlap leaves a step in flight after Step")
+				require.Positive(t, flushed, "overlap leaves a step in flight after Step")
 			} else {
-				require.Zero(t, collected, "the plain loop leaves nothing in flight")
+				require.Zero(t, flushed, "the plain loop leaves nothing in flight")
 			}
 			ref.drive(t, 200)
 			for i := range got {
-				require.Equal(t, collect(t, want[i]), collect(t, got[i]), "request %d", i)
+				require.Equal(t, readAll(t, want[i]), readAll(t, got[i]), "request %d", i)
 			}
 			m := s.eng.Snapshot()
 			require.Equal(t, uint64(6), m.Finished)
@@ -77,9 +77,9 @@ func TestCollect(t *testing.T) {
 	}
 }
 
-// TestCollectLeavesQueues: Collect admits nothing: a request submitted
-// after Step stays waiting through Collect and is admitted by the next Step.
-func TestCollectLeavesQueues(t *testing.T) {
+// TestFlushLeavesQueues: Flush admits nothing: a request submitted
+// after Step stays waiting through Flush and is admitted by the next Step.
+func TestFlushLeavesQueues(t *testing.T) {
 	s := newSetup(t, opts{mbs: 2, overlap: true})
 	_, err := s.eng.Submit(context.Background(), &Request{Prompt: "first", MaxTokens: 1, Params: greedy()})
 	require.NoError(t, err)
@@ -88,24 +88,24 @@ func TestCollectLeavesQueues(t *testing.T) {
 	late, err := s.eng.Submit(context.Background(), &Request{Prompt: "second", MaxTokens: 1, Params: greedy()})
 	require.NoError(t, err)
 	launched := s.eng.Launched()
-	ok, err := s.eng.Collect()
+	ok, err := s.eng.Flush()
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, launched, s.eng.Launched(), "Collect launches nothing")
+	require.Equal(t, launched, s.eng.Launched(), "Flush launches nothing")
 	l := s.eng.RankLoad()
 	require.Equal(t, 1, l.Waiting, "the new submission waits for Step")
 	require.Zero(t, l.Active+l.Retiring, "the first request finished and was torn down")
 	require.NoError(t, s.eng.Check())
 	s.drive(t, 20)
-	d := collect(t, late)
+	d := readAll(t, late)
 	require.Equal(t, FinishLength, d.FinishReason)
 	require.NoError(t, s.eng.Close())
 }
 
-// TestCollectSeed004: an engine collected after every step behaves, for
+// TestFlushSeed004: an engine flushed after every step behaves, for
 // context-only requests with BASE's charging, like the plain loop: two
 // admitted every step, none held by a retiring request.
-func TestCollectSeed004(t *testing.T) {
+func TestFlushSeed004(t *testing.T) {
 	const n = 8
 	s := newSetup(t, opts{mbs: 2, overlap: true, charge: true})
 	for i := range n {
@@ -117,7 +117,7 @@ func TestCollectSeed004(t *testing.T) {
 	for range 4 * n {
 		_, err := s.eng.Step()
 		require.NoError(t, err)
-		_, err = s.eng.Collect()
+		_, err = s.eng.Flush()
 		require.NoError(t, err)
 		require.NoError(t, s.eng.Check())
 		m := s.eng.Snapshot()

@@ -1,4 +1,4 @@
-package step_test
+package archtest
 
 import (
 	"encoding/json"
@@ -98,7 +98,7 @@ func TestDistLeaves(t *testing.T) {
 	}
 }
 
-// TestModelLinksNoMPI: model defines the MLPGroup its sharded MLP consumes
+// TestModelLinksNoMPI: model defines the MLPComm its sharded MLP consumes
 // and never links dist/mpi (cmd wires a World in), so model builds and runs
 // on a machine without MPI and the two packages cannot form a cycle.
 func TestModelLinksNoMPI(t *testing.T) {
