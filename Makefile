@@ -40,10 +40,12 @@ run: deps build
 
 # Tests that skip under -race (the detector allocates, or would make them too
 # slow): the zero-allocation tests, the weight type × architecture matrix
-# and the overlap arms of the program-policy workload. The non-race pass of
+# the overlap arms of the program-policy workload and the long grammar
+# conformance and hostile-input tests. The non-race pass of
 # `make test` runs exactly these.
 NORACE_MODEL    := ^(TestZeroAllocs|TestCUDAHostZeroAllocs|TestMatrixMatchesLlamaCpp)$$
 NORACE_EXECUTOR := ^TestProgramPolicyWorkload$$/^overlaptrue/
+NORACE_GRAMMAR  := ^(TestJSTS|TestNumberRange|TestHostileSchemas|TestGBNFMaskBruteForce)$$
 
 ## test: formatting check, vet, the module-wide tests of internal/archtest
 ## (the import boundaries, uncached: they read `go list -deps`, which the
@@ -57,6 +59,7 @@ test: deps
 	$(GO) test -race -timeout 15m ./...
 	$(GO) test -timeout 5m -run '$(NORACE_MODEL)' ./model/
 	$(GO) test -timeout 5m -run '$(NORACE_EXECUTOR)' ./executor/
+	$(GO) test -timeout 5m -run '$(NORACE_GRAMMAR)' ./grammar/
 
 ## bench: the microbenchmarks with allocation counts, then short campaigns:
 ## the CPU runner's cost-model fit, seed 000's A/B/C on the simulated H200 and,

@@ -146,7 +146,7 @@ func (b *Builder) buildWith(root RuleID, lim Limits, bud *budget) (*Grammar, err
 	if err := checkCalls(rules, names); err != nil {
 		return nil, err
 	}
-	if err := dropUnproductive(rules, names, top); err != nil {
+	if err := dropUnproductive(rules, names, top, bud); err != nil {
 		return nil, err
 	}
 	if err := removeEmpty(rules, top, bud); err != nil {
@@ -160,7 +160,9 @@ func (b *Builder) buildWith(root RuleID, lim Limits, bud *budget) (*Grammar, err
 		return nil, fmt.Errorf("grammar has %d automaton states, more than the limit of %d: %w", len(g.states), lim.States, errTooLarge)
 	}
 	g.limits = lim
-	g.computeFollow()
+	if err := g.computeFollow(bud); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -179,19 +181,14 @@ func checkCalls(rules []*dfa, names []string) error {
 
 // dropUnproductive finds the rules that can match some string, removes
 // calls to the others and fails when the top rule cannot match anything.
-func dropUnproductive(rules []*dfa, names []string, top RuleID) error {
-	prod := make([]bool, len(rules))
-	for changed := true; changed; {
-		changed = false
-		for r, d := range rules {
-			if !prod[r] && d.reachesAccept(prod) {
-				prod[r], changed = true, true
-			}
-		}
+func dropUnproductive(rules []*dfa, names []string, top RuleID, b *budget) error {
+	prod, err := fixRules(rules, b, func(d *dfa, marked []bool) bool { return d.reachesAccept(marked) })
+	if err != nil {
+		return err
 	}
 	if !prod[top] {
 		root := rules[top].states[0].calls[0].rule
-		return fmt.Errorf("rule %q cannot match any string (every way through it recurses without end, or a part of it matches nothing)", names[root])
+		return fmt.Errorf("rule %q cannot match any string (every way through it recurses without end, or a part of it matches nothing): %w", names[root], ErrEmpty)
 	}
 	for r, d := range rules {
 		dead := func(c dcall) bool { return !prod[c.rule] }
@@ -206,6 +203,47 @@ func dropUnproductive(rules []*dfa, names []string, top RuleID) error {
 		rules[r] = nd.trim()
 	}
 	return nil
+}
+
+// fixRules computes the least set of rules for which holds(rule, set) is
+// true, with a worklist: a rule is looked at again only when one it calls
+// joins the set, so a long chain of rules costs its length, not its
+// square.
+func fixRules(rules []*dfa, b *budget, holds func(d *dfa, marked []bool) bool) ([]bool, error) {
+	callers := make([][]RuleID, len(rules))
+	for r, d := range rules {
+		for _, s := range d.states {
+			for _, c := range s.calls {
+				callers[c.rule] = append(callers[c.rule], RuleID(r))
+			}
+		}
+	}
+	marked := make([]bool, len(rules))
+	queued := make([]bool, len(rules))
+	work := make([]RuleID, 0, len(rules))
+	for r := range rules {
+		work = append(work, RuleID(r))
+		queued[r] = true
+	}
+	for len(work) > 0 {
+		if err := b.tick(); err != nil {
+			return nil, err
+		}
+		r := work[len(work)-1]
+		work = work[:len(work)-1]
+		queued[r] = false
+		if marked[r] || !holds(rules[r], marked) {
+			continue
+		}
+		marked[r] = true
+		for _, c := range callers[r] {
+			if !marked[c] && !queued[c] {
+				queued[c] = true
+				work = append(work, c)
+			}
+		}
+	}
+	return marked, nil
 }
 
 // reachesAccept: some path from the start reaches acceptance, taking calls
@@ -241,14 +279,9 @@ func (d *dfa) reachesAccept(ok []bool) bool {
 // the call instead. Afterwards a call always reads at least one byte
 // before it can return, which keeps the matcher's expansion finite.
 func removeEmpty(rules []*dfa, top RuleID, b *budget) error {
-	nullable := make([]bool, len(rules))
-	for changed := true; changed; {
-		changed = false
-		for r, d := range rules {
-			if !nullable[r] && d.nullable(nullable) {
-				nullable[r], changed = true, true
-			}
-		}
+	nullable, err := fixRules(rules, b, func(d *dfa, marked []bool) bool { return d.nullable(marked) })
+	if err != nil {
+		return err
 	}
 	for r, d := range rules {
 		needs := nullable[r] && RuleID(r) != top
@@ -429,46 +462,114 @@ func flatten(rules []*dfa, names []string, top RuleID) *Grammar {
 
 // computeFollow finds, for every rule, the bytes that can be read right
 // after it returns, over all its call sites (a superset is safe: it only
-// filters which token tails are worth checking).
-func (g *Grammar) computeFollow() {
+// filters which token tails are worth checking). Worklists keep it linear
+// in the grammar for long chains of rules.
+func (g *Grammar) computeFollow(b *budget) error {
 	n := len(g.ruleStart)
+	// first[r]: the bytes rule r can start with (callees read at least one
+	// byte, so a call's first bytes are the callee's).
+	first := make([]byteSet, n)
+	callers := make([][]RuleID, n)
+	for i := range g.states {
+		s := &g.states[i]
+		for _, c := range s.calls {
+			callers[c.rule] = append(callers[c.rule], s.rule)
+		}
+	}
+	stateFirst := func(q int32) byteSet {
+		s := &g.states[q]
+		var f byteSet
+		for _, t := range s.trans {
+			f = f.union(rangeSet(t.lo, t.hi))
+		}
+		for _, c := range s.calls {
+			f = f.union(first[c.rule])
+		}
+		return f
+	}
+	work := []RuleID{}
+	queued := make([]bool, n)
+	for r := range n {
+		if g.ruleStart[r] >= 0 {
+			work = append(work, RuleID(r))
+			queued[r] = true
+		}
+	}
+	for len(work) > 0 {
+		if err := b.tick(); err != nil {
+			return err
+		}
+		r := work[len(work)-1]
+		work = work[:len(work)-1]
+		queued[r] = false
+		if f := stateFirst(g.ruleStart[r]); f != first[r] {
+			first[r] = f
+			for _, c := range callers[r] {
+				if !queued[c] {
+					queued[c] = true
+					work = append(work, c)
+				}
+			}
+		}
+	}
+	// follow[R] holds first(ret) of every call of R, and follow[caller]
+	// when the caller can end right after it: propagate along those edges.
 	g.follow = make([]byteSet, n)
-	// first[s]: bytes readable from state s without returning; endsOK[s]:
-	// s can return without reading (it accepts).
-	first := make([]byteSet, len(g.states))
-	for changed := true; changed; {
-		changed = false
-		for i := range g.states {
-			s := &g.states[i]
-			f := first[i]
-			for _, t := range s.trans {
-				f = f.union(rangeSet(t.lo, t.hi))
-			}
-			for _, c := range s.calls {
-				f = f.union(first[c.start])
-			}
-			if f != first[i] {
-				first[i], changed = f, true
+	tails := make([][]RuleID, n) // caller rule -> callees in tail position
+	for i := range g.states {
+		s := &g.states[i]
+		for _, c := range s.calls {
+			g.follow[c.rule] = g.follow[c.rule].union(stateFirst(c.ret))
+			if g.states[c.ret].accept {
+				tails[s.rule] = append(tails[s.rule], c.rule)
 			}
 		}
 	}
-	for changed := true; changed; {
-		changed = false
-		for i := range g.states {
-			s := &g.states[i]
-			for _, c := range s.calls {
-				f := g.follow[c.rule].union(first[c.ret])
-				if g.states[c.ret].accept {
-					f = f.union(g.follow[s.rule])
-				}
-				if f != g.follow[c.rule] {
-					g.follow[c.rule], changed = f, true
+	work = work[:0]
+	for r := range n {
+		work = append(work, RuleID(r))
+		queued[r] = true
+	}
+	for len(work) > 0 {
+		if err := b.tick(); err != nil {
+			return err
+		}
+		r := work[len(work)-1]
+		work = work[:len(work)-1]
+		queued[r] = false
+		for _, t := range tails[r] {
+			if f := g.follow[t].union(g.follow[r]); f != g.follow[t] {
+				g.follow[t] = f
+				if !queued[t] {
+					queued[t] = true
+					work = append(work, t)
 				}
 			}
 		}
 	}
+	return nil
 }
 
 // errUnsupported is wrapped by every error about a feature the compilers
 // refuse (as opposed to input that is malformed).
 var errUnsupported = errors.New("not supported")
+
+// ErrEmpty is wrapped by the error of a grammar that matches no string at
+// all (a schema no value satisfies).
+var ErrEmpty = errors.New("the language is empty")
+
+// Bytes estimates the memory g holds: its automaton and the token tables
+// built so far (the tables shared through the vocabulary are not counted).
+func (g *Grammar) Bytes() int {
+	n := 0
+	for i := range g.states {
+		s := &g.states[i]
+		n += 48 + 8*len(s.trans) + 12*len(s.calls)
+	}
+	g.mu.Lock()
+	for _, c := range g.caches {
+		n += c.bytes
+	}
+	g.mu.Unlock()
+	return n
+}

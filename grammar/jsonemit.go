@@ -287,14 +287,64 @@ func (c *jsonCompiler) emitValues(cj *conj) (*Expr, error) {
 		if slices.ContainsFunc(cj.notValues, func(w any) bool { return jsonEqual(v, w) }) {
 			continue
 		}
-		s := string(appendJSON(nil, fromLib(v)))
+		lv := fromLib(v)
+		s := string(appendJSON(nil, lv))
 		if seen[s] {
 			continue
 		}
 		seen[s] = true
-		alts = append(alts, Lit(s))
+		e, err := c.valueExpr(lv)
+		if err != nil {
+			return nil, err
+		}
+		alts = append(alts, e)
 	}
 	return Alt(alts...), nil
+}
+
+// valueExpr is the compact texts of one value: numbers in every spelling
+// of their value without an exponent (1, 1.0, 1.00, ...), the rest as
+// appendJSON writes it.
+func (c *jsonCompiler) valueExpr(v any) (*Expr, error) {
+	switch x := v.(type) {
+	case json.Number:
+		r, ok := numRat(x)
+		if !ok {
+			return Lit(string(x)), nil
+		}
+		d, err := numberRangeDFA(&numBound{r, false}, &numBound{r, false}, false, c.bud)
+		if err != nil {
+			return nil, err
+		}
+		return d.toExpr(), nil
+	case []any:
+		parts := []*Expr{Lit("[")}
+		for i, e := range x {
+			if i > 0 {
+				parts = append(parts, Lit(","))
+			}
+			ee, err := c.valueExpr(e)
+			if err != nil {
+				return nil, err
+			}
+			parts = append(parts, ee)
+		}
+		return Seq(append(parts, Lit("]"))...), nil
+	case *object:
+		parts := []*Expr{Lit("{")}
+		for i, m := range x.members {
+			if i > 0 {
+				parts = append(parts, Lit(","))
+			}
+			ee, err := c.valueExpr(m.val)
+			if err != nil {
+				return nil, err
+			}
+			parts = append(parts, Lit(string(appendString(nil, m.key))+":"), ee)
+		}
+		return Seq(append(parts, Lit("}"))...), nil
+	}
+	return Lit(string(appendJSON(nil, v))), nil
 }
 
 // valuesAndType: s constrains with enum/const and type only.
@@ -549,11 +599,11 @@ func (c *jsonCompiler) stringDFA(cj *conj) (*dfa, error) {
 		}
 	}
 	for i, f := range append(slices.Clone(cj.formats), cj.notFormats...) {
-		re, _ := formatRegex(f)
-		e, err := regexExpr(re)
+		fd, err := formatDFA(f)
 		if err != nil {
 			return nil, err
 		}
+		e := &Expr{op: opDFA, d: fd}
 		keep := yes
 		if i >= len(cj.formats) {
 			keep = no
@@ -625,6 +675,22 @@ func anchored(re *syntax.Regexp, op syntax.Op) bool {
 }
 
 func (c *jsonCompiler) emitString(cj *conj) (*Expr, error) {
+	if len(cj.formats) == 1 && cj.minLen == 0 && cj.maxLen < 0 && len(cj.patterns)+len(cj.notPatterns)+len(cj.notFormats) == 0 &&
+		!slices.ContainsFunc(cj.notValues, func(v any) bool { _, ok := v.(string); return ok }) {
+		// A format alone: its quoted text automaton is built once per
+		// process.
+		d, err := quotedFormatDFA(cj.formats[0])
+		if err != nil {
+			return nil, err
+		}
+		f := "format:" + cj.formats[0]
+		if r, ok := c.shared[f]; ok {
+			return Ref(r), nil
+		}
+		r := c.b.Rule(f, &Expr{op: opDFA, d: d})
+		c.shared[f] = r
+		return Ref(r), nil
+	}
 	d, err := c.stringDFA(cj)
 	if err != nil {
 		return nil, err
@@ -766,11 +832,10 @@ func (c *jsonCompiler) emitArray(cj *conj) (*Expr, error) {
 func (cj *conj) propVals(n string) []sref {
 	var list []sref
 	for _, p := range cj.objParts {
-		if rs, ok := p.props[n]; ok {
-			list = append(list, rs...)
-			continue
-		}
-		matched := false
+		// properties and patternProperties both apply; additionalProperties
+		// only to names neither covers.
+		rs, matched := p.props[n]
+		list = append(list, rs...)
 		for _, pp := range p.patterns {
 			if patternMatches(pp.src, n) {
 				list = append(list, sref{s: pp.re})

@@ -82,10 +82,20 @@ func LoadSchema(schema []byte) (*jsonschema.Schema, error) {
 	}
 	s, err := c.Compile(schemaURL)
 	if err != nil {
-		return nil, fmt.Errorf("invalid schema: %s", strings.ReplaceAll(err.Error(), schemaURL, ""))
+		// The library's messages name our internal URL; keep the cause.
+		return nil, &schemaError{"invalid schema: " + strings.ReplaceAll(err.Error(), schemaURL, ""), err}
 	}
 	return s, nil
 }
+
+// schemaError rewords an error and keeps it as the cause.
+type schemaError struct {
+	msg string
+	err error
+}
+
+func (e *schemaError) Error() string { return e.msg }
+func (e *schemaError) Unwrap() error { return e.err }
 
 type noRemote struct{}
 
@@ -988,6 +998,9 @@ func (c *jsonCompiler) negate(cj *conj, s *jsonschema.Schema) error {
 		{"uniqueItems", s.UniqueItems},
 		{"$dynamicRef", s.DynamicRef != nil},
 		{"$recursiveRef", s.RecursiveRef != nil},
+		{"unevaluatedProperties", s.UnevaluatedProperties != nil && !isTrue(s.UnevaluatedProperties)},
+		{"unevaluatedItems", s.UnevaluatedItems != nil && !isTrue(s.UnevaluatedItems)},
+		{"vocabulary extension", len(s.Extensions) > 0},
 	} {
 		if kw.set {
 			return fail(kw.name)

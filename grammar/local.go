@@ -16,6 +16,9 @@ import (
 // trie through this automaton costs one table lookup per trie node once
 // the sets it meets are known.
 type localDFA struct {
+	// overflow is set when a set had more parses than the grammar's
+	// Configs limit (it was cut there; the caller must fail).
+	overflow bool
 	sets     []localSet
 	index    map[string]int32
 	trans    []int32 // per set, per byte: 0 unknown, 1 no parse survives, id+2
@@ -37,7 +40,12 @@ func (l *localDFA) startSet(g *Grammar, q int32) int32 {
 	if v := l.stateSet[q]; v > 0 {
 		return v - 1
 	}
-	id := l.intern(g.closeStacks([][]int32{{q}}))
+	set, ok := g.closeStacks([][]int32{{q}})
+	if !ok {
+		l.overflow = true
+		set = localSet{} // reads nothing; the caller fails
+	}
+	id := l.intern(set)
 	l.stateSet[q] = id + 1
 	return id
 }
@@ -65,7 +73,12 @@ func (l *localDFA) compute(g *Grammar, id int32, c byte) int32 {
 	if len(moved) == 0 {
 		return 1
 	}
-	set := g.closeStacks(moved)
+	set, ok := g.closeStacks(moved)
+	if !ok {
+		// Dead for this walk; the table's builder reports the overflow.
+		l.overflow = true
+		return 1
+	}
 	if len(set.stacks) == 0 && !set.exit {
 		return 1
 	}
@@ -98,14 +111,18 @@ func (l *localDFA) intern(s localSet) int32 {
 // closeStacks expands parses through calls (pushing the callee, or
 // replacing a frame whose continuation is final: a tail call) and returns
 // to frames below the top that were pushed locally, and keeps those whose
-// top reads bytes, sorted and without duplicates.
-func (g *Grammar) closeStacks(seed [][]int32) localSet {
+// top reads bytes, sorted and without duplicates. ok is false when the
+// parses outnumber the grammar's Configs limit.
+func (g *Grammar) closeStacks(seed [][]int32) (localSet, bool) {
 	var out localSet
 	seen := map[string]bool{}
 	var keep []string
 	work := seed
 	kept := map[string][]int32{}
 	for len(work) > 0 {
+		if len(seen) > 4*g.limits.Configs || len(keep) > g.limits.Configs {
+			return localSet{}, false
+		}
 		st := work[len(work)-1]
 		work = work[:len(work)-1]
 		k := stackKey(st)
@@ -135,11 +152,14 @@ func (g *Grammar) closeStacks(seed [][]int32) localSet {
 			work = append(work, ns)
 		}
 	}
+	if len(keep) > g.limits.Configs {
+		return localSet{}, false
+	}
 	slices.Sort(keep)
 	for _, k := range keep {
 		out.stacks = append(out.stacks, kept[k])
 	}
-	return out
+	return out, true
 }
 
 func stackKey(st []int32) string {

@@ -179,7 +179,7 @@ func (m *Matcher) advance(cur []*frame, b []byte) ([]*frame, error) {
 			}
 		}
 		out = append(out, f)
-		return false
+		return len(out) > m.g.limits.Configs // too many: stop, refused below
 	}
 	for _, f := range cur {
 		if err := m.run.from(f, b); err != nil {
@@ -214,7 +214,10 @@ func (m *Matcher) FillMask(mask []uint64) error {
 	clear(m.seen)
 	complete, first := false, true
 	for _, f := range m.cur {
-		m.addMask(mask, f, &complete, &first)
+		if err := m.addMask(mask, f, &complete, &first); err != nil {
+			clear(mask)
+			return err
+		}
 	}
 	if complete {
 		for _, s := range m.v.stops {
@@ -224,16 +227,19 @@ func (m *Matcher) FillMask(mask []uint64) error {
 	return nil
 }
 
-func (m *Matcher) addMask(mask []uint64, f *frame, complete, first *bool) {
+func (m *Matcher) addMask(mask []uint64, f *frame, complete, first *bool) error {
 	for ; f != nil; f = f.parent {
 		if m.seen[f] {
-			return
+			return nil
 		}
 		m.seen[f] = true
 		g := m.g
 		g.mu.Lock()
-		t := g.table(g.cache(m.v), f.state)
+		t, err := g.table(g.cache(m.v), f.state)
 		g.mu.Unlock()
+		if err != nil {
+			return err
+		}
 		m.applyTable(mask, t, first)
 		if f.parent != nil {
 			for i := range t.groups {
@@ -249,14 +255,15 @@ func (m *Matcher) addMask(mask []uint64, f *frame, complete, first *bool) {
 			}
 		}
 		if !t.exit0 {
-			return
+			return nil
 		}
 		if f.parent == nil {
 			*complete = true
-			return
+			return nil
 		}
 		// The rule can end here: whatever its caller reads next is allowed.
 	}
+	return nil
 }
 
 func (m *Matcher) applyTable(mask []uint64, t *tokTable, first *bool) {

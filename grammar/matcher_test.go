@@ -210,3 +210,46 @@ func TestForced(t *testing.T) {
 	require.NoError(t, m.AcceptBytes([]byte(`,"n":5}`)))
 	require.Empty(t, m.Forced(64), "complete: nothing is forced")
 }
+
+// TestConcurrentMasks: matchers of one grammar on several goroutines
+// share its tables and the vocabulary's (the race detector watches).
+func TestConcurrentMasks(t *testing.T) {
+	v := testVocab(t, `{}":ab0,`)
+	g, err := CompileJSONSchema([]byte(`{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}}}`), JSONOptions{Whitespace: WhitespaceCompact})
+	require.NoError(t, err)
+	want := []string{}
+	{
+		m := NewMatcher(g, v)
+		mask := make([]uint64, v.MaskWords())
+		for _, b := range []string{`{`, `"a":`, `"ab"`} {
+			require.NoError(t, m.FillMask(mask))
+			want = append(want, fmt.Sprint(maskIDs(mask, v)))
+			require.NoError(t, m.AcceptBytes([]byte(b)))
+		}
+	}
+	done := make(chan error, 8)
+	for range 8 {
+		go func() {
+			m := NewMatcher(g, v)
+			mask := make([]uint64, v.MaskWords())
+			for i, b := range []string{`{`, `"a":`, `"ab"`} {
+				if err := m.FillMask(mask); err != nil {
+					done <- err
+					return
+				}
+				if got := fmt.Sprint(maskIDs(mask, v)); got != want[i] {
+					done <- fmt.Errorf("step %d: mask %s, want %s", i, got, want[i])
+					return
+				}
+				if err := m.AcceptBytes([]byte(b)); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 8 {
+		require.NoError(t, <-done)
+	}
+}

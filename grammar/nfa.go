@@ -284,7 +284,7 @@ func (s *dstate) next(c byte) int32 {
 
 // determinize runs the subset construction within the budget.
 func (n *nfa) determinize(b *budget) (*dfa, error) {
-	d := &determinizer{n: n, mark: make([]uint32, len(n.eps)), index: map[string]int32{}}
+	d := &determinizer{n: n, mark: make([]uint32, len(n.eps)), index: map[string]int32{}, open: map[int32]int{}}
 	var start []int32
 	startEnded := d.closure([]int32{0}, true, &start)
 	d.intern(start, startEnded)
@@ -303,7 +303,7 @@ func (n *nfa) determinize(b *budget) (*dfa, error) {
 type determinizer struct {
 	n       *nfa
 	events  []sweepEvent
-	open    []int32
+	open    map[int32]int
 	targets []int32
 	mark    []uint32
 	gen     uint32
@@ -419,32 +419,42 @@ func (d *determinizer) expand(i int) {
 	}
 	slices.SortFunc(d.events, func(a, b sweepEvent) int { return int(a.at) - int(b.at) })
 	var trans []dtrans
-	open := d.open[:0]
+	// open counts the ranges covering the sweep position per target.
+	clear(d.open)
+	nopen := 0
 	for k := 0; k < len(d.events); {
 		at := d.events[k].at
 		for ; k < len(d.events) && d.events[k].at == at; k++ {
 			ev := d.events[k]
 			if ev.open {
-				open = append(open, ev.to)
+				if d.open[ev.to] == 0 {
+					nopen++
+				}
+				d.open[ev.to]++
 			} else {
-				j := slices.Index(open, ev.to)
-				open = slices.Delete(open, j, j+1)
+				if d.open[ev.to]--; d.open[ev.to] == 0 {
+					delete(d.open, ev.to)
+					nopen--
+				}
 			}
 		}
-		if len(open) == 0 || at > 255 {
+		if nopen == 0 || at > 255 {
 			continue
 		}
 		end := int16(256)
 		if k < len(d.events) {
 			end = d.events[k].at
 		}
-		targets := append(d.targets[:0], open...)
+		targets := d.targets[:0]
+		for t := range d.open {
+			targets = append(targets, t)
+		}
+		d.targets = targets
 		var normal []int32
 		ended := d.closure(targets, false, &normal)
 		to := d.intern(normal, ended)
 		trans = append(trans, dtrans{byte(at), byte(end - 1), to})
 	}
-	d.open = open
 	trans = mergeTrans(trans)
 	var byRule map[RuleID][]int32
 	for _, s := range set {

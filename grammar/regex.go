@@ -3,6 +3,7 @@ package grammar
 import (
 	"fmt"
 	"regexp/syntax"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -74,11 +75,7 @@ func sortRanges(r []rune) []rune {
 	for i := 0; i+1 < len(r); i += 2 {
 		ps = append(ps, pr{r[i], r[i+1]})
 	}
-	for i := 1; i < len(ps); i++ {
-		for j := i; j > 0 && ps[j].lo < ps[j-1].lo; j-- {
-			ps[j], ps[j-1] = ps[j-1], ps[j]
-		}
-	}
+	slices.SortFunc(ps, func(a, b pr) int { return int(a.lo - b.lo) })
 	var out []rune
 	for _, p := range ps {
 		if n := len(out); n > 0 && p.lo <= out[n-1]+1 {

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"math/bits"
 	"slices"
 	"sync"
@@ -53,7 +54,7 @@ type tokenCache struct {
 
 // maxCacheBytes bounds a grammar's tables and local automaton per
 // vocabulary; past it they are dropped and rebuilt as needed.
-const maxCacheBytes = 256 << 20
+const maxCacheBytes = 64 << 20
 
 func (g *Grammar) cache(v *Vocab) *tokenCache {
 	c := g.caches[v]
@@ -65,27 +66,33 @@ func (g *Grammar) cache(v *Vocab) *tokenCache {
 }
 
 // table returns the token table of grammar state q (callers lock g.mu).
-func (g *Grammar) table(c *tokenCache, q int32) *tokTable {
+func (g *Grammar) table(c *tokenCache, q int32) (*tokTable, error) {
 	set := c.local.startSet(g, q)
 	rule := g.states[q].rule
 	key := uint64(set)<<32 | uint64(uint32(rule))
 	if t := c.tables[key]; t != nil {
-		return t
+		return t, nil
 	}
 	sig := g.signature(c, q)
 	if sig != "" {
 		if t := c.v.shared.get(sig); t != nil {
 			c.tables[key] = t
-			return t
+			return t, nil
 		}
 	}
 	t := g.buildTable(c, set, rule)
+	if c.local.overflow {
+		// A position whose local parses outnumber the limit: its table
+		// would take too long to build, and its masks with it.
+		c.local.overflow = false
+		return nil, fmt.Errorf("more than %d parses of the grammar at once (too ambiguous): %w", g.limits.Configs, errTooLarge)
+	}
 	c.tables[key] = t
 	c.bytes += t.bytes + 64
 	if sig != "" {
 		c.v.shared.put(sig, t)
 	}
-	return t
+	return t, nil
 }
 
 // maxSharedStates bounds the part of a grammar a shareable position may

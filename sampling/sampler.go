@@ -1,6 +1,7 @@
 package sampling
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -182,6 +183,16 @@ func (s *Sampler) Sample(seat int32, logits []float32, c *Choice) error {
 // treated as uniform. It allocates nothing once the seat's penalty table has
 // grown to the sequence's distinct tokens.
 func (s *Sampler) SampleWith(seat int32, logits []float32, c *Choice, sc *Scratch) error {
+	return s.SampleMasked(seat, logits, nil, c, sc)
+}
+
+// SampleMasked is SampleWith for a constrained sequence: only the tokens
+// whose bit is set in mask ((vocab+63)/64 words, token t at bit t%64 of
+// word t/64) can be drawn. The mask applies first, before penalties,
+// temperature and truncation, so every sampling mode and the reported
+// logprobs see the constrained distribution. A nil mask constrains
+// nothing; a mask that allows no token is an error (nothing can be drawn).
+func (s *Sampler) SampleMasked(seat int32, logits []float32, mask []uint64, c *Choice, sc *Scratch) error {
 	st, err := s.seat(seat)
 	if err != nil {
 		return err
@@ -197,6 +208,11 @@ func (s *Sampler) SampleWith(seat int32, logits []float32, c *Choice, sc *Scratc
 	}
 	if c == nil {
 		return fmt.Errorf("sampling: sample seat %d: nil choice", seat)
+	}
+	if mask != nil {
+		if err := applyMask(logits, mask); err != nil {
+			return fmt.Errorf("sampling: sample seat %d: %w", seat, err)
+		}
 	}
 	p := &st.p
 	if n := p.TopLogprobs; len(c.TopTokens) < n || len(c.TopLogprobs) < n {
@@ -246,6 +262,34 @@ func (s *Sampler) SampleWith(seat int32, logits []float32, c *Choice, sc *Scratc
 	st.generated++
 	if st.trackOut {
 		st.counts.add(tok, true)
+	}
+	return nil
+}
+
+// applyMask sets the logits of the tokens mask does not allow to -Inf.
+func applyMask(logits []float32, mask []uint64) error {
+	if len(mask) != (len(logits)+63)/64 {
+		return fmt.Errorf("mask has %d words, vocab %d needs %d", len(mask), len(logits), (len(logits)+63)/64)
+	}
+	neg := float32(math.Inf(-1))
+	any := false
+	for w, bits := range mask {
+		base := w * 64
+		end := min(base+64, len(logits))
+		if bits == ^uint64(0) && end-base == 64 {
+			any = true
+			continue
+		}
+		for i := base; i < end; i++ {
+			if bits&(1<<(i-base)) == 0 {
+				logits[i] = neg
+			} else {
+				any = true
+			}
+		}
+	}
+	if !any {
+		return errors.New("the mask allows no token")
 	}
 	return nil
 }

@@ -645,3 +645,53 @@ func TestSeededResume(t *testing.T) {
 		})
 	}
 }
+
+// TestSampleMasked: every sampling mode draws only allowed tokens, and
+// the logprobs are those of the constrained distribution.
+func TestSampleMasked(t *testing.T) {
+	const vocab = 130
+	mask := make([]uint64, (vocab+63)/64)
+	allowed := []int32{3, 64, 129}
+	for _, a := range allowed {
+		mask[a>>6] |= 1 << (a & 63)
+	}
+	for _, tc := range []struct {
+		name string
+		p    Params
+	}{
+		{"greedy", Params{Temperature: 0, TopP: 1, MinP: 0, RepetitionPenalty: 1, Logprobs: true}},
+		{"temperature", Params{Temperature: 1.5, TopP: 1, RepetitionPenalty: 1, Seed: 7, HasSeed: true}},
+		{"top-k top-p", Params{Temperature: 1, TopK: 2, TopP: 0.5, RepetitionPenalty: 1, Seed: 9, HasSeed: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(1, vocab)
+			require.NoError(t, err)
+			p := tc.p
+			require.NoError(t, s.Start(0, &p, nil))
+			sc := NewScratch(vocab)
+			for i := 0; i < 50; i++ {
+				logits := make([]float32, vocab)
+				for j := range logits {
+					logits[j] = float32(j % 17) // token 16 is the unconstrained favourite
+				}
+				var c Choice
+				require.NoError(t, s.SampleMasked(0, logits, mask, &c, sc))
+				require.Contains(t, allowed, c.Token)
+				if tc.p.Logprobs {
+					// Among 3 (logit 3), 64 (logit 13), 129 (logit 10): greedy takes 64.
+					require.Equal(t, int32(64), c.Token)
+					want := 13 - math.Log(math.Exp(3)+math.Exp(13)+math.Exp(10))
+					require.InDelta(t, want, float64(c.Logprob), 1e-4)
+				}
+			}
+			require.NoError(t, s.Check())
+		})
+	}
+	s, err := New(1, vocab)
+	require.NoError(t, err)
+	p := Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
+	require.NoError(t, s.Start(0, &p, nil))
+	var c Choice
+	require.ErrorContains(t, s.SampleMasked(0, make([]float32, vocab), make([]uint64, 3), &c, NewScratch(vocab)), "allows no token")
+	require.ErrorContains(t, s.SampleMasked(0, make([]float32, vocab), make([]uint64, 2+1+1), &c, NewScratch(vocab)), "mask has 4 words")
+}

@@ -52,14 +52,14 @@ func goListDeps(t *testing.T, pkg string) []listed {
 	return deps
 }
 
-// TestCoreLinksNoCgo: the engine, the policy, the ranks, the server and the
-// pools build without the kernels, the CUDA bindings, NVML or any cgo
+// TestCoreLinksNoCgo: the engine, the policy, the ranks, the server, the
+// pools, the grammar engine and the guided decoder build without the kernels, the CUDA bindings, NVML or any cgo
 // package outside the standard library; the step contract links nothing
 // third-party and only sampling of ours. A regression names the package
 // and the dependency that crossed the line.
 func TestCoreLinksNoCgo(t *testing.T) {
 	forbidden := []string{module + "kernels", module + "cuda", module + "model", module + "dist", "github.com/NVIDIA/go-nvml"}
-	for _, pkg := range []string{"executor", "sim", "server", "policy", "adp", "kvpool", "seatpool", "overlap", "step"} {
+	for _, pkg := range []string{"executor", "sim", "server", "policy", "adp", "kvpool", "seatpool", "overlap", "step", "grammar", "guided"} {
 		t.Run(pkg, func(t *testing.T) {
 			for _, d := range goListDeps(t, pkg) {
 				for _, f := range forbidden {
