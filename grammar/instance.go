@@ -1,5 +1,10 @@
 package grammar
 
+import (
+	"slices"
+	"unsafe"
+)
+
 // maxOrderSteps bounds the search for a member order.
 const maxOrderSteps = 200_000
 
@@ -8,27 +13,58 @@ const maxOrderSteps = 200_000
 // order g accepts, searched with a matcher over the document's bytes. JSON
 // Schema gives member order no meaning, so reordering never changes
 // whether a document is valid. found is false when no order was accepted
-// (then the members keep the document's order).
+// within the search's budget (then the members keep the document's
+// order).
 func CompactInstance(g *Grammar, v *Vocab, doc []byte) (text []byte, found bool, err error) {
 	val, err := decodeOrdered(doc)
 	if err != nil {
 		return nil, false, err
 	}
-	w := &orderer{m: NewMatcher(g, v), done: map[any][]byte{}}
-	if w.value(val) && w.m.Complete() {
-		return w.buf, true, nil
+	// First commit to the first order that fits each value (cheap); only
+	// if that fails, search every order, every value's under its
+	// continuation (complete but exponential, so bounded).
+	for _, greedy := range []bool{true, false} {
+		w := &orderer{m: NewMatcher(g, v), greedy: greedy}
+		if w.value(val, func() bool { return w.m.Complete() }) {
+			return w.buf, true, nil
+		}
 	}
 	return appendJSON(nil, val), false, nil
 }
 
+// orderer searches member orders depth first. Each write takes a
+// continuation, the rest of the document: an order that the grammar
+// accepts only through a parse that dies later is undone and the next one
+// tried (an object under anyOf may fit a permissive alternative in any
+// order, and the strict one in one order only).
 type orderer struct {
 	m     *Matcher
 	buf   []byte
 	steps int
-	// done keeps the text a composite value was written as the first time
-	// it fitted, so trying its member in another position replays it in
-	// one step instead of searching its members again.
-	done map[any][]byte
+	// greedy keeps each value's first accepted order whatever follows,
+	// and remembers it by the parses it was written from: the same value
+	// from the same parses is written the same way again (ranking the
+	// members of an object writes their values once more).
+	greedy bool
+	memo   map[memoKey][]byte
+}
+
+type memoKey struct {
+	val   any
+	state string
+}
+
+// stateKey names the matcher's parses (frames are interned, so equal
+// parse sets have equal pointers).
+func (w *orderer) stateKey() string {
+	b := make([]byte, 0, 8*len(w.m.cur))
+	for _, f := range w.m.cur {
+		p := uintptr(unsafe.Pointer(f))
+		for i := 0; i < 8; i++ {
+			b = append(b, byte(p>>(8*i)))
+		}
+	}
+	return string(b)
 }
 
 // emit appends b if the matcher accepts it.
@@ -41,47 +77,150 @@ func (w *orderer) emit(b []byte) bool {
 	return true
 }
 
-// undo rolls back to a mark taken before emitting.
+// mark and undo roll the matcher and the buffer back.
 func (w *orderer) mark() (int, int) { return w.m.Accepted(), len(w.buf) }
 func (w *orderer) undo(k, n int) {
 	_ = w.m.Rollback(w.m.Accepted() - k)
 	w.buf = w.buf[:n]
 }
 
-// value writes v; on failure the matcher and buffer are as before.
-func (w *orderer) value(v any) bool {
-	k, n := w.mark()
-	key := compositeKey(v)
-	if text, ok := w.done[key]; ok && key != nil {
-		if w.emit(text) {
+// value writes v and then the rest (k); on failure everything is undone.
+func (w *orderer) value(v any, k func() bool) bool {
+	if w.greedy {
+		mk, mn := w.mark()
+		key := memoKey{compositeKey(v), ""}
+		if key.val != nil {
+			key.state = w.stateKey()
+			if text, ok := w.memo[key]; ok {
+				if text != nil && w.emit(text) && k() {
+					return true
+				}
+				w.undo(mk, mn)
+				return false
+			}
+		}
+		ok := w.write(v, func() bool { return true })
+		if key.val != nil && w.steps <= maxOrderSteps {
+			if w.memo == nil {
+				w.memo = map[memoKey][]byte{}
+			}
+			if ok {
+				w.memo[key] = append([]byte(nil), w.buf[mn:]...)
+			} else {
+				w.memo[key] = nil
+			}
+		}
+		if ok {
+			if k() {
+				return true
+			}
+			w.undo(mk, mn)
+		}
+		return false
+	}
+	return w.write(v, k)
+}
+
+func (w *orderer) write(v any, k func() bool) bool {
+	mk, mn := w.mark()
+	switch x := v.(type) {
+	case *object:
+		if w.emit([]byte("{")) && w.members(x.members, true, k) {
+			return true
+		}
+	case []any:
+		if w.emit([]byte("[")) && w.elems(x, 0, k) {
+			return true
+		}
+	default:
+		if w.emit(appendJSON(nil, v)) && k() {
 			return true
 		}
 	}
-	var ok bool
-	switch x := v.(type) {
-	case *object:
-		ok = w.emit([]byte("{")) && w.members(x.members, true)
-	case []any:
-		ok = w.emit([]byte("["))
-		for i, e := range x {
-			if !ok {
-				break
-			}
-			if i > 0 {
-				ok = w.emit([]byte(","))
-			}
-			ok = ok && w.value(e)
+	w.undo(mk, mn)
+	return false
+}
+
+func (w *orderer) elems(x []any, i int, k func() bool) bool {
+	mk, mn := w.mark()
+	if i == len(x) {
+		if w.emit([]byte("]")) && k() {
+			return true
 		}
-		ok = ok && w.emit([]byte("]"))
-	default:
-		ok = w.emit(appendJSON(nil, v))
+		w.undo(mk, mn)
+		return false
 	}
-	if !ok {
-		w.undo(k, n)
-	} else if key != nil {
-		w.done[key] = append([]byte(nil), w.buf[n:]...)
+	if i > 0 && !w.emit([]byte(",")) {
+		return false
 	}
-	return ok
+	if w.value(x[i], func() bool { return w.elems(x, i+1, k) }) {
+		return true
+	}
+	w.undo(mk, mn)
+	return false
+}
+
+// members writes the remaining members in some accepted order, then "}",
+// then the rest. It tries first the members that can come next and, once
+// written, leave every other such member still able to come next (the
+// grammar lists properties in an order; a member written too early shuts
+// out the ones before it), then any order, within the step budget.
+func (w *orderer) members(rest []member, first bool, k func() bool) bool {
+	if len(rest) == 0 {
+		mk, mn := w.mark()
+		if w.emit([]byte("}")) && k() {
+			return true
+		}
+		w.undo(mk, mn)
+		return false
+	}
+	var cands []int
+	for i, mb := range rest {
+		if w.probe(mb.key, first) {
+			cands = append(cands, i)
+		}
+	}
+	// Rank the candidates by how many parses stay alive once the member is
+	// written (an object under anyOf may fit a permissive alternative in
+	// any order and the intended one in one order only: the order that
+	// keeps both is the better guess), then by the document's order.
+	if len(cands) > 1 {
+		score := make(map[int]int, len(cands))
+		for _, i := range cands {
+			mk, mn := w.mark()
+			if w.emit(keyPrefix(rest[i].key, first)) && w.value(rest[i].val, func() bool { return true }) {
+				score[i] = len(w.m.cur)
+			}
+			w.undo(mk, mn)
+		}
+		slices.SortStableFunc(cands, func(a, b int) int { return score[b] - score[a] })
+	}
+	for pass := 0; pass < 2; pass++ {
+		for _, i := range cands {
+			mb := rest[i]
+			others := make([]member, 0, len(rest)-1)
+			others = append(others, rest[:i]...)
+			others = append(others, rest[i+1:]...)
+			mk, mn := w.mark()
+			if w.emit(keyPrefix(mb.key, first)) && w.value(mb.val, func() bool {
+				if pass == 0 {
+					for _, j := range cands {
+						if j != i && !w.probe(rest[j].key, false) {
+							return false
+						}
+					}
+				}
+				return w.members(others, false, k)
+			}) {
+				return true
+			}
+			w.undo(mk, mn)
+			if w.steps > maxOrderSteps {
+				return false
+			}
+		}
+	}
+	return false
 }
 
 // compositeKey identifies an object or a non-empty array of the decoded
@@ -96,53 +235,6 @@ func compositeKey(v any) any {
 		}
 	}
 	return nil
-}
-
-// members writes the remaining members in some accepted order, then "}".
-// It tries first the members that can come next and, once written, leave
-// every other such member still able to come next (the grammar lists
-// properties in an order; a member written too early shuts out the ones
-// before it), then any order, within the step budget.
-func (w *orderer) members(rest []member, first bool) bool {
-	if len(rest) == 0 {
-		return w.emit([]byte("}"))
-	}
-	var cands []int
-	for i, mb := range rest {
-		if w.probe(mb.key, first) {
-			cands = append(cands, i)
-		}
-	}
-	for pass := 0; pass < 2; pass++ {
-		for _, i := range cands {
-			mb := rest[i]
-			k, n := w.mark()
-			if w.emit(keyPrefix(mb.key, first)) && w.value(mb.val) {
-				ok := true
-				if pass == 0 {
-					for _, j := range cands {
-						if j != i && !w.probe(rest[j].key, false) {
-							ok = false
-							break
-						}
-					}
-				}
-				if ok {
-					others := make([]member, 0, len(rest)-1)
-					others = append(others, rest[:i]...)
-					others = append(others, rest[i+1:]...)
-					if w.members(others, false) {
-						return true
-					}
-				}
-			}
-			w.undo(k, n)
-			if w.steps > maxOrderSteps {
-				return false
-			}
-		}
-	}
-	return false
 }
 
 // probe reports whether the member named key can come next, leaving the

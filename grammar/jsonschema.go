@@ -514,6 +514,8 @@ func (c *jsonCompiler) merge(cj *conj, s *jsonschema.Schema) error {
 	if s.Format != nil {
 		if _, ok := formatRegex(s.Format.Name); ok {
 			cj.formats = append(cj.formats, s.Format.Name)
+		} else if unenforceable[s.Format.Name] {
+			return refuse("format", ptr, fmt.Sprintf("%q is a standard format no grammar can enforce exactly", s.Format.Name))
 		}
 	}
 	// strings
@@ -653,6 +655,12 @@ func (c *jsonCompiler) merge(cj *conj, s *jsonschema.Schema) error {
 	}
 	return nil
 }
+
+// unenforceable are the standard formats the compiler refuses rather than
+// ignore: a regular expression's syntax is not a regular language, and
+// idn-hostname needs IDNA's tables. Formats outside the specification are
+// annotations (ignored, as the specification says).
+var unenforceable = map[string]bool{"regex": true, "idn-hostname": true}
 
 var falseSchema = func() *jsonschema.Schema {
 	f := false

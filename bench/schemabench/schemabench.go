@@ -33,6 +33,7 @@ import (
 
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/turnstile-llm/turnstile/grammar"
@@ -244,7 +245,7 @@ func (r *runner) schema(file string, masks *[]float64) (row Row) {
 			continue
 		}
 		toks := r.cfg.Encode(string(text))
-		accepted, why, err := r.feed(g, toks, masks, &sum)
+		accepted, why, err := r.feed(g, toks, masks, &sum, &row.MaskMaxUS)
 		if err != nil {
 			row.Status, row.Reason = Failed, err.Error()
 			return row
@@ -276,7 +277,7 @@ func (r *runner) schema(file string, masks *[]float64) (row Row) {
 // each token and once more at the end (where a stop token must be
 // allowed). It reports whether the text was accepted whole, and where not.
 // A mask that disagrees with Accept is an error.
-func (r *runner) feed(g *grammar.Grammar, toks []int32, masks *[]float64, sum *float64) (bool, string, error) {
+func (r *runner) feed(g *grammar.Grammar, toks []int32, masks *[]float64, sum, maxUS *float64) (bool, string, error) {
 	v := r.cfg.Vocab
 	m := grammar.NewMatcher(g, v)
 	stop := v.Stops()
@@ -288,6 +289,7 @@ func (r *runner) feed(g *grammar.Grammar, toks []int32, masks *[]float64, sum *f
 		us := float64(time.Since(t0).Nanoseconds()) / 1e3
 		*masks = append(*masks, us)
 		*sum += us
+		*maxUS = max(*maxUS, us)
 		if i == len(toks) {
 			for _, s := range stop {
 				if allowed(r.mask, s) {
@@ -313,9 +315,9 @@ func allowed(mask []uint64, id int32) bool { return mask[id>>6]&(1<<(id&63)) != 
 
 func clip(b []byte) string {
 	if len(b) > 200 {
-		return string(b[:200]) + "..."
+		return strings.ToValidUTF8(string(b[:200]), "") + "..."
 	}
-	return string(b)
+	return strings.ToValidUTF8(string(b), "\ufffd")
 }
 
 func firstLines(b []byte, n int) string {
