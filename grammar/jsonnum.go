@@ -3,6 +3,7 @@ package grammar
 import (
 	"fmt"
 	"math/big"
+	"strconv"
 	"strings"
 )
 
@@ -202,11 +203,75 @@ type numBound struct {
 // without a fraction when integer) within [lo, hi] (nil: unbounded).
 // "-0" and other negative zeros are not produced.
 func numberRangeDFA(lo, hi *numBound, integer bool, b *budget) (*dfa, error) {
-	base, err := compileExpr(plainNumberExpr(integer), b)
+	plain, err := boundedDFA(lo, hi, plainForms(integer), b)
+	if err != nil || integer {
+		return plain, err
+	}
+	// Numbers (not integers) may also be written with an exponent in
+	// normalized form (1e-06, 2.5E+3), as serializers write very small
+	// and very large values.
+	exp, err := boundedDFA(lo, hi, expForms(), b)
 	if err != nil {
 		return nil, err
 	}
-	d := base
+	return product(plain, exp, func(x, y bool) bool { return x || y }, b)
+}
+
+// numForms is a way of writing numbers: the unsigned texts (their
+// language, the positive ones, the non-negative ones) and the comparison
+// of an unsigned text with a non-negative bound.
+type numForms struct {
+	all, positive, nonneg *Expr
+	cmp                   func(op cmpOp, c *big.Rat) (*Expr, error)
+}
+
+func plainForms(integer bool) numForms {
+	frac := !integer
+	intPart := Alt(Lit("0"), Seq(ByteRange('1', '9'), Star(ByteRange('0', '9'))))
+	nonneg := intPart
+	if frac {
+		nonneg = Seq(intPart, Opt(Seq(Lit("."), Plus(ByteRange('0', '9')))))
+	}
+	cmp := func(op cmpOp, c *big.Rat) (*Expr, error) {
+		d, err := unsignedCmpDFA(op, c, frac)
+		if err != nil {
+			return nil, err
+		}
+		return d.toExpr(), nil
+	}
+	positive, err := cmp(opGT, new(big.Rat))
+	if err != nil {
+		panic(err) // zero is a finite decimal
+	}
+	return numForms{all: nonneg, positive: positive, nonneg: nonneg, cmp: cmp}
+}
+
+// expForms are normalized exponent texts: one nonzero digit, an optional
+// fraction, then e or E, a sign and the exponent's digits (all positive).
+func expForms() numForms {
+	all := Seq(ByteRange('1', '9'), Opt(Seq(Lit("."), Plus(ByteRange('0', '9')))), bytesExpr(setOf('e', 'E')), Opt(bytesExpr(setOf('+', '-'))), Plus(ByteRange('0', '9')))
+	cmp := func(op cmpOp, c *big.Rat) (*Expr, error) {
+		if c.Sign() == 0 {
+			if op == opGE || op == opGT {
+				return all, nil
+			}
+			return None(), nil
+		}
+		d, err := expCmpDFA(op, c)
+		if err != nil {
+			return nil, err
+		}
+		return d.toExpr(), nil
+	}
+	return numForms{all: all, positive: all, nonneg: all, cmp: cmp}
+}
+
+// boundedDFA: the signed texts of one form within [lo, hi].
+func boundedDFA(lo, hi *numBound, f numForms, b *budget) (*dfa, error) {
+	d, err := compileExpr(Alt(f.all, Seq(Lit("-"), f.positive)), b)
+	if err != nil {
+		return nil, err
+	}
 	for _, side := range []struct {
 		b     *numBound
 		lower bool
@@ -214,7 +279,7 @@ func numberRangeDFA(lo, hi *numBound, integer bool, b *budget) (*dfa, error) {
 		if side.b == nil {
 			continue
 		}
-		e, err := signedCmpExpr(side.b, side.lower, integer)
+		e, err := signedCmpExpr(side.b, side.lower, f)
 		if err != nil {
 			return nil, err
 		}
@@ -246,24 +311,8 @@ func plainNumberExpr(integer bool) *Expr {
 
 // signedCmpExpr: signed text v with v >= b (lower) or v <= b (upper),
 // exclusive when b.excl. Negative text is "-" and a positive magnitude.
-func signedCmpExpr(b *numBound, lower, integer bool) (*Expr, error) {
-	frac := !integer
-	pos := func(op cmpOp, c *big.Rat) (*Expr, error) {
-		d, err := unsignedCmpDFA(op, c, frac)
-		if err != nil {
-			return nil, err
-		}
-		return d.toExpr(), nil
-	}
-	zero := new(big.Rat)
-	positive, err := pos(opGT, zero) // magnitude > 0, for negatives
-	if err != nil {
-		return nil, err
-	}
-	nonneg := Alt(Lit("0"), Seq(ByteRange('1', '9'), Star(ByteRange('0', '9'))))
-	if frac {
-		nonneg = Seq(nonneg, Opt(Seq(Lit("."), Plus(ByteRange('0', '9')))))
-	}
+func signedCmpExpr(b *numBound, lower bool, f numForms) (*Expr, error) {
+	pos, positive, nonneg := f.cmp, f.positive, f.nonneg
 	mag := new(big.Rat).Abs(b.v)
 	neg := b.v.Sign() < 0
 	ops := map[[2]bool]cmpOp{{true, false}: opGE, {true, true}: opGT, {false, false}: opLE, {false, true}: opLT}
@@ -396,4 +445,170 @@ func multipleParts(m *big.Rat) (int64, int, bool) {
 		return 0, 0, false
 	}
 	return p.Int64(), len(frac), true
+}
+
+// expState is a state of the comparison automaton of a normalized
+// exponent text M e E against a bound C×10^K (both normalized).
+type expState struct {
+	phase int8 // 0 start, 1 mantissa digit read, 2 after '.', 3 fraction, 4 after 'e', 5 after the sign, 6 exponent digits
+	j     int16
+	mcmp  int8 // mantissa digits against C's
+	eneg  bool
+	enz   bool  // a nonzero exponent digit was read
+	en    int16 // significant exponent digits, capped at len(|K|)+1
+	elex  int8  // those digits against |K|'s, lexically
+}
+
+// expCmpDFA accepts normalized exponent texts whose value v satisfies
+// v op c, c > 0 a finite decimal.
+func expCmpDFA(op cmpOp, c *big.Rat) (*dfa, error) {
+	ci, cf, ok := decimalDigits(c)
+	if !ok {
+		return nil, fmt.Errorf("bound %s is not a finite decimal", c.RatString())
+	}
+	// Normalize c: digits without leading zeros, and its exponent K.
+	digits := strings.TrimLeft(ci+cf, "0")
+	K := len(ci) - 1
+	if ci == "0" {
+		K = -(len(cf) - len(strings.TrimLeft(cf, "0"))) - 1
+	}
+	digits = strings.TrimRight(digits, "0")
+	kneg := K < 0
+	kabs := strconv.Itoa(max(K, -K))
+	if K == 0 {
+		kabs = ""
+	}
+	index := map[expState]int32{}
+	var states []expState
+	out := &dfa{}
+	intern := func(s expState) int32 {
+		if id, ok := index[s]; ok {
+			return id
+		}
+		id := int32(len(states))
+		index[s] = id
+		states = append(states, s)
+		out.states = append(out.states, dstate{})
+		return id
+	}
+	mstep := func(s expState, dg byte) expState {
+		if s.mcmp == 0 {
+			want := byte('0')
+			if int(s.j) < len(digits) {
+				want = digits[s.j]
+			}
+			s.mcmp = int8(sign(int(dg) - int(want)))
+		}
+		if int(s.j) < len(digits) {
+			s.j++
+		}
+		return s
+	}
+	final := func(s expState) bool {
+		m := int(s.mcmp)
+		if m == 0 && int(s.j) < len(digits) {
+			m = -1 // c has more nonzero digits
+		}
+		// E against K.
+		var e int
+		eZero := !s.enz
+		switch {
+		case eZero && K == 0:
+			e = 0
+		case eZero:
+			e = -sign(K)
+		case s.eneg != kneg && K != 0:
+			e = 1
+			if s.eneg {
+				e = -1
+			}
+		case K == 0:
+			e = 1
+			if s.eneg {
+				e = -1
+			}
+		default:
+			// Same sign: compare magnitudes, then flip for negatives.
+			switch {
+			case int(s.en) < len(kabs):
+				e = -1
+			case int(s.en) > len(kabs):
+				e = 1
+			default:
+				e = int(s.elex)
+			}
+			if s.eneg {
+				e = -e
+			}
+		}
+		if e != 0 {
+			return op.holds(e)
+		}
+		return op.holds(m)
+	}
+	intern(expState{})
+	for k := 0; k < len(states); k++ {
+		s := states[k]
+		var st dstate
+		add := func(lo, hi byte, ns expState) { st.trans = append(st.trans, dtrans{lo, hi, intern(ns)}) }
+		switch s.phase {
+		case 0:
+			for dg := byte('1'); dg <= '9'; dg++ {
+				ns := mstep(s, dg)
+				ns.phase = 1
+				add(dg, dg, ns)
+			}
+		case 1, 3:
+			if s.phase == 1 {
+				ns := s
+				ns.phase = 2
+				add('.', '.', ns)
+			} else {
+				for dg := byte('0'); dg <= '9'; dg++ {
+					add(dg, dg, mstep(s, dg))
+				}
+			}
+			ns := s
+			ns.phase = 4
+			add('E', 'E', ns)
+			add('e', 'e', ns)
+		case 2:
+			for dg := byte('0'); dg <= '9'; dg++ {
+				ns := mstep(s, dg)
+				ns.phase = 3
+				add(dg, dg, ns)
+			}
+		case 4, 5, 6:
+			if s.phase == 4 {
+				ns := s
+				ns.phase = 5
+				add('+', '+', ns)
+				ns.eneg = true
+				add('-', '-', ns)
+			}
+			if s.phase == 6 {
+				st.accept = final(s)
+			}
+			for dg := byte('0'); dg <= '9'; dg++ {
+				ns := s
+				ns.phase = 6
+				if dg != '0' || s.enz {
+					if !s.enz {
+						ns.enz, ns.en, ns.elex = true, 0, 0
+					}
+					if int(ns.en) < len(kabs) && ns.elex == 0 {
+						ns.elex = int8(sign(int(dg) - int(kabs[ns.en])))
+					}
+					if int(ns.en) <= len(kabs) {
+						ns.en++
+					}
+				}
+				add(dg, dg, ns)
+			}
+		}
+		slicesSortTrans(st.trans)
+		st.trans = mergeTrans(st.trans)
+		out.states[k] = st
+	}
+	return out.trim().minimize(), nil
 }

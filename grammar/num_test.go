@@ -37,9 +37,18 @@ func TestNumberRange(t *testing.T) {
 		}
 	}
 	texts = append(texts, "007", "1.", "-", "1e5", "-0")
+	for _, m := range []string{"1", "5", "9.99", "1.2", "1.225", "5.0", "1.29999"} {
+		for _, e := range []string{"e0", "e1", "E+1", "e2", "e-1", "e-2", "e-06", "e002", "e-0", "e+00"} {
+			texts = append(texts, m+e, "-"+m+e)
+		}
+	}
 	bounds := []string{"", "0", "1", "-1", "0.5", "-0.5", "10", "99", "100", "-100", "12.25", "-12.25", "0.05", "129.999"}
 	for _, integer := range []bool{true, false} {
-		plain, err := compileExpr(plainNumberExpr(integer), testBudget())
+		forms := plainNumberExpr(integer)
+		if !integer {
+			forms = Alt(forms, Seq(Opt(Lit("-")), expForms().all))
+		}
+		plain, err := compileExpr(forms, testBudget())
 		require.NoError(t, err)
 		for _, los := range bounds {
 			for _, his := range bounds {
