@@ -318,27 +318,3 @@ func (e *Engine) ProgramStates() (byState map[string]int, pauses, resumes uint64
 	}
 	return m.ByState(), m.Pauses, m.Resumes
 }
-
-// checkProgramCounts recounts requests per program id (running, waiting,
-// not yet drained) against progReqs, for an engine without a policy.
-func (e *Engine) checkProgramCounts() error {
-	reqs := make(map[string]int)
-	for _, list := range [][]*seq{e.running, e.waiting} {
-		for _, s := range list {
-			if s.programID != "" {
-				reqs[s.programID]++
-			}
-		}
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, s := range e.submitQ {
-		if s.programID != "" {
-			reqs[s.programID]++
-		}
-	}
-	if !maps.Equal(reqs, e.progReqs) {
-		return fmt.Errorf("executor: requests per program %v, counted %v", reqs, e.progReqs)
-	}
-	return nil
-}

@@ -3,13 +3,38 @@ package executor
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/turnstile-llm/turnstile/kvpool"
-	"github.com/turnstile-llm/turnstile/overlap"
-	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/step"
 )
+
+// retired is a seat (and KV sequence) released at its step's teardown.
+type retired struct {
+	seat  seatpool.Seat
+	kv    kvpool.SeqID
+	hasKV bool
+}
+
+type entry struct {
+	s     *seq
+	epoch uint32
+}
+
+// stepRecord is one double-buffered step record.
+type stepRecord struct {
+	n        uint64
+	batch    step.Batch
+	out      step.Output
+	entries  []entry   // aligned with batch.Seqs
+	teardown []retired // released when this step is processed
+}
+
+func (st *stepRecord) reset(n uint64) {
+	st.n = n
+	st.batch.Reset()
+	st.entries = st.entries[:0]
+}
 
 // plan fills st (step st.n) under the step budgets: decodes first, then the
 // next chunk of partially prefilled requests, then admissions.
@@ -328,201 +353,4 @@ func (e *Engine) finishKnown(s *seq) bool {
 		return true
 	}
 	return len(s.tokens)+s.inflight >= e.capacity.MaxContext
-}
-
-// preempt sends running s back to the front of the queue to be recomputed:
-// its blocks are released now (a later step may reuse them: steps execute in
-// order), its seat retires if a step in flight still uses it.
-func (e *Engine) preempt(s *seq) {
-	e.polPreempted(s) // before its sequence is released
-	e.detach(s, true)
-	// Its tokens so far become its prompt: hash the generated ones once now.
-	s.chain.Extend(s.tokens[s.chain.Tokens():])
-	s.state = StateWaiting
-	s.inflight, s.futureIn, s.computed, s.kvTokens, s.started = 0, false, 0, 0, false
-	e.waiting = append(e.waiting, nil)
-	copy(e.waiting[1:], e.waiting)
-	e.waiting[0] = s
-	e.m.Preemptions++
-}
-
-// leave ends running s with reason.
-func (e *Engine) leave(s *seq, reason FinishReason) {
-	e.turnEnded(s) // before its sequence is released: the program pins from it
-	e.detach(s, false)
-	e.end(s, reason)
-}
-
-// detach takes running s off the running list and gives back what it holds:
-// its seat and blocks now, unless a step in
-// flight still uses them, in which case the seat retires until that step's
-// teardown (and the blocks with it, unless releaseKVNow).
-func (e *Engine) detach(s *seq, releaseKVNow bool) {
-	s.epoch++
-	for i, r := range e.running {
-		if r == s {
-			copy(e.running[i:], e.running[i+1:])
-			e.running[len(e.running)-1] = nil
-			e.running = e.running[:len(e.running)-1]
-			break
-		}
-	}
-	if releaseKVNow && s.hasKV {
-		e.kv.Release(s.kvSeq)
-		s.hasKV = false
-	}
-	if s.lastStep > e.processed {
-		// In a step still in flight: retire until its teardown.
-		_ = e.seats.Retire(s.seat) // live by construction; Check proves it
-		st := &e.steps[s.lastStep%overlap.MaxInFlight]
-		st.teardown = append(st.teardown, retired{seat: s.seat, kv: s.kvSeq, hasKV: s.hasKV})
-		e.retiring++
-	} else {
-		_ = e.seats.Release(s.seat)
-		if s.hasKV {
-			e.kv.Release(s.kvSeq)
-		}
-	}
-	s.hasSeat, s.hasKV = false, false
-}
-
-// end delivers s's finish to its stream (and ends its program's turn, and
-// the program itself when it asked to be released).
-func (e *Engine) end(s *seq, reason FinishReason) {
-	e.endProgramRequest(s)
-	if reason == FinishAbort {
-		s.state = StateAborted
-		e.m.Aborted++
-	} else {
-		s.state = StateFinished
-		e.m.Finished++
-	}
-	var tail []byte
-	if reason != FinishStop {
-		tail = s.text.flush()
-	}
-	s.stream.end(tail, reason, s.usage)
-	if s.stopWatch != nil {
-		s.stopWatch()
-	}
-}
-
-// process handles a finished step: teardown of what retired in it, then
-// each sampled token of a request still in the state it was planned in.
-func (e *Engine) process(d overlap.Done[*stepRecord]) error {
-	st := d.Job
-	if d.Err != nil {
-		return fmt.Errorf("executor: step %d: runner: %w", st.n, d.Err)
-	}
-	if e.spender != nil {
-		if err := e.spender.SpendStep(); err != nil {
-			return fmt.Errorf("executor: step %d: spending its time: %w", st.n, err)
-		}
-	}
-	e.processed = st.n
-	for _, r := range st.teardown {
-		if err := e.seats.Release(r.seat); err != nil {
-			return fmt.Errorf("executor: teardown of step %d: %w", st.n, err)
-		}
-		if r.hasKV {
-			e.kv.Release(r.kv)
-		}
-		e.retiring--
-	}
-	st.teardown = st.teardown[:0]
-
-	busy := d.End.Sub(d.Start)
-	e.m.Steps++
-	e.m.RunnerBusy += busy
-	e.m.StepTime.Observe(busy)
-	if e.streak {
-		idle := max(d.Start.Sub(e.lastEnd), 0)
-		e.m.RunnerIdle += idle
-		e.m.StepIdle.Observe(idle)
-	}
-	e.lastEnd, e.streak = d.End, true
-
-	now := e.clock.Now()
-	for i, en := range st.entries {
-		s := en.s
-		if en.epoch != s.epoch || !st.batch.Seqs[i].Sample {
-			continue
-		}
-		s.inflight--
-		tok := st.out.Tokens[i]
-		if tok < 0 || int(tok) >= e.capacity.Vocab {
-			return fmt.Errorf("executor: step %d: runner sampled token %d for request %d, outside vocab %d",
-				st.n, tok, s.id, e.capacity.Vocab)
-		}
-		s.tokens = append(s.tokens, tok)
-		s.generated++
-		if s.futureIn {
-			// The value of its reserved input slot in the next step.
-			if err := e.kv.Fill(s.kvSeq, s.tokens[len(s.tokens)-1:]); err != nil {
-				return fmt.Errorf("executor: request %d: recording future token: %w", s.id, err)
-			}
-			s.kvTokens++
-			s.futureIn = false
-			e.polGrew(s)
-		}
-		var topIDs []int32
-		var topLPs []float32
-		if n := s.params.TopLogprobs; n > 0 {
-			at := i * sampling.MaxTopLogprobs
-			topIDs, topLPs = st.out.TopTokens[at:at+n], st.out.TopLogprobs[at:at+n]
-		}
-		e.emit(s, tok, st.out.Logprobs[i], topIDs, topLPs, now)
-	}
-	return nil
-}
-
-// emit delivers one sampled token (with its log-probability and, when the
-// request asked, its top alternatives: views into the step's output, copied
-// by the stream) and applies the stop conditions.
-func (e *Engine) emit(s *seq, tok int32, lp float32, topIDs []int32, topLPs []float32, now time.Time) {
-	e.m.GeneratedTokens++
-	s.usage.Completion++
-	if s.generated == 1 {
-		e.m.TTFT.Observe(now.Sub(s.arrival))
-	} else {
-		e.m.ITL.Observe(now.Sub(s.lastTok))
-	}
-	s.lastTok = now
-	reason := FinishNone
-	if (tok == e.tok.EOS() && !s.ignoreEOS) || s.isStopID(tok) {
-		s.stream.push(nil, tok, lp, topIDs, topLPs)
-		reason = FinishStop
-	} else {
-		piece := e.tok.Piece(tok)
-		if s.stripSpace && len(piece) > 0 {
-			s.stripSpace = false
-			if piece[0] == ' ' {
-				piece = piece[1:]
-			}
-		}
-		text, stopped := s.text.add(piece)
-		s.stream.push(text, tok, lp, topIDs, topLPs)
-		if stopped {
-			reason = FinishStop
-		} else {
-			s.text.commit(len(text))
-		}
-	}
-	if reason == FinishNone {
-		if (s.maxTokens > 0 && s.generated >= s.maxTokens) || len(s.tokens) >= e.capacity.MaxContext {
-			reason = FinishLength
-		}
-	}
-	if reason != FinishNone {
-		e.leave(s, reason)
-	}
-}
-
-func (s *seq) isStopID(tok int32) bool {
-	for _, t := range s.stopIDs {
-		if t == tok {
-			return true
-		}
-	}
-	return false
 }
