@@ -29,29 +29,29 @@ func (e *Engine) Check() error {
 		switch {
 		case s.state != StateRunning:
 			return fmt.Errorf("executor: request %d in the running list in state %d", s.id, s.state)
-		case !s.hasSeat || !s.hasKV:
-			return fmt.Errorf("executor: running request %d without seat (%v) or KV (%v)", s.id, s.hasSeat, s.hasKV)
-		case e.seats.State(s.seat) != seatpool.Live:
-			return fmt.Errorf("executor: running request %d holds seat %d in state %v", s.id, s.seat, e.seats.State(s.seat))
-		case e.kv.Tokens(s.kvSeq) != s.kvTokens:
-			return fmt.Errorf("executor: request %d: kvpool has %d tokens, engine recorded %d", s.id, e.kv.Tokens(s.kvSeq), s.kvTokens)
-		case s.computed != s.kvTokens+b2i(s.futureIn):
+		case !s.seat.held || !s.kv.held:
+			return fmt.Errorf("executor: running request %d without seat (%v) or KV (%v)", s.id, s.seat.held, s.kv.held)
+		case e.seats.State(s.seat.id) != seatpool.Live:
+			return fmt.Errorf("executor: running request %d holds seat %d in state %v", s.id, s.seat.id, e.seats.State(s.seat.id))
+		case e.kv.Tokens(s.kv.seq) != s.kv.tokens:
+			return fmt.Errorf("executor: request %d: kvpool has %d tokens, engine recorded %d", s.id, e.kv.Tokens(s.kv.seq), s.kv.tokens)
+		case s.kv.computed != s.kv.tokens+b2i(s.kv.future):
 			return fmt.Errorf("executor: request %d: computed %d != kv tokens %d + future %v",
-				s.id, s.computed, s.kvTokens, s.futureIn)
-		case e.kv.Reserved(s.kvSeq) != b2i(s.futureIn):
+				s.id, s.kv.computed, s.kv.tokens, s.kv.future)
+		case e.kv.Reserved(s.kv.seq) != b2i(s.kv.future):
 			return fmt.Errorf("executor: request %d: kvpool has %d reserved slots, future input %v",
-				s.id, e.kv.Reserved(s.kvSeq), s.futureIn)
-		case s.computed > len(s.tokens)+s.inflight:
-			return fmt.Errorf("executor: request %d: %d positions computed for %d tokens", s.id, s.computed, len(s.tokens))
-		case len(e.rows[s.seat]) != len(e.kv.Blocks(s.kvSeq)) || len(e.rows[s.seat])*e.kv.BlockSize() < s.computed:
+				s.id, e.kv.Reserved(s.kv.seq), s.kv.future)
+		case s.kv.computed > len(s.tokens)+s.inflight:
+			return fmt.Errorf("executor: request %d: %d positions computed for %d tokens", s.id, s.kv.computed, len(s.tokens))
+		case len(e.rows[s.seat.id]) != len(e.kv.Blocks(s.kv.seq)) || len(e.rows[s.seat.id])*e.kv.BlockSize() < s.kv.computed:
 			return fmt.Errorf("executor: request %d: block-table row of %d blocks (kvpool: %d) for %d positions",
-				s.id, len(e.rows[s.seat]), len(e.kv.Blocks(s.kvSeq)), s.computed)
+				s.id, len(e.rows[s.seat.id]), len(e.kv.Blocks(s.kv.seq)), s.kv.computed)
 		}
-		if o, dup := seatOwner[s.seat]; dup {
-			return fmt.Errorf("executor: seat %d held by %s and request %d", s.seat, o, s.id)
+		if o, dup := seatOwner[s.seat.id]; dup {
+			return fmt.Errorf("executor: seat %d held by %s and request %d", s.seat.id, o, s.id)
 		}
-		seatOwner[s.seat] = fmt.Sprintf("request %d", s.id)
-		ids = append(ids, s.kvSeq)
+		seatOwner[s.seat.id] = fmt.Sprintf("request %d", s.id)
+		ids = append(ids, s.kv.seq)
 	}
 	nRetired := 0
 	for i := range e.steps {
@@ -88,20 +88,20 @@ func (e *Engine) Check() error {
 		return fmt.Errorf("executor: kvpool references %d blocks, the engine's sequences and program pins hold %d", got, want)
 	}
 	for _, s := range e.waiting {
-		if s.state != StateWaiting || s.hasSeat || s.hasKV {
-			return fmt.Errorf("executor: waiting request %d in state %d holds seat %v / KV %v", s.id, s.state, s.hasSeat, s.hasKV)
+		if s.state != StateWaiting || s.seat.held || s.kv.held {
+			return fmt.Errorf("executor: waiting request %d in state %d holds seat %v / KV %v", s.id, s.state, s.seat.held, s.kv.held)
 		}
 		// Its chain must cover exactly its tokens (prompt, plus generated
 		// ones after a preemption) and find what hashing them again finds.
-		if s.chain.Tokens() != len(s.tokens) || s.chain.Keys() != s.keys {
+		if s.kv.chain.Tokens() != len(s.tokens) || s.kv.chain.Keys() != s.kv.keys {
 			return fmt.Errorf("executor: waiting request %d: prefix chain covers %d tokens under %+v, it has %d under %+v",
-				s.id, s.chain.Tokens(), s.chain.Keys(), len(s.tokens), s.keys)
+				s.id, s.kv.chain.Tokens(), s.kv.chain.Keys(), len(s.tokens), s.kv.keys)
 		}
 		// Hashing again is O(tokens): done for the head, which admission looks up next.
 		if s != e.waiting[0] {
 			continue
 		}
-		if got, want := e.kv.PeekChain(&s.chain), e.kv.PeekPrefix(s.keys, s.tokens); got != want {
+		if got, want := e.kv.PeekChain(&s.kv.chain), e.kv.PeekPrefix(s.kv.keys, s.tokens); got != want {
 			return fmt.Errorf("executor: waiting request %d: prefix chain hits %d tokens, its tokens hit %d", s.id, got, want)
 		}
 	}
@@ -128,9 +128,9 @@ func (e *Engine) checkStepsInFlight() error {
 			seat, en := seatpool.Seat(st.batch.Seqs[i].Seat), st.entries[i]
 			switch state := e.seats.State(seat); state {
 			case seatpool.Live:
-				if s := en.s; s.state != StateRunning || s.epoch != en.epoch || !s.hasSeat || s.seat != seat {
+				if s := en.s; s.state != StateRunning || s.epoch != en.epoch || !s.seat.held || s.seat.id != seat {
 					return fmt.Errorf("executor: step %d in flight uses seat %d for request %d, which has left it (state %d, epoch %d → %d, seat %d held %v): the live seat was released and taken again",
-						n, seat, s.id, s.state, en.epoch, s.epoch, s.seat, s.hasSeat)
+						n, seat, s.id, s.state, en.epoch, s.epoch, s.seat.id, s.seat.held)
 				}
 			case seatpool.Retiring:
 				if !e.tornDownAtOrAfter(seat, n) {
@@ -169,16 +169,16 @@ func (e *Engine) checkProgramCounts() error {
 	reqs := make(map[string]int)
 	for _, list := range [][]*seq{e.running, e.waiting} {
 		for _, s := range list {
-			if s.programID != "" {
-				reqs[s.programID]++
+			if s.turn.program != "" {
+				reqs[s.turn.program]++
 			}
 		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, s := range e.submitQ {
-		if s.programID != "" {
-			reqs[s.programID]++
+		if s.turn.program != "" {
+			reqs[s.turn.program]++
 		}
 	}
 	if !maps.Equal(reqs, e.progReqs) {

@@ -205,33 +205,34 @@ func (e *Engine) Submit(ctx context.Context, r *Request) (*Stream, error) {
 	}
 	s := &seq{
 		params:    r.Params,
-		keys:      kvpool.Keys{Model: e.cfg.Model, Salt: r.CacheSalt},
-		programID: r.ProgramID,
-		release:   r.ProgramRelease && r.ProgramID != "",
-		maxTokens: r.MaxTokens,
-		ignoreEOS: r.IgnoreEOS,
-		stopIDs:   append([]int32(nil), r.StopTokenIDs...),
-		stream:    newStream(r.Params),
 		promptLen: len(prompt),
-		arrival:   e.clock.Now(),
+		kv:        kvState{keys: kvpool.Keys{Model: e.cfg.Model, Salt: r.CacheSalt}},
+		turn:      turnState{program: r.ProgramID, release: r.ProgramRelease && r.ProgramID != ""},
+		out: outState{
+			maxTokens: r.MaxTokens,
+			ignoreEOS: r.IgnoreEOS,
+			stopIDs:   append([]int32(nil), r.StopTokenIDs...),
+			stream:    newStream(r.Params),
+			arrival:   e.clock.Now(),
+		},
 	}
 	s.tokens = make([]int32, len(prompt), len(prompt)+min(max(r.MaxTokens, 16), 1024))
 	copy(s.tokens, prompt)
 	// Hashed here, on the submitter's goroutine, not on the step loop.
-	if err := s.chain.Reset(s.keys, e.capacity.BlockSize, prompt); err != nil {
+	if err := s.kv.chain.Reset(s.kv.keys, e.capacity.BlockSize, prompt); err != nil {
 		return nil, fmt.Errorf("executor: prefix hashes of the prompt: %w", err)
 	}
-	s.text.reset(r.Stop)
+	s.out.text.reset(r.Stop)
 	if e.spacePrefix {
-		s.stripSpace = true
+		s.out.stripSpace = true
 		for _, t := range prompt {
 			if len(e.tok.Piece(t)) > 0 {
-				s.stripSpace = false
+				s.out.stripSpace = false
 				break
 			}
 		}
 	}
-	s.usage.Prompt = len(prompt)
+	s.out.usage.Prompt = len(prompt)
 
 	e.mu.Lock()
 	if e.closed {
@@ -240,8 +241,8 @@ func (e *Engine) Submit(ctx context.Context, r *Request) (*Stream, error) {
 	}
 	e.nextID++
 	s.id = e.nextID
-	if s.programID != "" {
-		e.progReqs[s.programID]++
+	if s.turn.program != "" {
+		e.progReqs[s.turn.program]++
 	}
 	if !s.params.HasSeed {
 		s.params.Seed, s.params.HasSeed = mix64(e.cfg.Seed^mix64(s.id)), true
@@ -253,7 +254,7 @@ func (e *Engine) Submit(ctx context.Context, r *Request) (*Stream, error) {
 	e.submitQ = append(e.submitQ, s)
 	e.mu.Unlock()
 	e.Wake()
-	return s.stream, nil
+	return s.out.stream, nil
 }
 
 // abort queues s for abortion at the next step boundary.

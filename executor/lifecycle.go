@@ -9,9 +9,9 @@ func (e *Engine) preempt(s *seq) {
 	e.polPreempted(s) // before its sequence is released
 	e.detach(s, true)
 	// Its tokens so far become its prompt: hash the generated ones once now.
-	s.chain.Extend(s.tokens[s.chain.Tokens():])
+	s.kv.chain.Extend(s.tokens[s.kv.chain.Tokens():])
 	s.state = StateWaiting
-	s.inflight, s.futureIn, s.computed, s.kvTokens, s.started = 0, false, 0, 0, false
+	s.inflight, s.kv.future, s.kv.computed, s.kv.tokens, s.seat.started = 0, false, 0, 0, false
 	e.waiting = append(e.waiting, nil)
 	copy(e.waiting[1:], e.waiting)
 	e.waiting[0] = s
@@ -39,23 +39,23 @@ func (e *Engine) detach(s *seq, releaseKVNow bool) {
 			break
 		}
 	}
-	if releaseKVNow && s.hasKV {
-		e.kv.Release(s.kvSeq)
-		s.hasKV = false
+	if releaseKVNow && s.kv.held {
+		e.kv.Release(s.kv.seq)
+		s.kv.held = false
 	}
 	if s.lastStep > e.processed {
 		// In a step still in flight: retire until its teardown.
-		_ = e.seats.Retire(s.seat) // live by construction; Check proves it
+		_ = e.seats.Retire(s.seat.id) // live by construction; Check proves it
 		st := &e.steps[s.lastStep%overlap.MaxInFlight]
-		st.teardown = append(st.teardown, retired{seat: s.seat, kv: s.kvSeq, hasKV: s.hasKV})
+		st.teardown = append(st.teardown, retired{seat: s.seat.id, kv: s.kv.seq, hasKV: s.kv.held})
 		e.retiring++
 	} else {
-		_ = e.seats.Release(s.seat)
-		if s.hasKV {
-			e.kv.Release(s.kvSeq)
+		_ = e.seats.Release(s.seat.id)
+		if s.kv.held {
+			e.kv.Release(s.kv.seq)
 		}
 	}
-	s.hasSeat, s.hasKV = false, false
+	s.seat.held, s.kv.held = false, false
 }
 
 // end delivers s's finish to its stream (and ends its program's turn, and
@@ -71,9 +71,9 @@ func (e *Engine) end(s *seq, reason FinishReason) {
 	}
 	var tail []byte
 	if reason != FinishStop {
-		tail = s.text.flush()
+		tail = s.out.text.flush()
 	}
-	s.stream.end(tail, reason, s.usage)
+	s.out.stream.end(tail, reason, s.out.usage)
 	if s.stopWatch != nil {
 		s.stopWatch()
 	}

@@ -25,13 +25,13 @@ func (e *Engine) deliver(st *stepRecord, now time.Time) error {
 		}
 		s.tokens = append(s.tokens, tok)
 		s.generated++
-		if s.futureIn {
+		if s.kv.future {
 			// The value of its reserved input slot in the next step.
-			if err := e.kv.Fill(s.kvSeq, s.tokens[len(s.tokens)-1:]); err != nil {
+			if err := e.kv.Fill(s.kv.seq, s.tokens[len(s.tokens)-1:]); err != nil {
 				return fmt.Errorf("executor: request %d: recording future token: %w", s.id, err)
 			}
-			s.kvTokens++
-			s.futureIn = false
+			s.kv.tokens++
+			s.kv.future = false
 			e.polGrew(s)
 		}
 		var topIDs []int32
@@ -50,35 +50,35 @@ func (e *Engine) deliver(st *stepRecord, now time.Time) error {
 // by the stream) and applies the stop conditions.
 func (e *Engine) emit(s *seq, tok int32, lp float32, topIDs []int32, topLPs []float32, now time.Time) {
 	e.m.GeneratedTokens++
-	s.usage.Completion++
+	s.out.usage.Completion++
 	if s.generated == 1 {
-		e.m.TTFT.Observe(now.Sub(s.arrival))
+		e.m.TTFT.Observe(now.Sub(s.out.arrival))
 	} else {
-		e.m.ITL.Observe(now.Sub(s.lastTok))
+		e.m.ITL.Observe(now.Sub(s.out.lastTok))
 	}
-	s.lastTok = now
+	s.out.lastTok = now
 	reason := FinishNone
-	if (tok == e.tok.EOS() && !s.ignoreEOS) || s.isStopID(tok) {
-		s.stream.push(nil, tok, lp, topIDs, topLPs)
+	if (tok == e.tok.EOS() && !s.out.ignoreEOS) || s.out.isStopID(tok) {
+		s.out.stream.push(nil, tok, lp, topIDs, topLPs)
 		reason = FinishStop
 	} else {
 		piece := e.tok.Piece(tok)
-		if s.stripSpace && len(piece) > 0 {
-			s.stripSpace = false
+		if s.out.stripSpace && len(piece) > 0 {
+			s.out.stripSpace = false
 			if piece[0] == ' ' {
 				piece = piece[1:]
 			}
 		}
-		text, stopped := s.text.add(piece)
-		s.stream.push(text, tok, lp, topIDs, topLPs)
+		text, stopped := s.out.text.add(piece)
+		s.out.stream.push(text, tok, lp, topIDs, topLPs)
 		if stopped {
 			reason = FinishStop
 		} else {
-			s.text.commit(len(text))
+			s.out.text.commit(len(text))
 		}
 	}
 	if reason == FinishNone {
-		if (s.maxTokens > 0 && s.generated >= s.maxTokens) || len(s.tokens) >= e.capacity.MaxContext {
+		if (s.out.maxTokens > 0 && s.generated >= s.out.maxTokens) || len(s.tokens) >= e.capacity.MaxContext {
 			reason = FinishLength
 		}
 	}
@@ -87,8 +87,9 @@ func (e *Engine) emit(s *seq, tok int32, lp float32, topIDs []int32, topLPs []fl
 	}
 }
 
-func (s *seq) isStopID(tok int32) bool {
-	for _, t := range s.stopIDs {
+// isStopID reports whether tok is one of the request's stop tokens.
+func (o *outState) isStopID(tok int32) bool {
+	for _, t := range o.stopIDs {
 		if t == tok {
 			return true
 		}

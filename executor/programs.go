@@ -18,7 +18,7 @@ import (
 // it. Which programs exist and whether a program has a turn registered are
 // the Controller's answers (Known, HasTurn, IDs, MostPinned); the engine
 // keeps only, per request, whether that request is the one holding its
-// program's turn (seq.inPolicy), and Check proves the two agree. The one
+// program's turn (turnState.held), and Check proves the two agree. The one
 // index the engine keeps, progReqs, is of its own requests, not of
 // programs (see HoldsProgram).
 
@@ -38,11 +38,11 @@ func (e *Engine) tick() {
 // as its program's turn; later asks are made only while the program is
 // ACTIVE (Runnable), so a held turn costs O(1) per step.
 func (e *Engine) admitTurn(s *seq, hit int) (hold bool) {
-	pid := s.programID
-	if !s.inPolicy && e.ctl.HasTurn(pid) {
+	pid := s.turn.program
+	if !s.turn.held && e.ctl.HasTurn(pid) {
 		return true // one turn per program: it waits for the current one
 	}
-	if s.inPolicy && !e.ctl.Runnable(pid) {
+	if s.turn.held && !e.ctl.Runnable(pid) {
 		return true
 	}
 	ok, err := e.ctl.Admit(pid, len(s.tokens), hit)
@@ -52,7 +52,7 @@ func (e *Engine) admitTurn(s *seq, hit int) (hold bool) {
 		e.polFail(fmt.Errorf("request %d: admit: %w", s.id, err))
 		return false
 	}
-	s.inPolicy = true
+	s.turn.held = true
 	return !ok
 }
 
@@ -60,8 +60,8 @@ func (e *Engine) admitTurn(s *seq, hit int) (hold bool) {
 // (blocks, an error, or the tests' running cap): its turn stays REASONING
 // and is asked again.
 func (e *Engine) polUnstart(s *seq) {
-	if s.inPolicy && !s.polLive {
-		if err := e.ctl.Preempted(s.programID); err != nil {
+	if s.turn.held && !s.turn.handed {
+		if err := e.ctl.Preempted(s.turn.program); err != nil {
 			e.polFail(fmt.Errorf("request %d: unstart: %w", s.id, err))
 		}
 	}
@@ -74,16 +74,16 @@ func (e *Engine) polUnstart(s *seq) {
 // B admit programs whose prompts the pool cannot hold. The program's pin,
 // if any, is kept until then too.
 func (e *Engine) polGrew(s *seq) {
-	if !s.inPolicy {
+	if !s.turn.held {
 		return
 	}
 	var err error
 	switch {
-	case s.polLive:
-		err = e.ctl.Grew(s.programID)
-	case s.kvTokens >= len(s.tokens):
-		err = e.ctl.Started(s.programID, s.kvSeq)
-		s.polLive = err == nil
+	case s.turn.handed:
+		err = e.ctl.Grew(s.turn.program)
+	case s.kv.tokens >= len(s.tokens):
+		err = e.ctl.Started(s.turn.program, s.kv.seq)
+		s.turn.handed = err == nil
 	}
 	if err != nil {
 		e.polFail(fmt.Errorf("request %d: grow: %w", s.id, err))
@@ -93,46 +93,46 @@ func (e *Engine) polGrew(s *seq) {
 // polPreempted tells the policy that running s is preempted (before its
 // sequence is released); its program stays ACTIVE and s keeps the turn.
 func (e *Engine) polPreempted(s *seq) {
-	if !s.inPolicy {
+	if !s.turn.held {
 		return
 	}
-	if err := e.ctl.Preempted(s.programID); err != nil {
+	if err := e.ctl.Preempted(s.turn.program); err != nil {
 		e.polFail(fmt.Errorf("request %d: preempt: %w", s.id, err))
 	}
-	s.polLive = false
+	s.turn.handed = false
 }
 
 // turnEnded ends s's turn in the policy: finished or aborted while running
 // (called before the sequence is released, which the program pins from),
 // or withdrawn while waiting.
 func (e *Engine) turnEnded(s *seq) {
-	if !s.inPolicy {
+	if !s.turn.held {
 		return
 	}
-	pid := s.programID
+	pid := s.turn.program
 	if err := e.ctl.TurnEnded(pid); err != nil {
 		e.polFail(fmt.Errorf("request %d: end turn: %w", s.id, err))
 	}
-	s.inPolicy, s.polLive = false, false
+	s.turn.held, s.turn.handed = false, false
 }
 
 // endProgramRequest is end's part: the turn ends (if not already), the
 // program ends when s asked for it, and s stops counting for its program.
 func (e *Engine) endProgramRequest(s *seq) {
-	if s.programID == "" {
+	if s.turn.program == "" {
 		return
 	}
 	if e.ctl != nil {
 		e.turnEnded(s)
-		if s.release {
-			e.releaseProgram(s.programID)
+		if s.turn.release {
+			e.releaseProgram(s.turn.program)
 		}
 	}
 	e.mu.Lock()
-	if n := e.progReqs[s.programID] - 1; n > 0 {
-		e.progReqs[s.programID] = n
+	if n := e.progReqs[s.turn.program] - 1; n > 0 {
+		e.progReqs[s.turn.program] = n
 	} else {
-		delete(e.progReqs, s.programID)
+		delete(e.progReqs, s.turn.program)
 	}
 	e.mu.Unlock()
 }
@@ -147,8 +147,8 @@ func (e *Engine) forgetTurn(id string) {
 	}
 	for _, list := range [...][]*seq{e.running, e.waiting} {
 		for _, s := range list {
-			if s.inPolicy && s.programID == id {
-				s.inPolicy, s.polLive = false, false
+			if s.turn.held && s.turn.program == id {
+				s.turn.held, s.turn.handed = false, false
 				return
 			}
 		}
@@ -219,36 +219,36 @@ func (e *Engine) checkPrograms() error {
 	}
 	registered, reqs, holder := 0, make(map[string]int), make(map[string]uint64)
 	check := func(s *seq) error {
-		reqs[s.programID]++
-		if !s.inPolicy {
-			if s.polLive {
+		reqs[s.turn.program]++
+		if !s.turn.held {
+			if s.turn.handed {
 				return fmt.Errorf("executor: request %d: sequence handed to the policy without a turn", s.id)
 			}
 			return nil
 		}
 		registered++
-		info, ok := e.ctl.Program(s.programID)
-		other, dup := holder[s.programID]
-		holder[s.programID] = s.id
+		info, ok := e.ctl.Program(s.turn.program)
+		other, dup := holder[s.turn.program]
+		holder[s.turn.program] = s.id
 		switch {
 		case dup:
-			return fmt.Errorf("executor: requests %d and %d both hold the turn of program %q", other, s.id, s.programID)
+			return fmt.Errorf("executor: requests %d and %d both hold the turn of program %q", other, s.id, s.turn.program)
 		case !ok:
-			return fmt.Errorf("executor: request %d holds a turn of program %q, which the policy does not know", s.id, s.programID)
-		case !e.ctl.HasTurn(s.programID):
+			return fmt.Errorf("executor: request %d holds a turn of program %q, which the policy does not know", s.id, s.turn.program)
+		case !e.ctl.HasTurn(s.turn.program):
 			return fmt.Errorf("executor: request %d holds a turn of program %q, which has none in the policy (%v/%v)",
-				s.id, s.programID, info.State, info.Status)
-		case s.polLive != info.Running || (s.polLive && (s.state != StateRunning || !s.hasKV)):
+				s.id, s.turn.program, info.State, info.Status)
+		case s.turn.handed != info.Running || (s.turn.handed && (s.state != StateRunning || !s.kv.held)):
 			return fmt.Errorf("executor: request %d (state %d) of program %q: handed over %v, the policy sees a live turn %v",
-				s.id, s.state, s.programID, s.polLive, info.Running)
-		case s.polLive && info.State != policy.StateActive:
-			return fmt.Errorf("executor: request %d runs a turn of program %q, which is %v", s.id, s.programID, info.State)
+				s.id, s.state, s.turn.program, s.turn.handed, info.Running)
+		case s.turn.handed && info.State != policy.StateActive:
+			return fmt.Errorf("executor: request %d runs a turn of program %q, which is %v", s.id, s.turn.program, info.State)
 		}
 		return nil
 	}
 	for _, list := range [][]*seq{e.running, e.waiting} {
 		for _, s := range list {
-			if s.programID == "" {
+			if s.turn.program == "" {
 				continue
 			}
 			if err := check(s); err != nil {
@@ -271,8 +271,8 @@ func (e *Engine) checkPrograms() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, s := range e.submitQ {
-		if s.programID != "" {
-			reqs[s.programID]++
+		if s.turn.program != "" {
+			reqs[s.turn.program]++
 		}
 	}
 	if !maps.Equal(reqs, e.progReqs) {

@@ -356,7 +356,7 @@ func TestProgramOneTurnAtATime(t *testing.T) {
 				}
 				n := 0
 				for _, r := range s.eng.running {
-					if r.programID == "p" {
+					if r.turn.program == "p" {
 						n++
 					}
 				}

@@ -60,8 +60,8 @@ func (e *Engine) plan(st *stepRecord) error {
 			// opens one); the value is filled in when the step in flight is
 			// processed, and the runner writes the KV into s's own block.
 			p := len(s.tokens)
-			opens := len(e.rows[s.seat])*bs <= p
-			if err := e.kv.Reserve(s.kvSeq, 1); err != nil {
+			opens := len(e.rows[s.seat.id])*bs <= p
+			if err := e.kv.Reserve(s.kv.seq, 1); err != nil {
 				var tooLarge *kvpool.TooLargeError
 				if errors.Is(err, kvpool.ErrOutOfBlocks) || errors.As(err, &tooLarge) {
 					// No block to spare: decode it next step with the known
@@ -75,10 +75,10 @@ func (e *Engine) plan(st *stepRecord) error {
 			}
 			e.syncRow(s)
 			e.add(st, s, nil, p)
-			s.futureIn = true
-			s.computed = p + 1
-		case s.computed == len(s.tokens)-1:
-			ok, err := e.grow(s, s.tokens[s.computed:], n)
+			s.kv.future = true
+			s.kv.computed = p + 1
+		case s.kv.computed == len(s.tokens)-1:
+			ok, err := e.grow(s, s.tokens[s.kv.computed:], n)
 			if err != nil {
 				return err
 			}
@@ -86,8 +86,8 @@ func (e *Engine) plan(st *stepRecord) error {
 				i-- // s left the running list
 				continue
 			}
-			e.add(st, s, s.tokens[s.computed:], s.computed)
-			s.computed++
+			e.add(st, s, s.tokens[s.kv.computed:], s.kv.computed)
+			s.kv.computed++
 		default:
 			continue
 		}
@@ -98,11 +98,11 @@ func (e *Engine) plan(st *stepRecord) error {
 	// Pass 2: the next chunk of partially prefilled requests.
 	for i := 0; i < len(e.running) && tokBudget > 0 && seqBudget > 0; i++ {
 		s := e.running[i]
-		if s.inflight > 0 || s.lastStep == n || s.computed >= len(s.tokens)-1 {
+		if s.inflight > 0 || s.lastStep == n || s.kv.computed >= len(s.tokens)-1 {
 			continue
 		}
-		chunk := min(tokBudget, len(s.tokens)-s.computed)
-		ok, err := e.grow(s, s.tokens[s.computed:s.computed+chunk], n)
+		chunk := min(tokBudget, len(s.tokens)-s.kv.computed)
+		ok, err := e.grow(s, s.tokens[s.kv.computed:s.kv.computed+chunk], n)
 		if err != nil {
 			return err
 		}
@@ -110,8 +110,8 @@ func (e *Engine) plan(st *stepRecord) error {
 			i--
 			continue
 		}
-		e.add(st, s, s.tokens[s.computed:s.computed+chunk], s.computed)
-		s.computed += chunk
+		e.add(st, s, s.tokens[s.kv.computed:s.kv.computed+chunk], s.kv.computed)
+		s.kv.computed += chunk
 		tokBudget -= chunk
 		seqBudget--
 	}
@@ -184,11 +184,11 @@ const (
 func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, error) {
 	s := e.waiting[i]
 	bs := e.kv.BlockSize()
-	if s.chain.Tokens() != len(s.tokens) {
-		return 0, refused, fmt.Errorf("executor: request %d: prefix chain covers %d tokens of %d", s.id, s.chain.Tokens(), len(s.tokens))
+	if s.kv.chain.Tokens() != len(s.tokens) {
+		return 0, refused, fmt.Errorf("executor: request %d: prefix chain covers %d tokens of %d", s.id, s.kv.chain.Tokens(), len(s.tokens))
 	}
-	hit := e.kv.PeekChain(&s.chain)
-	if e.ctl != nil && s.programID != "" && e.admitTurn(s, hit) {
+	hit := e.kv.PeekChain(&s.kv.chain)
+	if e.ctl != nil && s.turn.program != "" && e.admitTurn(s, hit) {
 		return 0, held, nil
 	}
 	chunk := min(budget, len(s.tokens)-hit)
@@ -201,8 +201,8 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 		e.polUnstart(s)
 		return 0, refused, nil
 	}
-	kvs := e.kv.NewSeq(s.keys)
-	got, err := e.kv.MatchChain(kvs, &s.chain)
+	kvs := e.kv.NewSeq(s.kv.keys)
+	got, err := e.kv.MatchChain(kvs, &s.kv.chain)
 	if err != nil {
 		e.kv.Release(kvs)
 		e.polUnstart(s)
@@ -229,19 +229,19 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 	e.waiting = e.waiting[:len(e.waiting)-1]
 
 	s.state = StateRunning
-	s.kvSeq, s.hasKV, s.kvTokens = kvs, true, got+chunk
-	s.seat, s.hasSeat, s.started = seat, true, false
+	s.kv.seq, s.kv.held, s.kv.tokens = kvs, true, got+chunk
+	s.seat.id, s.seat.held, s.seat.started = seat, true, false
 	e.rows[seat] = e.rows[seat][:0]
 	e.syncRow(s)
 	if !s.everRan {
 		s.everRan = true
-		s.usage.CachedPrompt = got
+		s.out.usage.CachedPrompt = got
 		e.m.PromptTokens += uint64(s.promptLen)
 		e.m.PrefixHitTokens += uint64(got)
 	}
 	e.running = append(e.running, s)
 	e.add(st, s, s.tokens[got:got+chunk], got)
-	s.computed = got + chunk
+	s.kv.computed = got + chunk
 	e.polGrew(s)
 	return chunk, admitted, nil
 }
@@ -252,9 +252,9 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 // cannot grow even alone).
 func (e *Engine) grow(s *seq, toks []int32, n uint64) (bool, error) {
 	for {
-		err := e.kv.Append(s.kvSeq, toks)
+		err := e.kv.Append(s.kv.seq, toks)
 		if err == nil {
-			s.kvTokens += len(toks)
+			s.kv.tokens += len(toks)
 			e.syncRow(s)
 			e.polGrew(s)
 			return true, nil
@@ -295,10 +295,10 @@ func (e *Engine) grow(s *seq, toks []int32, n uint64) (bool, error) {
 // already in the row never change (kvpool does not swap blocks), so a step
 // in flight that reads a prefix of the row is never disturbed.
 func (e *Engine) syncRow(s *seq) {
-	blocks := e.kv.Blocks(s.kvSeq)
-	row := e.rows[s.seat]
+	blocks := e.kv.Blocks(s.kv.seq)
+	row := e.rows[s.seat.id]
 	if len(blocks) > len(row) {
-		e.rows[s.seat] = append(row, blocks[len(row):]...)
+		e.rows[s.seat.id] = append(row, blocks[len(row):]...)
 	}
 }
 
@@ -320,15 +320,15 @@ func (e *Engine) add(st *stepRecord, s *seq, toks []int32, first int) {
 	}
 	ctxLen := first + num
 	bs := e.kv.BlockSize()
-	table := e.rows[s.seat][:(ctxLen+bs-1)/bs]
+	table := e.rows[s.seat.id][:(ctxLen+bs-1)/bs]
 	sb := step.SeqBatch{
-		Seat:       int32(s.seat),
+		Seat:       int32(s.seat.id),
 		TokenStart: start,
 		NumTokens:  int32(num),
 		ContextLen: int32(ctxLen),
 		BlockTable: table,
 		Sample:     toks == nil || ctxLen == len(s.tokens),
-		Start:      !s.started,
+		Start:      !s.seat.started,
 		Params:     &s.params,
 	}
 	if sb.Start {
@@ -339,7 +339,7 @@ func (e *Engine) add(st *stepRecord, s *seq, toks []int32, first int) {
 	}
 	b.Seqs = append(b.Seqs, sb)
 	st.entries = append(st.entries, entry{s: s, epoch: s.epoch})
-	s.started = true
+	s.seat.started = true
 	s.lastStep = st.n
 	if sb.Sample {
 		s.inflight++
@@ -349,7 +349,7 @@ func (e *Engine) add(st *stepRecord, s *seq, toks []int32, first int) {
 // finishKnown: the token in flight for s will be its last (max tokens or
 // model context), so s must not be planned again.
 func (e *Engine) finishKnown(s *seq) bool {
-	if s.maxTokens > 0 && s.generated+s.inflight >= s.maxTokens {
+	if s.out.maxTokens > 0 && s.generated+s.inflight >= s.out.maxTokens {
 		return true
 	}
 	return len(s.tokens)+s.inflight >= e.capacity.MaxContext
