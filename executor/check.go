@@ -11,8 +11,10 @@ import (
 // Check verifies that kvpool, seatpool and the engine's bookkeeping agree:
 // every running request holds one live seat and its KV sequence with the
 // token count the engine recorded; every retiring seat is awaiting a
-// teardown; referenced blocks are exactly those the engine's sequences hold.
-// It is loop-owned (call it between Steps, not during Run) and allocates.
+// teardown; no step in flight uses a seat given back; the program policy
+// and the requests' turns agree, and progReqs counts the requests;
+// referenced blocks are exactly those the engine's sequences and the
+// policy's pins hold. It is loop-owned (call it between Steps, not during Run) and allocates.
 func (e *Engine) Check() error {
 	if err := e.kv.Check(); err != nil {
 		return fmt.Errorf("executor: kvpool: %w", err)
@@ -76,14 +78,15 @@ func (e *Engine) Check() error {
 	if err := e.checkStepsInFlight(); err != nil {
 		return err
 	}
-	if err := e.checkPrograms(); err != nil {
+	if err := e.adm.check(); err != nil {
+		return err
+	}
+	if err := e.checkProgramCounts(); err != nil {
 		return err
 	}
 	// The program policy's pins reference blocks too: the engine's
 	// sequences and the pins together own every referenced block.
-	if e.ctl != nil {
-		ids = e.ctl.Pins(ids)
-	}
+	ids = e.adm.pins(ids)
 	if got, want := e.kv.Referenced(), e.kv.DistinctBlocks(ids); got != want {
 		return fmt.Errorf("executor: kvpool references %d blocks, the engine's sequences and program pins hold %d", got, want)
 	}
@@ -164,14 +167,12 @@ func (e *Engine) tornDownAtOrAfter(seat seatpool.Seat, n uint64) bool {
 }
 
 // checkProgramCounts recounts requests per program id (running, waiting,
-// not yet drained) against progReqs, for an engine without a policy.
+// not yet drained) against progReqs.
 func (e *Engine) checkProgramCounts() error {
 	reqs := make(map[string]int)
-	for _, list := range [][]*seq{e.running, e.waiting} {
-		for _, s := range list {
-			if s.turn.program != "" {
-				reqs[s.turn.program]++
-			}
+	for s := range e.requests {
+		if s.turn.program != "" {
+			reqs[s.turn.program]++
 		}
 	}
 	e.mu.Lock()

@@ -58,7 +58,9 @@
 //
 // With a program policy (package policy: tokens, blocks or pausing), requests that carry a
 // ProgramID are turns of agentic programs; requests without one bypass it.
-// The engine drives the policy's Controller from the loop goroutine:
+// The engine drives the policy's Controller from the loop goroutine through
+// one hook, admission (noPolicy without a policy, so no call site asks
+// whether there is one):
 //
 //   - every Step begins with Tick (pauses, resumes, leases);
 //   - admission asks Admit for a waiting turn, first to register it and then
@@ -71,8 +73,8 @@
 //     blocks chunked prefill has appended so far, and the program keeps its
 //     previous pin. Appends afterwards (including a future token's Fill)
 //     are reported with Grew;
-//   - recompute preemption calls Preempted before the sequence is released;
-//     a finish or abort calls TurnEnded before it (the program pins its full
+//   - recompute preemption calls Preempted before the sequence is released,
+//     and so does an admitted turn that cannot start (no blocks); a finish or abort calls TurnEnded before it (the program pins its full
 //     blocks from it), a withdrawn waiting turn calls TurnEnded too, and
 //     Request.ProgramRelease, ReleaseProgram (the server's DELETE, applied
 //     at the next step boundary) and Close call Release.

@@ -11,7 +11,6 @@ import (
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/kvpool"
 	"github.com/turnstile-llm/turnstile/overlap"
-	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/step"
 )
@@ -60,12 +59,9 @@ type Engine struct {
 	aborts    []*seq
 	releases  []string
 
-	// Program policy (nil ctl: none), the owner of program state: the
-	// engine keeps none of its own (see programs.go). Loop-owned.
-	ctl *policy.Controller
-	// polErr is the first lifecycle call ctl refused: an engine bug that
-	// Check reports (the loop goes on; nothing is leaked by it).
-	polErr error
+	// adm is the program policy, the owner of program state (noPolicy
+	// without one). Loop-owned.
+	adm admission
 
 	mu      sync.Mutex // guards the fields below
 	submitQ []*seq
@@ -169,19 +165,8 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 		e.rows[i] = backing[i*w : i*w : (i+1)*w]
 	}
 	e.spacePrefix = addsSpacePrefix(tok)
-	if cfg.Programs != nil {
-		pc := *cfg.Programs
-		switch {
-		case pc.MaxActive == 0:
-			pc.MaxActive = cfg.MaxBatchSize
-		case pc.MaxActive > cfg.MaxBatchSize:
-			return nil, fmt.Errorf("executor: program policy MaxActive %d exceeds MaxBatchSize %d (the sequences one step runs)",
-				pc.MaxActive, cfg.MaxBatchSize)
-		}
-		pc.Clock = e.clock
-		if e.ctl, err = policy.New(pc, kv); err != nil {
-			return nil, fmt.Errorf("executor: program policy: %w", err)
-		}
+	if e.adm, err = newAdmission(cfg, kv, e.clock, e.requests); err != nil {
+		return nil, err
 	}
 	e.progReqs = make(map[string]int)
 	e.grouper.MinBlocks = int32(min(cfg.CascadeMinBlocks, math.MaxInt32))
@@ -191,6 +176,20 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 }
 
 func (e *Engine) execute(st *stepRecord) error { return e.runner.Execute(&st.batch, &st.out) }
+
+// requests yields the engine's running requests, then its waiting ones.
+func (e *Engine) requests(yield func(*seq) bool) {
+	for _, s := range e.running {
+		if !yield(s) {
+			return
+		}
+	}
+	for _, s := range e.waiting {
+		if !yield(s) {
+			return
+		}
+	}
+}
 
 // Seats is the seat pool's size (MaxBatchSize plus the overlap headroom).
 func (e *Engine) Seats() int { return e.seats.Seats() }

@@ -6,7 +6,7 @@ import "github.com/turnstile-llm/turnstile/overlap"
 // its blocks are released now (a later step may reuse them: steps execute in
 // order), its seat retires if a step in flight still uses it.
 func (e *Engine) preempt(s *seq) {
-	e.polPreempted(s) // before its sequence is released
+	e.adm.preempted(s) // before its sequence is released
 	e.detach(s, true)
 	// Its tokens so far become its prompt: hash the generated ones once now.
 	s.kv.chain.Extend(s.tokens[s.kv.chain.Tokens():])
@@ -20,7 +20,7 @@ func (e *Engine) preempt(s *seq) {
 
 // leave ends running s with reason.
 func (e *Engine) leave(s *seq, reason FinishReason) {
-	e.turnEnded(s) // before its sequence is released: the program pins from it
+	e.adm.ended(s) // before its sequence is released: the program pins from it
 	e.detach(s, false)
 	e.end(s, reason)
 }
@@ -61,7 +61,11 @@ func (e *Engine) detach(s *seq, releaseKVNow bool) {
 // end delivers s's finish to its stream (and ends its program's turn, and
 // the program itself when it asked to be released).
 func (e *Engine) end(s *seq, reason FinishReason) {
-	e.endProgramRequest(s)
+	e.adm.ended(s)
+	if s.turn.release {
+		e.adm.release(s.turn.program)
+	}
+	e.uncountProgram(s)
 	if reason == FinishAbort {
 		s.state = StateAborted
 		e.m.Aborted++

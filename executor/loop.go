@@ -45,7 +45,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			// now and then, not only when woken.
 			var poll *time.Timer
 			var pollC <-chan time.Time
-			if e.ctl != nil && (len(e.waiting) > 0 || e.holdsPrograms()) {
+			if e.adm.polls(len(e.waiting)) {
 				poll = time.NewTimer(programPoll)
 				pollC = poll.C
 			}
@@ -68,7 +68,7 @@ func (e *Engine) Run(ctx context.Context) error {
 // called concurrently with Run or itself.
 func (e *Engine) Step() (bool, error) {
 	e.drainQueues()
-	e.tick()
+	e.adm.tick()
 	if len(e.running) == 0 && len(e.waiting) == 0 && e.pipe.InFlight() == 0 {
 		e.publish()
 		return false, nil
@@ -123,7 +123,7 @@ func (e *Engine) Close() error {
 	for len(e.running) > 0 {
 		e.leave(e.running[len(e.running)-1], FinishAbort)
 	}
-	e.releaseAllPrograms()
+	e.adm.close()
 	var first error
 	for e.pipe.InFlight() > 0 {
 		d, err := e.pipe.Wait()
@@ -168,7 +168,7 @@ func (e *Engine) drainQueues() {
 		e.aborts[i] = nil
 	}
 	for _, id := range e.releases {
-		e.releaseProgram(id)
+		e.adm.release(id)
 	}
 }
 
@@ -230,9 +230,7 @@ func (e *Engine) publish() {
 	e.m.SeatsLive, e.m.SeatsRetiring = e.seats.Live(), e.seats.Retiring()
 	e.m.KVBlocksUsed = e.kv.Referenced()
 	e.m.KVBlocksCached = e.kv.CachedFree()
-	if e.ctl != nil {
-		e.m.Programs = e.ctl.Metrics()
-	}
+	e.adm.metrics(&e.m.Programs)
 	if e.m.KVBlocksTotal > 0 {
 		e.m.KVUsage = float64(e.m.KVBlocksUsed) / float64(e.m.KVBlocksTotal)
 	}

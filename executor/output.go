@@ -32,7 +32,7 @@ func (e *Engine) deliver(st *stepRecord, now time.Time) error {
 			}
 			s.kv.tokens++
 			s.kv.future = false
-			e.polGrew(s)
+			e.adm.grew(s)
 		}
 		var topIDs []int32
 		var topLPs []float32

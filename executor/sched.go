@@ -188,30 +188,30 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 		return 0, refused, fmt.Errorf("executor: request %d: prefix chain covers %d tokens of %d", s.id, s.kv.chain.Tokens(), len(s.tokens))
 	}
 	hit := e.kv.PeekChain(&s.kv.chain)
-	if e.ctl != nil && s.turn.program != "" && e.admitTurn(s, hit) {
+	if e.adm.admit(s, hit) {
 		return 0, held, nil
 	}
 	chunk := min(budget, len(s.tokens)-hit)
 	// The first chunk's new blocks (approximate: before the prefix match).
 	if need := (hit+chunk+bs-1)/bs - hit/bs; need > e.kv.Available() {
-		e.polUnstart(s)
+		e.adm.preempted(s)
 		return 0, noBlocks, nil
 	}
 	if e.testRunningCap > 0 && len(e.running) >= e.testRunningCap {
-		e.polUnstart(s)
+		e.adm.preempted(s)
 		return 0, refused, nil
 	}
 	kvs := e.kv.NewSeq(s.kv.keys)
 	got, err := e.kv.MatchChain(kvs, &s.kv.chain)
 	if err != nil {
 		e.kv.Release(kvs)
-		e.polUnstart(s)
+		e.adm.preempted(s)
 		return 0, refused, fmt.Errorf("executor: prefix lookup for request %d: %w", s.id, err)
 	}
 	chunk = min(budget, len(s.tokens)-got)
 	if err := e.kv.Append(kvs, s.tokens[got:got+chunk]); err != nil {
 		e.kv.Release(kvs)
-		e.polUnstart(s)
+		e.adm.preempted(s)
 		if errors.Is(err, kvpool.ErrOutOfBlocks) {
 			return 0, noBlocks, nil
 		}
@@ -220,7 +220,7 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 	seat, err := e.seats.Acquire()
 	if err != nil {
 		e.kv.Release(kvs)
-		e.polUnstart(s)
+		e.adm.preempted(s)
 		return 0, refused, fmt.Errorf("executor: admitting request %d with %d running and %d retiring: %w",
 			s.id, len(e.running), e.retiring, err)
 	}
@@ -242,7 +242,7 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 	e.running = append(e.running, s)
 	e.add(st, s, s.tokens[got:got+chunk], got)
 	s.kv.computed = got + chunk
-	e.polGrew(s)
+	e.adm.started(s)
 	return chunk, admitted, nil
 }
 
@@ -256,7 +256,7 @@ func (e *Engine) grow(s *seq, toks []int32, n uint64) (bool, error) {
 		if err == nil {
 			s.kv.tokens += len(toks)
 			e.syncRow(s)
-			e.polGrew(s)
+			e.adm.grew(s)
 			return true, nil
 		}
 		var tooLarge *kvpool.TooLargeError
