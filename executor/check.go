@@ -30,7 +30,7 @@ func (e *Engine) Check() error {
 	for _, s := range e.running {
 		switch {
 		case s.state != StateRunning:
-			return fmt.Errorf("executor: request %d in the running list in state %d", s.id, s.state)
+			return fmt.Errorf("executor: request %d in the running list in state %v", s.id, s.state)
 		case !s.seat.held || !s.kv.held:
 			return fmt.Errorf("executor: running request %d without seat (%v) or KV (%v)", s.id, s.seat.held, s.kv.held)
 		case e.seats.State(s.seat.id) != seatpool.Live:
@@ -92,7 +92,7 @@ func (e *Engine) Check() error {
 	}
 	for _, s := range e.waiting {
 		if s.state != StateWaiting || s.seat.held || s.kv.held {
-			return fmt.Errorf("executor: waiting request %d in state %d holds seat %v / KV %v", s.id, s.state, s.seat.held, s.kv.held)
+			return fmt.Errorf("executor: waiting request %d in state %v holds seat %v / KV %v", s.id, s.state, s.seat.held, s.kv.held)
 		}
 		// Its chain must cover exactly its tokens (prompt, plus generated
 		// ones after a preemption) and find what hashing them again finds.
@@ -132,7 +132,7 @@ func (e *Engine) checkStepsInFlight() error {
 			switch state := e.seats.State(seat); state {
 			case seatpool.Live:
 				if s := en.s; s.state != StateRunning || s.epoch != en.epoch || !s.seat.held || s.seat.id != seat {
-					return fmt.Errorf("executor: step %d in flight uses seat %d for request %d, which has left it (state %d, epoch %d → %d, seat %d held %v): the live seat was released and taken again",
+					return fmt.Errorf("executor: step %d in flight uses seat %d for request %d, which has left it (state %v, epoch %d → %d, seat %d held %v): the live seat was released and taken again",
 						n, seat, s.id, s.state, en.epoch, s.epoch, s.seat.id, s.seat.held)
 				}
 			case seatpool.Retiring:

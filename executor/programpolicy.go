@@ -220,7 +220,7 @@ func (p *programPolicy) checkTurn(s *seq, holder map[string]uint64) error {
 		return fmt.Errorf("executor: request %d holds a turn of program %q, which has none in the policy (%v/%v)",
 			s.id, pid, info.State, info.Status)
 	case s.turn.handed != info.Running || (s.turn.handed && (s.state != StateRunning || !s.kv.held)):
-		return fmt.Errorf("executor: request %d (state %d) of program %q: handed over %v, the policy sees a live turn %v",
+		return fmt.Errorf("executor: request %d (state %v) of program %q: handed over %v, the policy sees a live turn %v",
 			s.id, s.state, pid, s.turn.handed, info.Running)
 	case s.turn.handed && info.State != policy.StateActive:
 		return fmt.Errorf("executor: request %d runs a turn of program %q, which is %v", s.id, pid, info.State)

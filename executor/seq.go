@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/turnstile-llm/turnstile/kvpool"
@@ -8,15 +9,38 @@ import (
 	"github.com/turnstile-llm/turnstile/seatpool"
 )
 
-// State is a request's lifecycle state (see the package doc).
+// State is a request's lifecycle state, as the package doc draws it. It has
+// no RETIRING: that is the state of a seat a step in flight still uses
+// after its request left RUNNING (seatpool.Retiring).
 type State uint8
 
 const (
+	// StateWaiting: queued for admission, new or preempted (its tokens so
+	// far to be recomputed); holds no seat and no KV sequence.
 	StateWaiting State = iota
+	// StateRunning: admitted; holds a seat and a KV sequence and is
+	// scheduled until it ends or is preempted.
 	StateRunning
+	// StateFinished: ended with stop or length; its stream has the finish.
 	StateFinished
+	// StateAborted: ended by its request context or the engine's shutdown.
 	StateAborted
 )
+
+// String names the state as the package doc's diagram does.
+func (s State) String() string {
+	switch s {
+	case StateWaiting:
+		return "WAITING"
+	case StateRunning:
+		return "RUNNING"
+	case StateFinished:
+		return "FINISHED"
+	case StateAborted:
+		return "ABORTED"
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
 
 // seq is the engine's record of one request: what it is and where it is in
 // its lifecycle, then its state grouped by the part of the engine that owns
