@@ -23,11 +23,6 @@ type Ablation struct {
 type Config struct {
 	// MaxBatchSize is the most sequences one step schedules (> 0).
 	MaxBatchSize int
-	// Seats is the seat count, derived once at start-up by whoever builds
-	// the engine (Config.DeriveSeats) and delivered both here and to the
-	// runner, whose Capacity.Seats was sized from it. New checks it against
-	// both.
-	Seats int
 	// MaxNumBatchedTokens is the step's token budget; 0 means the runner's
 	// Capacity.MaxBatchTokens, which it may not exceed.
 	MaxNumBatchedTokens int
@@ -66,8 +61,9 @@ func (c Config) SeatSizing() seatpool.Sizing {
 }
 
 // DeriveSeats is the seat count of an engine of this configuration
-// (seatpool.Seats of SeatSizing): the builder calls it once at start-up and
-// delivers the number to the runner and to Config.Seats.
+// (seatpool.Seats of SeatSizing), the one source of the number: New sizes
+// the engine's seat pool with it, and whoever builds the engine sizes the
+// runner with it (Capacity.Seats), which New checks against the pool.
 func (c Config) DeriveSeats() (int, error) {
 	n, err := seatpool.Seats(c.SeatSizing())
 	if err != nil {

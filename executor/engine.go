@@ -85,10 +85,10 @@ type Engine struct {
 }
 
 // New validates cfg against the runner and builds the engine: kvpool from
-// the runner's KV capacity, seatpool of cfg.Seats seats, and the start-up
-// check, once, of the seat count in both directions: cfg.Seats against its
-// definition (seatpool.Seats), and every seat-indexed consumer (the runner's
-// buffers, the engine's block-table rows) against the seat pool.
+// the runner's KV capacity, seatpool of cfg.DeriveSeats seats, and the
+// start-up check, once, of every seat-indexed consumer (the runner's
+// buffers, the engine's block-table rows) against the seat pool in both
+// directions.
 func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 	if runner == nil || tok == nil {
 		return nil, errors.New("executor: runner and tokenizer are required")
@@ -126,17 +126,12 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor: KV pool from runner capacity: %w", err)
 	}
-	// The seat count is the builder's; here it is only checked: against its
-	// definition, then (Validate) against every seat-indexed consumer.
-	want, err := cfg.DeriveSeats()
+	// The seat count has one source, this configuration; every
+	// seat-indexed consumer is checked against the pool sized from it.
+	n, err := cfg.DeriveSeats()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Seats != want {
-		return nil, fmt.Errorf("executor: Seats %d, but seatpool.Seats derives %d for MaxBatchSize %d with overlap %v",
-			cfg.Seats, want, cfg.MaxBatchSize, cfg.Overlap)
-	}
-	n := cfg.Seats
 	seats, err := seatpool.New(n)
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
@@ -151,7 +146,8 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 		seatpool.Consumer{Owner: "runner buffers", Holds: capy.Seats},
 		seatpool.Consumer{Owner: "executor block-table rows", Holds: len(e.rows)},
 	); err != nil {
-		return nil, fmt.Errorf("executor: start-up validation: %w", err)
+		return nil, fmt.Errorf("executor: start-up validation (seatpool.Seats derives %d seats for MaxBatchSize %d with overlap %v: Config.DeriveSeats sizes the runner): %w",
+			n, cfg.MaxBatchSize, cfg.Overlap, err)
 	}
 	e.pipe, err = overlap.New(e.execute, e.clock.Now, cfg.Overlap)
 	if err != nil {
