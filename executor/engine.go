@@ -60,7 +60,8 @@ type Engine struct {
 	releases  []string
 
 	// adm is the program policy, the owner of program state (noPolicy
-	// without one). Loop-owned.
+	// without one), set once by New; its methods are loop-owned but two
+	// (see admission).
 	adm admission
 
 	mu      sync.Mutex // guards the fields below

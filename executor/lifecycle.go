@@ -2,6 +2,10 @@ package executor
 
 import "github.com/turnstile-llm/turnstile/overlap"
 
+// This file is a request's transitions out of RUNNING and its end (see the
+// package doc's Lifecycle): each gives back exactly what the request holds,
+// once.
+
 // preempt sends running s back to the front of the queue to be recomputed:
 // its blocks are released now (a later step may reuse them: steps execute in
 // order), its seat retires if a step in flight still uses it.

@@ -191,6 +191,7 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 	if e.adm.admit(s, hit) {
 		return 0, held, nil
 	}
+	// The policy let s go: a start that fails from here on is preempted.
 	chunk := min(budget, len(s.tokens)-hit)
 	// The first chunk's new blocks (approximate: before the prefix match).
 	if need := (hit+chunk+bs-1)/bs - hit/bs; need > e.kv.Available() {
