@@ -32,7 +32,7 @@ func runCPULadder(tb testing.TB, m *model.Llama, dp, total int, md mode) (float6
 		r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: seats, KVBlocks: 64, BlockSize: 16, MaxBatchTokens: 128, Workers: 1})
 		require.NoError(tb, err)
 		tb.Cleanup(func() { r.Close() })
-		e, err := executor.New(executor.Config{MaxBatchSize: 2, Seats: seats, Overlap: md.overlap, Ablation: executor.Ablation{ChargeRetiring: md.charge}, Model: "stories260K"}, r, m.Tokenizer())
+		e, err := executor.New(executor.Config{MaxBatchSize: 2, Overlap: md.overlap, Ablation: executor.Ablation{ChargeRetiring: md.charge}, Model: "stories260K"}, r, m.Tokenizer())
 		require.NoError(tb, err)
 		engines = append(engines, e)
 		ranks = append(ranks, NewEngineRank(e, nil, chains))

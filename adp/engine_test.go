@@ -64,7 +64,6 @@ func engineRanks(t testing.TB, dp int, cfg executor.Config, eosAfter int) ([]Ran
 		})
 		require.NoError(t, err)
 		c := cfg
-		c.Seats = seats
 		c.Clock = vc
 		c.Model = "m"
 		e, err := executor.New(c, r, byteTok{})
@@ -339,7 +338,7 @@ func BenchmarkGatherRouteEngine(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e, err := executor.New(executor.Config{MaxBatchSize: 320, Seats: 640, Overlap: true, Clock: vc, Model: "m"}, r, byteTok{})
+		e, err := executor.New(executor.Config{MaxBatchSize: 320, Overlap: true, Clock: vc, Model: "m"}, r, byteTok{})
 		if err != nil {
 			b.Fatal(err)
 		}

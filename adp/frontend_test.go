@@ -25,7 +25,7 @@ func frontendEngines(t *testing.T, dp int) []*executor.Engine {
 			Clock:    vc, Cost: sim.Fixed(stepTime), Seed: 7, EOS: 257, TokenMin: 32, TokenMax: 127,
 		})
 		require.NoError(t, err)
-		e, err := executor.New(executor.Config{MaxBatchSize: 2, Seats: 4, Overlap: true, Clock: vc, Model: "m"}, r, byteTok{})
+		e, err := executor.New(executor.Config{MaxBatchSize: 2, Overlap: true, Clock: vc, Model: "m"}, r, byteTok{})
 		require.NoError(t, err)
 		out = append(out, e)
 	}

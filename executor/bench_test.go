@@ -64,7 +64,7 @@ func BenchmarkStepHost(b *testing.B) {
 			seats := testSeats(b, total, ovl)
 			r := &noopRunner{capy: step.Capacity{Seats: seats, KVBlocks: 2 * total * (life + 2048 + 64) / 16,
 				BlockSize: 16, MaxContext: 4096, MaxBatchTokens: 4096, Vocab: testVocab}}
-			eng, err := New(Config{MaxBatchSize: total, Seats: seats, Overlap: ovl, Clock: clock.Real{},
+			eng, err := New(Config{MaxBatchSize: total, Overlap: ovl, Clock: clock.Real{},
 				Programs: pc}, r, newByteTokenizer())
 			require.NoError(b, err)
 			eng.testRunningCap = running
@@ -143,7 +143,7 @@ func BenchmarkRunnerIdle(b *testing.B) {
 				Cost: sim.Fixed(2 * time.Millisecond), Clock: clock.Real{}, EOS: testEOS, TokenMin: 'a', TokenMax: 'z',
 			})
 			require.NoError(b, err)
-			eng, err := New(Config{MaxBatchSize: running, Seats: seats, Overlap: ovl, Clock: clock.Real{}}, r, newByteTokenizer())
+			eng, err := New(Config{MaxBatchSize: running, Overlap: ovl, Clock: clock.Real{}}, r, newByteTokenizer())
 			require.NoError(b, err)
 			defer eng.Close()
 			for i := range running {

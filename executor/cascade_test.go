@@ -35,7 +35,7 @@ func TestCascadeGroupsFromSharedPrefix(t *testing.T) {
 	run := func(minBlocks int, ovl bool) ([][]int32, *groupRecorder, Metrics) {
 		s := newSetup(t, opts{overlap: ovl, bs: 4, mbs: 4})
 		rec := &groupRecorder{Runner: s.runner}
-		eng, err := New(Config{MaxBatchSize: 4, Seats: testSeats(t, 4, ovl), Overlap: ovl, Clock: s.clock, Model: "test", Seed: 1,
+		eng, err := New(Config{MaxBatchSize: 4, Overlap: ovl, Clock: s.clock, Model: "test", Seed: 1,
 			CascadeMinBlocks: minBlocks}, rec, newByteTokenizer())
 		require.NoError(t, err)
 		s.eng = eng
@@ -76,6 +76,6 @@ func TestCascadeGroupsFromSharedPrefix(t *testing.T) {
 
 func TestCascadeMinBlocksRefusesNegative(t *testing.T) {
 	s := newSetup(t, opts{})
-	_, err := New(Config{MaxBatchSize: 4, Seats: testSeats(t, 4, false), CascadeMinBlocks: -1}, s.runner, newByteTokenizer())
+	_, err := New(Config{MaxBatchSize: 4, CascadeMinBlocks: -1}, s.runner, newByteTokenizer())
 	require.ErrorContains(t, err, "CascadeMinBlocks must be >= 0, got -1")
 }

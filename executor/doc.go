@@ -4,14 +4,31 @@
 //
 // # Lifecycle
 //
-//	WAITING ──admit──▶ RUNNING (chunked prefill, then decode) ──last token──▶ FINISHED
-//	   ▲                  │  └──last token while in the next step──▶ RETIRING ─teardown─▶ FINISHED
-//	   └──preempt (recompute)┘
-//	ABORTED from any state (request context cancelled, or engine shut down)
+// A request is in one State:
 //
-// Every transition releases exactly what the request holds: its seat
-// (seatpool), its KV sequence (kvpool) and its program turn (see Programs),
-// each exactly once. Engine.Check proves it.
+//	   ┌──── preempt ─────┐
+//	   ▼                  │
+//	WAITING ──admit──▶ RUNNING (chunked prefill, then decode) ──last token──▶ FINISHED
+//	   │                  │
+//	   └───── abort ──────┴──▶ ABORTED
+//
+// Preemption is by recompute: the request's tokens so far become its
+// prompt. An abort comes from the request's context or the engine's
+// shutdown.
+//
+// Each transition gives back exactly what the request holds, exactly once:
+// leaving RUNNING, its seat (seatpool) and KV sequence (kvpool); ending
+// (FINISHED or ABORTED), its program turn (see Programs). Engine.Check
+// proves it.
+//
+// RETIRING is a seat's state (seatpool.Retiring), not a request's: a seat
+// that a launched, unprocessed step still uses when its request leaves
+// RUNNING (finished, aborted or preempted) is given back only when that
+// step is processed (its teardown), with the request's blocks unless a
+// preemption released them at once (see Overlap). The request has moved on
+// meanwhile: its stream has its finish, or it waits to be recomputed.
+// Metrics.Retiring and RankLoad count a finished request's retiring seat as
+// a retiring request.
 //
 // # Scheduler, per step
 //
@@ -41,9 +58,9 @@
 // the request skips n+1 and decodes in n+2 with the known token. A finish
 // known in advance (max tokens, context length) is never planned into n+1.
 // A finish seen only when n is processed (EOS, stop token, stop string)
-// leaves the request RETIRING in n+1: its n+1 output is discarded and its
-// seat and blocks are released when n+1 is processed (teardown). The user
-// sees the finish at once.
+// ends the request at once (the user sees the finish) and leaves its seat
+// and blocks RETIRING in n+1: its n+1 output is discarded and they are
+// released when n+1 is processed (teardown).
 //
 // Retiring requests are not charged against admission or the step budgets
 // (Config.Ablation.ChargeRetiring restores that charging, to measure what it costs) but they count for liveness: the loop blocks waiting for work
@@ -58,7 +75,9 @@
 //
 // With a program policy (package policy: tokens, blocks or pausing), requests that carry a
 // ProgramID are turns of agentic programs; requests without one bypass it.
-// The engine drives the policy's Controller from the loop goroutine:
+// The engine drives the policy's Controller from the loop goroutine through
+// one hook, admission (noPolicy without a policy, so no call site asks
+// whether there is one):
 //
 //   - every Step begins with Tick (pauses, resumes, leases);
 //   - admission asks Admit for a waiting turn, first to register it and then
@@ -71,8 +90,8 @@
 //     blocks chunked prefill has appended so far, and the program keeps its
 //     previous pin. Appends afterwards (including a future token's Fill)
 //     are reported with Grew;
-//   - recompute preemption calls Preempted before the sequence is released;
-//     a finish or abort calls TurnEnded before it (the program pins its full
+//   - recompute preemption calls Preempted before the sequence is released,
+//     and so does an admitted turn that cannot start (no blocks); a finish or abort calls TurnEnded before it (the program pins its full
 //     blocks from it), a withdrawn waiting turn calls TurnEnded too, and
 //     Request.ProgramRelease, ReleaseProgram (the server's DELETE, applied
 //     at the next step boundary) and Close call Release.

@@ -115,7 +115,7 @@ func newSetup(t testing.TB, o opts) *setup {
 		TokenMin: o.tokMin, TokenMax: o.tokMax,
 	})
 	require.NoError(t, err)
-	eng, err := New(Config{MaxBatchSize: o.mbs, Seats: seats, Overlap: o.overlap, Ablation: Ablation{ChargeRetiring: o.charge},
+	eng, err := New(Config{MaxBatchSize: o.mbs, Overlap: o.overlap, Ablation: Ablation{ChargeRetiring: o.charge},
 		Clock: clk, Programs: o.programs, Model: "test", Seed: 1}, r, newByteTokenizer())
 	require.NoError(t, err)
 	return &setup{eng: eng, runner: r, clock: vc}
@@ -361,7 +361,7 @@ func TestStartupValidation(t *testing.T) {
 				Clock: clock.NewVirtual(time.Unix(0, 0)),
 			})
 			require.NoError(t, err)
-			_, err = New(Config{MaxBatchSize: 4, Seats: 8, Overlap: true}, r, newByteTokenizer())
+			_, err = New(Config{MaxBatchSize: 4, Overlap: true}, r, newByteTokenizer())
 			for _, w := range tc.want {
 				require.ErrorContains(t, err, w)
 			}
@@ -377,16 +377,16 @@ func TestStartupValidation(t *testing.T) {
 		{Config{MaxBatchSize: 0}, "MaxBatchSize must be > 0, got 0"},
 		{Config{MaxBatchSize: 4, MaxNumBatchedTokens: 33}, "MaxNumBatchedTokens 33 exceeds the runner's MaxBatchTokens 32"},
 		{Config{MaxBatchSize: 4, BlockSize: 16}, "BlockSize 16 differs from the runner's 4"},
-		{Config{MaxBatchSize: 4, Seats: 8, Overlap: true}, "runner buffers"},
-		{Config{MaxBatchSize: 4, Seats: 4, Overlap: true}, "Seats 4, but seatpool.Seats derives 8 for MaxBatchSize 4 with overlap true"},
-		{Config{MaxBatchSize: 4, Seats: 8}, "Seats 8, but seatpool.Seats derives 4 for MaxBatchSize 4 with overlap false"},
-		{Config{MaxBatchSize: 4}, "Seats 0, but seatpool.Seats derives 4"},
+		{Config{MaxBatchSize: 4, Overlap: true}, "seat pool has 8 seats but runner buffers holds 4"},
+		{Config{MaxBatchSize: 4, Overlap: true}, "seatpool.Seats derives 8 seats for MaxBatchSize 4 with overlap true"},
+		{Config{MaxBatchSize: 2}, "seatpool.Seats derives 2 seats for MaxBatchSize 2 with overlap false"},
+		{Config{MaxBatchSize: 2}, "seat pool has 2 seats but runner buffers holds 4"},
 	}
 	for _, c := range cfgErrs {
 		_, err := New(c.cfg, r, newByteTokenizer())
 		require.ErrorContains(t, err, c.want)
 	}
-	_, err = New(Config{MaxBatchSize: 4, Seats: 4}, r, newByteTokenizer())
+	_, err = New(Config{MaxBatchSize: 4}, r, newByteTokenizer())
 	require.NoError(t, err)
 }
 
@@ -767,7 +767,7 @@ func TestFutureOpensBlockWithoutCopy(t *testing.T) {
 		t.Run(fmt.Sprintf("bs=%d", bs), func(t *testing.T) {
 			s := newSetup(t, opts{overlap: true, bs: bs})
 			cc := &copyCounter{Runner: s.runner}
-			eng, err := New(Config{MaxBatchSize: 4, Seats: testSeats(t, 4, true), Overlap: true, Clock: s.clock, Model: "test", Seed: 1}, cc, newByteTokenizer())
+			eng, err := New(Config{MaxBatchSize: 4, Overlap: true, Clock: s.clock, Model: "test", Seed: 1}, cc, newByteTokenizer())
 			require.NoError(t, err)
 			prompt := []int32{testBOS, 'x'}
 			p := greedy()
@@ -870,7 +870,7 @@ func TestStartNumOutput(t *testing.T) {
 		t.Run(fmt.Sprintf("overlap=%v", ovl), func(t *testing.T) {
 			s := newSetup(t, opts{overlap: ovl, bs: 4, blocks: 10, mbs: 2})
 			rec := &startRecorder{Runner: s.runner}
-			eng, err := New(Config{MaxBatchSize: 2, Seats: testSeats(t, 2, ovl), Overlap: ovl, Clock: s.clock, Model: "test"}, rec, newByteTokenizer())
+			eng, err := New(Config{MaxBatchSize: 2, Overlap: ovl, Clock: s.clock, Model: "test"}, rec, newByteTokenizer())
 			require.NoError(t, err)
 			prompts := map[uint64][]int32{}
 			var streams []*Stream
@@ -941,7 +941,7 @@ func TestLeadingSpace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSetup(t, opts{tokMin: ' ', tokMax: ' ' + 1}) // the sim always answers a space
-			eng, err := New(Config{MaxBatchSize: 4, Seats: testSeats(t, 4, false), Clock: s.clock, Model: "test"}, s.runner, tc.tok)
+			eng, err := New(Config{MaxBatchSize: 4, Clock: s.clock, Model: "test"}, s.runner, tc.tok)
 			require.NoError(t, err)
 			st, err := eng.Submit(context.Background(), &Request{PromptTokens: tc.prompt, MaxTokens: 4, IgnoreEOS: true, Params: greedy()})
 			require.NoError(t, err)

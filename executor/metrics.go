@@ -97,7 +97,7 @@ type Metrics struct {
 	RunnerBusy, RunnerIdle time.Duration
 	// Programs is the program policy's snapshot (Config.Programs): programs
 	// by state, pauses, resumes, forced resumes, used and capacity per
-	// accounting, admission waits. Its Arm is 0 without a policy.
+	// accounting, admission waits. Its Accounting is 0 without a policy.
 	// PinsDropped counts programs the engine ended to free pinned KV when
 	// nothing else could make progress (see the package doc).
 	Programs    policy.Metrics

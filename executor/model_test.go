@@ -32,7 +32,7 @@ func TestRealModelOverlapOnOff(t *testing.T) {
 		seats := testSeats(t, mbs, ovl)
 		r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: seats, KVBlocks: 64, BlockSize: 16, MaxBatchTokens: 64, Workers: 1})
 		require.NoError(t, err)
-		eng, err := New(Config{MaxBatchSize: mbs, Seats: seats, Overlap: ovl, MaxNumBatchedTokens: 24}, r, tok)
+		eng, err := New(Config{MaxBatchSize: mbs, Overlap: ovl, MaxNumBatchedTokens: 24}, r, tok)
 		require.NoError(t, err)
 		var streams []*Stream
 		for i := range reqs {

@@ -75,7 +75,7 @@ func newAgenticRig(t testing.TB, pc *policy.Config, mbs, blocks int, overlap boo
 		Clock: vc, Seed: 11, EOS: idEOS, TokenMin: 3, TokenMax: idVocab,
 	})
 	require.NoError(t, err)
-	eng, err := New(Config{MaxBatchSize: mbs, Seats: seats, Overlap: overlap, Clock: vc, Programs: pc, Model: "agentic", Seed: 1},
+	eng, err := New(Config{MaxBatchSize: mbs, Overlap: overlap, Clock: vc, Programs: pc, Model: "agentic", Seed: 1},
 		r, idTokenizer{})
 	require.NoError(t, err)
 	return &agenticRig{eng: eng, runner: r, clk: vc}
@@ -356,7 +356,7 @@ func TestProgramOneTurnAtATime(t *testing.T) {
 				}
 				n := 0
 				for _, r := range s.eng.running {
-					if r.programID == "p" {
+					if r.turn.program == "p" {
 						n++
 					}
 				}
@@ -509,7 +509,7 @@ func TestProgramConfigErrors(t *testing.T) {
 			r, err := sim.New(sim.Config{Capacity: step.Capacity{Seats: 4, KVBlocks: 16, BlockSize: 4, MaxContext: 64,
 				MaxBatchTokens: 64, Vocab: testVocab}, Clock: clock.NewVirtual(time.Unix(0, 0))})
 			require.NoError(t, err)
-			_, err = New(Config{MaxBatchSize: 4, Seats: 4, Programs: tc.pc}, r, newByteTokenizer())
+			_, err = New(Config{MaxBatchSize: 4, Programs: tc.pc}, r, newByteTokenizer())
 			require.ErrorContains(t, err, tc.want)
 		})
 	}

@@ -96,7 +96,7 @@ func runArrangement(t *testing.T, m *model.Llama, a arrangement, ovl bool, reqs 
 		MaxBatchTokens: 64, Workers: 1})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close()) }()
-	eng, err := New(Config{MaxBatchSize: a.mbs, Seats: seats, MaxNumBatchedTokens: a.budget, Overlap: ovl}, r, m.Tokenizer())
+	eng, err := New(Config{MaxBatchSize: a.mbs, MaxNumBatchedTokens: a.budget, Overlap: ovl}, r, m.Tokenizer())
 	require.NoError(t, err)
 	defer func() { require.NoError(t, eng.Close()) }()
 
@@ -233,7 +233,7 @@ func benchEndToEnd(b *testing.B, m *model.Llama, conc int, ovl bool, maxTokens i
 		MaxBatchTokens: 512})
 	require.NoError(b, err)
 	defer func() { require.NoError(b, r.Close()) }()
-	eng, err := New(Config{MaxBatchSize: conc, Seats: seats, Overlap: ovl, Clock: clock.Real{}}, r, m.Tokenizer())
+	eng, err := New(Config{MaxBatchSize: conc, Overlap: ovl, Clock: clock.Real{}}, r, m.Tokenizer())
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	runErr := make(chan error, 1)

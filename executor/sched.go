@@ -3,13 +3,38 @@ package executor
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/turnstile-llm/turnstile/kvpool"
-	"github.com/turnstile-llm/turnstile/overlap"
-	"github.com/turnstile-llm/turnstile/sampling"
+	"github.com/turnstile-llm/turnstile/seatpool"
 	"github.com/turnstile-llm/turnstile/step"
 )
+
+// retired is a seat (and KV sequence) released at its step's teardown.
+type retired struct {
+	seat  seatpool.Seat
+	kv    kvpool.SeqID
+	hasKV bool
+}
+
+type entry struct {
+	s     *seq
+	epoch uint32
+}
+
+// stepRecord is one double-buffered step record.
+type stepRecord struct {
+	n        uint64
+	batch    step.Batch
+	out      step.Output
+	entries  []entry   // aligned with batch.Seqs
+	teardown []retired // released when this step is processed
+}
+
+func (st *stepRecord) reset(n uint64) {
+	st.n = n
+	st.batch.Reset()
+	st.entries = st.entries[:0]
+}
 
 // plan fills st (step st.n) under the step budgets: decodes first, then the
 // next chunk of partially prefilled requests, then admissions.
@@ -35,8 +60,8 @@ func (e *Engine) plan(st *stepRecord) error {
 			// opens one); the value is filled in when the step in flight is
 			// processed, and the runner writes the KV into s's own block.
 			p := len(s.tokens)
-			opens := len(e.rows[s.seat])*bs <= p
-			if err := e.kv.Reserve(s.kvSeq, 1); err != nil {
+			opens := len(e.rows[s.seat.id])*bs <= p
+			if err := e.kv.Reserve(s.kv.seq, 1); err != nil {
 				var tooLarge *kvpool.TooLargeError
 				if errors.Is(err, kvpool.ErrOutOfBlocks) || errors.As(err, &tooLarge) {
 					// No block to spare: decode it next step with the known
@@ -50,10 +75,10 @@ func (e *Engine) plan(st *stepRecord) error {
 			}
 			e.syncRow(s)
 			e.add(st, s, nil, p)
-			s.futureIn = true
-			s.computed = p + 1
-		case s.computed == len(s.tokens)-1:
-			ok, err := e.grow(s, s.tokens[s.computed:], n)
+			s.kv.future = true
+			s.kv.computed = p + 1
+		case s.kv.computed == len(s.tokens)-1:
+			ok, err := e.grow(s, s.tokens[s.kv.computed:], n)
 			if err != nil {
 				return err
 			}
@@ -61,8 +86,8 @@ func (e *Engine) plan(st *stepRecord) error {
 				i-- // s left the running list
 				continue
 			}
-			e.add(st, s, s.tokens[s.computed:], s.computed)
-			s.computed++
+			e.add(st, s, s.tokens[s.kv.computed:], s.kv.computed)
+			s.kv.computed++
 		default:
 			continue
 		}
@@ -73,11 +98,11 @@ func (e *Engine) plan(st *stepRecord) error {
 	// Pass 2: the next chunk of partially prefilled requests.
 	for i := 0; i < len(e.running) && tokBudget > 0 && seqBudget > 0; i++ {
 		s := e.running[i]
-		if s.inflight > 0 || s.lastStep == n || s.computed >= len(s.tokens)-1 {
+		if s.inflight > 0 || s.lastStep == n || s.kv.computed >= len(s.tokens)-1 {
 			continue
 		}
-		chunk := min(tokBudget, len(s.tokens)-s.computed)
-		ok, err := e.grow(s, s.tokens[s.computed:s.computed+chunk], n)
+		chunk := min(tokBudget, len(s.tokens)-s.kv.computed)
+		ok, err := e.grow(s, s.tokens[s.kv.computed:s.kv.computed+chunk], n)
 		if err != nil {
 			return err
 		}
@@ -85,8 +110,8 @@ func (e *Engine) plan(st *stepRecord) error {
 			i--
 			continue
 		}
-		e.add(st, s, s.tokens[s.computed:s.computed+chunk], s.computed)
-		s.computed += chunk
+		e.add(st, s, s.tokens[s.kv.computed:s.kv.computed+chunk], s.kv.computed)
+		s.kv.computed += chunk
 		tokBudget -= chunk
 		seqBudget--
 	}
@@ -159,34 +184,35 @@ const (
 func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, error) {
 	s := e.waiting[i]
 	bs := e.kv.BlockSize()
-	if s.chain.Tokens() != len(s.tokens) {
-		return 0, refused, fmt.Errorf("executor: request %d: prefix chain covers %d tokens of %d", s.id, s.chain.Tokens(), len(s.tokens))
+	if s.kv.chain.Tokens() != len(s.tokens) {
+		return 0, refused, fmt.Errorf("executor: request %d: prefix chain covers %d tokens of %d", s.id, s.kv.chain.Tokens(), len(s.tokens))
 	}
-	hit := e.kv.PeekChain(&s.chain)
-	if e.ctl != nil && s.programID != "" && e.admitTurn(s, hit) {
+	hit := e.kv.PeekChain(&s.kv.chain)
+	if e.adm.admit(s, hit) {
 		return 0, held, nil
 	}
+	// The policy let s go: a start that fails from here on is preempted.
 	chunk := min(budget, len(s.tokens)-hit)
 	// The first chunk's new blocks (approximate: before the prefix match).
 	if need := (hit+chunk+bs-1)/bs - hit/bs; need > e.kv.Available() {
-		e.polUnstart(s)
+		e.adm.preempted(s)
 		return 0, noBlocks, nil
 	}
 	if e.testRunningCap > 0 && len(e.running) >= e.testRunningCap {
-		e.polUnstart(s)
+		e.adm.preempted(s)
 		return 0, refused, nil
 	}
-	kvs := e.kv.NewSeq(s.keys)
-	got, err := e.kv.MatchChain(kvs, &s.chain)
+	kvs := e.kv.NewSeq(s.kv.keys)
+	got, err := e.kv.MatchChain(kvs, &s.kv.chain)
 	if err != nil {
 		e.kv.Release(kvs)
-		e.polUnstart(s)
+		e.adm.preempted(s)
 		return 0, refused, fmt.Errorf("executor: prefix lookup for request %d: %w", s.id, err)
 	}
 	chunk = min(budget, len(s.tokens)-got)
 	if err := e.kv.Append(kvs, s.tokens[got:got+chunk]); err != nil {
 		e.kv.Release(kvs)
-		e.polUnstart(s)
+		e.adm.preempted(s)
 		if errors.Is(err, kvpool.ErrOutOfBlocks) {
 			return 0, noBlocks, nil
 		}
@@ -195,7 +221,7 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 	seat, err := e.seats.Acquire()
 	if err != nil {
 		e.kv.Release(kvs)
-		e.polUnstart(s)
+		e.adm.preempted(s)
 		return 0, refused, fmt.Errorf("executor: admitting request %d with %d running and %d retiring: %w",
 			s.id, len(e.running), e.retiring, err)
 	}
@@ -204,20 +230,20 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 	e.waiting = e.waiting[:len(e.waiting)-1]
 
 	s.state = StateRunning
-	s.kvSeq, s.hasKV, s.kvTokens = kvs, true, got+chunk
-	s.seat, s.hasSeat, s.started = seat, true, false
+	s.kv.seq, s.kv.held, s.kv.tokens = kvs, true, got+chunk
+	s.seat.id, s.seat.held, s.seat.started = seat, true, false
 	e.rows[seat] = e.rows[seat][:0]
 	e.syncRow(s)
 	if !s.everRan {
 		s.everRan = true
-		s.usage.CachedPrompt = got
+		s.out.usage.CachedPrompt = got
 		e.m.PromptTokens += uint64(s.promptLen)
 		e.m.PrefixHitTokens += uint64(got)
 	}
 	e.running = append(e.running, s)
 	e.add(st, s, s.tokens[got:got+chunk], got)
-	s.computed = got + chunk
-	e.polGrew(s)
+	s.kv.computed = got + chunk
+	e.adm.started(s)
 	return chunk, admitted, nil
 }
 
@@ -227,11 +253,11 @@ func (e *Engine) admit(st *stepRecord, i int, budget int) (int, admitOutcome, er
 // cannot grow even alone).
 func (e *Engine) grow(s *seq, toks []int32, n uint64) (bool, error) {
 	for {
-		err := e.kv.Append(s.kvSeq, toks)
+		err := e.kv.Append(s.kv.seq, toks)
 		if err == nil {
-			s.kvTokens += len(toks)
+			s.kv.tokens += len(toks)
 			e.syncRow(s)
-			e.polGrew(s)
+			e.adm.grew(s)
 			return true, nil
 		}
 		var tooLarge *kvpool.TooLargeError
@@ -270,10 +296,10 @@ func (e *Engine) grow(s *seq, toks []int32, n uint64) (bool, error) {
 // already in the row never change (kvpool does not swap blocks), so a step
 // in flight that reads a prefix of the row is never disturbed.
 func (e *Engine) syncRow(s *seq) {
-	blocks := e.kv.Blocks(s.kvSeq)
-	row := e.rows[s.seat]
+	blocks := e.kv.Blocks(s.kv.seq)
+	row := e.rows[s.seat.id]
 	if len(blocks) > len(row) {
-		e.rows[s.seat] = append(row, blocks[len(row):]...)
+		e.rows[s.seat.id] = append(row, blocks[len(row):]...)
 	}
 }
 
@@ -295,15 +321,15 @@ func (e *Engine) add(st *stepRecord, s *seq, toks []int32, first int) {
 	}
 	ctxLen := first + num
 	bs := e.kv.BlockSize()
-	table := e.rows[s.seat][:(ctxLen+bs-1)/bs]
+	table := e.rows[s.seat.id][:(ctxLen+bs-1)/bs]
 	sb := step.SeqBatch{
-		Seat:       int32(s.seat),
+		Seat:       int32(s.seat.id),
 		TokenStart: start,
 		NumTokens:  int32(num),
 		ContextLen: int32(ctxLen),
 		BlockTable: table,
 		Sample:     toks == nil || ctxLen == len(s.tokens),
-		Start:      !s.started,
+		Start:      !s.seat.started,
 		Params:     &s.params,
 	}
 	if sb.Start {
@@ -314,7 +340,7 @@ func (e *Engine) add(st *stepRecord, s *seq, toks []int32, first int) {
 	}
 	b.Seqs = append(b.Seqs, sb)
 	st.entries = append(st.entries, entry{s: s, epoch: s.epoch})
-	s.started = true
+	s.seat.started = true
 	s.lastStep = st.n
 	if sb.Sample {
 		s.inflight++
@@ -324,205 +350,8 @@ func (e *Engine) add(st *stepRecord, s *seq, toks []int32, first int) {
 // finishKnown: the token in flight for s will be its last (max tokens or
 // model context), so s must not be planned again.
 func (e *Engine) finishKnown(s *seq) bool {
-	if s.maxTokens > 0 && s.generated+s.inflight >= s.maxTokens {
+	if s.out.maxTokens > 0 && s.generated+s.inflight >= s.out.maxTokens {
 		return true
 	}
 	return len(s.tokens)+s.inflight >= e.capacity.MaxContext
-}
-
-// preempt sends running s back to the front of the queue to be recomputed:
-// its blocks are released now (a later step may reuse them: steps execute in
-// order), its seat retires if a step in flight still uses it.
-func (e *Engine) preempt(s *seq) {
-	e.polPreempted(s) // before its sequence is released
-	e.detach(s, true)
-	// Its tokens so far become its prompt: hash the generated ones once now.
-	s.chain.Extend(s.tokens[s.chain.Tokens():])
-	s.state = StateWaiting
-	s.inflight, s.futureIn, s.computed, s.kvTokens, s.started = 0, false, 0, 0, false
-	e.waiting = append(e.waiting, nil)
-	copy(e.waiting[1:], e.waiting)
-	e.waiting[0] = s
-	e.m.Preemptions++
-}
-
-// leave ends running s with reason.
-func (e *Engine) leave(s *seq, reason FinishReason) {
-	e.turnEnded(s) // before its sequence is released: the program pins from it
-	e.detach(s, false)
-	e.end(s, reason)
-}
-
-// detach takes running s off the running list and gives back what it holds:
-// its seat and blocks now, unless a step in
-// flight still uses them, in which case the seat retires until that step's
-// teardown (and the blocks with it, unless releaseKVNow).
-func (e *Engine) detach(s *seq, releaseKVNow bool) {
-	s.epoch++
-	for i, r := range e.running {
-		if r == s {
-			copy(e.running[i:], e.running[i+1:])
-			e.running[len(e.running)-1] = nil
-			e.running = e.running[:len(e.running)-1]
-			break
-		}
-	}
-	if releaseKVNow && s.hasKV {
-		e.kv.Release(s.kvSeq)
-		s.hasKV = false
-	}
-	if s.lastStep > e.processed {
-		// In a step still in flight: retire until its teardown.
-		_ = e.seats.Retire(s.seat) // live by construction; Check proves it
-		st := &e.steps[s.lastStep%overlap.MaxInFlight]
-		st.teardown = append(st.teardown, retired{seat: s.seat, kv: s.kvSeq, hasKV: s.hasKV})
-		e.retiring++
-	} else {
-		_ = e.seats.Release(s.seat)
-		if s.hasKV {
-			e.kv.Release(s.kvSeq)
-		}
-	}
-	s.hasSeat, s.hasKV = false, false
-}
-
-// end delivers s's finish to its stream (and ends its program's turn, and
-// the program itself when it asked to be released).
-func (e *Engine) end(s *seq, reason FinishReason) {
-	e.endProgramRequest(s)
-	if reason == FinishAbort {
-		s.state = StateAborted
-		e.m.Aborted++
-	} else {
-		s.state = StateFinished
-		e.m.Finished++
-	}
-	var tail []byte
-	if reason != FinishStop {
-		tail = s.text.flush()
-	}
-	s.stream.end(tail, reason, s.usage)
-	if s.stopWatch != nil {
-		s.stopWatch()
-	}
-}
-
-// process handles a finished step: teardown of what retired in it, then
-// each sampled token of a request still in the state it was planned in.
-func (e *Engine) process(d overlap.Done[*stepRecord]) error {
-	st := d.Job
-	if d.Err != nil {
-		return fmt.Errorf("executor: step %d: runner: %w", st.n, d.Err)
-	}
-	if e.spender != nil {
-		if err := e.spender.SpendStep(); err != nil {
-			return fmt.Errorf("executor: step %d: spending its time: %w", st.n, err)
-		}
-	}
-	e.processed = st.n
-	for _, r := range st.teardown {
-		if err := e.seats.Release(r.seat); err != nil {
-			return fmt.Errorf("executor: teardown of step %d: %w", st.n, err)
-		}
-		if r.hasKV {
-			e.kv.Release(r.kv)
-		}
-		e.retiring--
-	}
-	st.teardown = st.teardown[:0]
-
-	busy := d.End.Sub(d.Start)
-	e.m.Steps++
-	e.m.RunnerBusy += busy
-	e.m.StepTime.Observe(busy)
-	if e.streak {
-		idle := max(d.Start.Sub(e.lastEnd), 0)
-		e.m.RunnerIdle += idle
-		e.m.StepIdle.Observe(idle)
-	}
-	e.lastEnd, e.streak = d.End, true
-
-	now := e.clock.Now()
-	for i, en := range st.entries {
-		s := en.s
-		if en.epoch != s.epoch || !st.batch.Seqs[i].Sample {
-			continue
-		}
-		s.inflight--
-		tok := st.out.Tokens[i]
-		if tok < 0 || int(tok) >= e.capacity.Vocab {
-			return fmt.Errorf("executor: step %d: runner sampled token %d for request %d, outside vocab %d",
-				st.n, tok, s.id, e.capacity.Vocab)
-		}
-		s.tokens = append(s.tokens, tok)
-		s.generated++
-		if s.futureIn {
-			// The value of its reserved input slot in the next step.
-			if err := e.kv.Fill(s.kvSeq, s.tokens[len(s.tokens)-1:]); err != nil {
-				return fmt.Errorf("executor: request %d: recording future token: %w", s.id, err)
-			}
-			s.kvTokens++
-			s.futureIn = false
-			e.polGrew(s)
-		}
-		var topIDs []int32
-		var topLPs []float32
-		if n := s.params.TopLogprobs; n > 0 {
-			at := i * sampling.MaxTopLogprobs
-			topIDs, topLPs = st.out.TopTokens[at:at+n], st.out.TopLogprobs[at:at+n]
-		}
-		e.emit(s, tok, st.out.Logprobs[i], topIDs, topLPs, now)
-	}
-	return nil
-}
-
-// emit delivers one sampled token (with its log-probability and, when the
-// request asked, its top alternatives: views into the step's output, copied
-// by the stream) and applies the stop conditions.
-func (e *Engine) emit(s *seq, tok int32, lp float32, topIDs []int32, topLPs []float32, now time.Time) {
-	e.m.GeneratedTokens++
-	s.usage.Completion++
-	if s.generated == 1 {
-		e.m.TTFT.Observe(now.Sub(s.arrival))
-	} else {
-		e.m.ITL.Observe(now.Sub(s.lastTok))
-	}
-	s.lastTok = now
-	reason := FinishNone
-	if (tok == e.tok.EOS() && !s.ignoreEOS) || s.isStopID(tok) {
-		s.stream.push(nil, tok, lp, topIDs, topLPs)
-		reason = FinishStop
-	} else {
-		piece := e.tok.Piece(tok)
-		if s.stripSpace && len(piece) > 0 {
-			s.stripSpace = false
-			if piece[0] == ' ' {
-				piece = piece[1:]
-			}
-		}
-		text, stopped := s.text.add(piece)
-		s.stream.push(text, tok, lp, topIDs, topLPs)
-		if stopped {
-			reason = FinishStop
-		} else {
-			s.text.commit(len(text))
-		}
-	}
-	if reason == FinishNone {
-		if (s.maxTokens > 0 && s.generated >= s.maxTokens) || len(s.tokens) >= e.capacity.MaxContext {
-			reason = FinishLength
-		}
-	}
-	if reason != FinishNone {
-		e.leave(s, reason)
-	}
-}
-
-func (s *seq) isStopID(tok int32) bool {
-	for _, t := range s.stopIDs {
-		if t == tok {
-			return true
-		}
-	}
-	return false
 }

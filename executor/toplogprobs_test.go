@@ -40,7 +40,7 @@ func TestRealModelTopLogprobs(t *testing.T) {
 	r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: seats, KVBlocks: 64, BlockSize: 16, MaxBatchTokens: 64, Workers: 1})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close()) }()
-	eng, err := New(Config{MaxBatchSize: mbs, Seats: seats, Overlap: true, MaxNumBatchedTokens: 24}, r, tok)
+	eng, err := New(Config{MaxBatchSize: mbs, Overlap: true, MaxNumBatchedTokens: 24}, r, tok)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, eng.Close()) }()
 	var streams []*Stream

@@ -12,10 +12,11 @@
 // than admission assumes leaves admitted work without a seat (it is deferred
 // straight back: lost throughput). [Seats] is the only place the number is
 // derived, and [Pool.Validate] checks every consumer against it in both
-// directions at start-up. Whoever builds an engine calls [Seats] once and
-// delivers the number to every consumer (the runner's Capacity.Seats,
-// executor.Config.Seats); executor.New checks it against [Seats] and
-// validates the consumers, once.
+// directions at start-up. The engine's configuration is the number's one
+// source (executor.Config.DeriveSeats calls [Seats]): executor.New sizes its
+// pool with it and validates the consumers against the pool, once; whoever
+// builds the engine sizes the runner (its Capacity.Seats) with the same
+// call.
 //
 // # The derivation
 //

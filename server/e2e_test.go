@@ -29,7 +29,7 @@ func storiesEngine(t testing.TB, overlap bool) (*executor.Engine, *model.Llama) 
 	r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: seats, KVBlocks: 256, BlockSize: 16, MaxBatchTokens: 256, Workers: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.Close()) })
-	eng, err := executor.New(executor.Config{MaxBatchSize: mbs, Seats: seats, Overlap: overlap, Model: testModel}, r, m.Tokenizer())
+	eng, err := executor.New(executor.Config{MaxBatchSize: mbs, Overlap: overlap, Model: testModel}, r, m.Tokenizer())
 	require.NoError(t, err)
 	return eng, m
 }

@@ -94,7 +94,7 @@ func newSimEnv(t testing.TB, o simOpts) *env {
 		TokenMin: 259, TokenMax: int32(tok.VocabSize()), EOS: tok.EOS(),
 	})
 	require.NoError(t, err)
-	eng, err := executor.New(executor.Config{MaxBatchSize: o.mbs, Seats: seats, Overlap: true, Model: testModel, Seed: 1, Programs: o.programs}, r, tok)
+	eng, err := executor.New(executor.Config{MaxBatchSize: o.mbs, Overlap: true, Model: testModel, Seed: 1, Programs: o.programs}, r, tok)
 	require.NoError(t, err)
 	return startEnv(t, eng, tok, Config{Model: testModel, MaxContext: o.maxContext, Tokenizer: tok,
 		ChatTemplate: o.template, APIKeys: o.keys, MaxBodyBytes: o.maxBody, MaxInFlight: o.maxInFlight})

@@ -431,7 +431,7 @@ func (c Config) runPass(ctx context.Context, p pass, seed uint64, n int) (sample
 	if dev.RealTime {
 		rec.SpendOn(virt)
 	}
-	eng, err := executor.New(executor.Config{MaxBatchSize: p.mbs, Seats: seats, Clock: virt, Model: "calibrate", Seed: seed,
+	eng, err := executor.New(executor.Config{MaxBatchSize: p.mbs, Clock: virt, Model: "calibrate", Seed: seed,
 		CascadeMinBlocks: c.CascadeMinBlocks}, rec, dev.Tokenizer)
 	if err != nil {
 		return nil, err

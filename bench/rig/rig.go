@@ -57,10 +57,10 @@ func (c Config) seats() (int, error) {
 	return seats, nil
 }
 
-// engine builds the executor engine of seats seats on run and tok, reading clk; name is
+// engine builds the executor engine on run (sized by seats) and tok, reading clk; name is
 // the engine's model name. The engine does not own run.
-func (c Config) engine(clk clock.Clock, seats int, run step.Runner, tok executor.Tokenizer, name string) (*executor.Engine, error) {
-	eng, err := executor.New(executor.Config{MaxBatchSize: c.MaxBatchSize, Seats: seats, Overlap: c.Overlap,
+func (c Config) engine(clk clock.Clock, run step.Runner, tok executor.Tokenizer, name string) (*executor.Engine, error) {
+	eng, err := executor.New(executor.Config{MaxBatchSize: c.MaxBatchSize, Overlap: c.Overlap,
 		Ablation: c.Ablation, Clock: clk, Programs: c.Programs, Model: name, Seed: c.Seed,
 		CascadeMinBlocks: c.CascadeMinBlocks}, run, tok)
 	if err != nil {
@@ -115,7 +115,7 @@ func NewSim(c Config, d Sim, clk clock.Clock) (*executor.Engine, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("rig: %w", err)
 	}
-	eng, err := c.engine(clk, seats, dev, tok, "sim")
+	eng, err := c.engine(clk, dev, tok, "sim")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -184,7 +184,7 @@ func NewCPU(c Config, d CPU, virt *clock.Virtual) (*CPUEngine, *sim.Recorder, in
 		return nil, nil, 0, errors.Join(fmt.Errorf("rig: %w", err), run.Close())
 	}
 	rec.SpendOn(virt)
-	eng, err := c.engine(virt, seats, rec, d.Model.Tokenizer(), "cpu")
+	eng, err := c.engine(virt, rec, d.Model.Tokenizer(), "cpu")
 	if err != nil {
 		return nil, nil, 0, errors.Join(err, run.Close())
 	}

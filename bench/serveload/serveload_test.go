@@ -53,7 +53,7 @@ func simServer(t *testing.T) string {
 		TokenMin: 259, TokenMax: int32(tok.VocabSize()), EOS: tok.EOS(),
 	})
 	require.NoError(t, err)
-	eng, err := executor.New(executor.Config{MaxBatchSize: mbs, Seats: seats, Overlap: true, Model: simModel, Seed: 1}, r, tok)
+	eng, err := executor.New(executor.Config{MaxBatchSize: mbs, Overlap: true, Model: simModel, Seed: 1}, r, tok)
 	require.NoError(t, err)
 	srv, err := server.New(server.Config{Model: simModel, MaxContext: 256, Tokenizer: tok, MaxInFlight: 64}, eng)
 	require.NoError(t, err)

@@ -36,7 +36,7 @@ func TestCalibrateRecoversCostModel(t *testing.T) {
 	require.NoError(t, err)
 	tok, err := sim.NewTokenizer(workload.DefaultTokenMax, rig.BOS, rig.EOS)
 	require.NoError(t, err)
-	eng, err := executor.New(executor.Config{MaxBatchSize: mbs, Seats: seats, Clock: vc, Model: "bench", Seed: 1}, rec, tok)
+	eng, err := executor.New(executor.Config{MaxBatchSize: mbs, Clock: vc, Model: "bench", Seed: 1}, rec, tok)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, eng.Close()) })
 	reqs, err := workload.Chat(workload.ChatConfig{Seed: 8, Requests: 30, Rate: 40,

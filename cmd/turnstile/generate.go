@@ -138,7 +138,6 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	cfg.Seats = seats
 	kvType, err := o.kvType(device.Backend)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)

@@ -623,7 +623,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			}
 		}
 		cfg := o.executorConfig()
-		cfg.Seats, cfg.Ablation, cfg.Model, cfg.Programs = sz.seats, o.ablation.Engine, name, sz.programs
+		cfg.Ablation, cfg.Model, cfg.Programs = o.ablation.Engine, name, sz.programs
 		eng, err := executor.New(cfg, runner, tok)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)

@@ -42,7 +42,6 @@ func rankEngine(tb testing.TB, m *model.Llama, overlap, charge bool, mlp model.M
 	cfg := executor.Config{MaxBatchSize: 2, Overlap: overlap, Ablation: executor.Ablation{ChargeRetiring: charge}, Model: "stories260K"}
 	seats, err := cfg.DeriveSeats()
 	require.NoError(tb, err)
-	cfg.Seats = seats
 	r, err := model.NewCPURunner(m, model.CPURunnerConfig{Seats: seats, KVBlocks: 256, BlockSize: 16, MaxBatchTokens: 1024,
 		Workers: 1, MLP: mlp})
 	require.NoError(tb, err)

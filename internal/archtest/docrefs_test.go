@@ -357,7 +357,7 @@ func TestDocReferencesCatch(t *testing.T) {
 		text string
 		ok   bool
 	}{
-		{"see executor.Config.Seats.", true},
+		{"see executor.Config.Overlap.", true},
 		{"(adp.Ablation.Engine.ChargeRetiring)", true},
 		{"`dist/mpi.World` satisfies it", true},
 		{"kvpool.Pool.Reserve allocates", true},
