@@ -25,6 +25,9 @@ func (e *Engine) Check() error {
 	if got, want := e.seats.Live(), len(e.running); got != want {
 		return fmt.Errorf("executor: %d live seats for %d running requests", got, want)
 	}
+	if err := e.checkGuide(); err != nil {
+		return err
+	}
 	ids := e.scratch[:0]
 	seatOwner := make(map[seatpool.Seat]string)
 	for _, s := range e.running {
@@ -193,4 +196,36 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// checkGuide proves the guided decoder's slots: every slot holding a
+// matcher is the seat of a running constrained request (a request leaves
+// its slot when it leaves RUNNING), and its matcher has read exactly the
+// request's output known on the host.
+func (e *Engine) checkGuide() error {
+	g := e.cfg.Guide
+	if g == nil {
+		return nil
+	}
+	if err := g.Check(); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	owned := 0
+	for _, s := range e.running {
+		seat := int32(s.seat.id)
+		if !g.Active(seat) {
+			continue
+		}
+		if s.grammar == nil {
+			return fmt.Errorf("executor: seat %d holds a matcher, but its request %d has no grammar", seat, s.id)
+		}
+		if got, want := g.Matcher(seat).Accepted(), len(s.tokens)-s.promptLen; got != want {
+			return fmt.Errorf("executor: request %d's matcher read %d tokens, its output has %d", s.id, got, want)
+		}
+		owned++
+	}
+	if owned != g.Live() {
+		return fmt.Errorf("executor: %d matcher slots held, %d by running requests", g.Live(), owned)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package executor
 import (
 	"fmt"
 
+	"github.com/turnstile-llm/turnstile/guided"
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/seatpool"
@@ -44,6 +45,11 @@ type Config struct {
 	Model string
 	// Seed is the base of the seeds drawn for requests without one.
 	Seed uint64
+	// Guide is the guided decoder (structured output): one grammar matcher
+	// slot per seat, a seat-indexed consumer validated with the others in
+	// New, over a vocabulary of the runner's width. Nil: requests with a
+	// Grammar are refused.
+	Guide *guided.Decoder
 	// CascadeMinBlocks is the shortest leading run of block ids, in blocks,
 	// that a step's sequences must share to be grouped for cascade
 	// attention (step.Group: the run is read once for the group). The

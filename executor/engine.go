@@ -143,10 +143,17 @@ func New(cfg Config, runner step.Runner, tok Tokenizer) (*Engine, error) {
 		wake: make(chan struct{}, 1),
 	}
 	e.spender, _ = runner.(StepSpender)
-	if err := seats.Validate(
-		seatpool.Consumer{Owner: "runner buffers", Holds: capy.Seats},
-		seatpool.Consumer{Owner: "executor block-table rows", Holds: len(e.rows)},
-	); err != nil {
+	consumers := []seatpool.Consumer{
+		{Owner: "runner buffers", Holds: capy.Seats},
+		{Owner: "executor block-table rows", Holds: len(e.rows)},
+	}
+	if g := cfg.Guide; g != nil {
+		consumers = append(consumers, seatpool.Consumer{Owner: "guided decoder matcher slots", Holds: g.Seats()})
+		if v := g.Vocab().Size(); v != capy.Vocab {
+			return nil, fmt.Errorf("executor: the guided decoder's vocabulary has %d tokens, the runner's logits %d", v, capy.Vocab)
+		}
+	}
+	if err := seats.Validate(consumers...); err != nil {
 		return nil, fmt.Errorf("executor: start-up validation (seatpool.Seats derives %d seats for MaxBatchSize %d with overlap %v: Config.DeriveSeats sizes the runner): %w",
 			n, cfg.MaxBatchSize, cfg.Overlap, err)
 	}
@@ -202,6 +209,7 @@ func (e *Engine) Submit(ctx context.Context, r *Request) (*Stream, error) {
 	s := &seq{
 		params:    r.Params,
 		promptLen: len(prompt),
+		grammar:   r.Grammar,
 		kv:        kvState{keys: kvpool.Keys{Model: e.cfg.Model, Salt: r.CacheSalt}},
 		turn:      turnState{program: r.ProgramID, release: r.ProgramRelease && r.ProgramID != ""},
 		out: outState{

@@ -35,6 +35,7 @@ func (e *Engine) leave(s *seq, reason FinishReason) {
 // teardown (and the blocks with it, unless releaseKVNow).
 func (e *Engine) detach(s *seq, releaseKVNow bool) {
 	s.epoch++
+	e.endGuide(s)
 	for i, r := range e.running {
 		if r == s {
 			copy(e.running[i:], e.running[i+1:])

@@ -78,12 +78,15 @@ func (e *Engine) Step() (bool, error) {
 	st := &e.steps[n%overlap.MaxInFlight]
 	st.reset(n)
 	if err := e.plan(st); err != nil {
+		e.abandonMasks(err)
 		return false, err
 	}
+	e.planMasks(st)
 	keep := 0
 	if len(st.batch.Seqs) > 0 {
 		st.out.Resize(len(st.batch.Seqs))
 		if err := e.pipe.Launch(st); err != nil {
+			e.abandonMasks(err)
 			return false, err
 		}
 		e.launched = n
@@ -94,10 +97,12 @@ func (e *Engine) Step() (bool, error) {
 	}
 	for e.pipe.InFlight() > keep {
 		d, err := e.pipe.Wait()
-		if err != nil {
-			return false, err
+		if err == nil {
+			err = e.process(d)
 		}
-		if err := e.process(d); err != nil {
+		if err != nil {
+			// No later step's masks will be filled: release its runner.
+			e.abandonMasks(err)
 			return false, err
 		}
 		progressed = true
@@ -134,6 +139,7 @@ func (e *Engine) Close() error {
 			first = err
 		}
 	}
+	e.abandonMasks(errMasksAbandoned)
 	e.pipe.Close()
 	e.publish()
 	return first
@@ -221,7 +227,13 @@ func (e *Engine) process(d overlap.Done[*stepRecord]) error {
 	}
 	e.lastEnd, e.streak = d.End, true
 
-	return e.deliver(st, e.clock.Now())
+	if err := e.deliver(st, e.clock.Now()); err != nil {
+		return err
+	}
+	// The next step's masks that waited for these tokens: its forward
+	// pass runs meanwhile.
+	e.fillPending(st.n)
+	return nil
 }
 
 // publish copies the loop's metrics for Snapshot.

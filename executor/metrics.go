@@ -102,6 +102,14 @@ type Metrics struct {
 	// nothing else could make progress (see the package doc).
 	Programs    policy.Metrics
 	PinsDropped uint64
+	// GuidedMasks counts the token masks computed for constrained requests
+	// (structured output), GuidedMaskTime the host time spent on them
+	// (under overlap, while the runner ran the forward pass);
+	// GuidedFailures the constrained requests ended because their matcher
+	// failed.
+	GuidedMasks    uint64
+	GuidedMaskTime time.Duration
+	GuidedFailures uint64
 	// StepTime: per step on the runner; StepIdle: runner gap before a step;
 	// TTFT: arrival to first token; ITL: between consecutive tokens.
 	StepTime, StepIdle, TTFT, ITL Histogram
@@ -157,6 +165,9 @@ func (m *Metrics) Merge(o *Metrics) {
 	m.RunnerIdle += o.RunnerIdle
 	m.Programs.Merge(&o.Programs)
 	m.PinsDropped += o.PinsDropped
+	m.GuidedMasks += o.GuidedMasks
+	m.GuidedMaskTime += o.GuidedMaskTime
+	m.GuidedFailures += o.GuidedFailures
 	m.StepTime.Merge(&o.StepTime)
 	m.StepIdle.Merge(&o.StepIdle)
 	m.TTFT.Merge(&o.TTFT)

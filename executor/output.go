@@ -34,6 +34,9 @@ func (e *Engine) deliver(st *stepRecord, now time.Time) error {
 			s.kv.future = false
 			e.adm.grew(s)
 		}
+		if e.acceptGuided(s, tok); s.state != StateRunning {
+			continue // its matcher refused the token: it was ended
+		}
 		var topIDs []int32
 		var topLPs []float32
 		if n := s.params.TopLogprobs; n > 0 {

@@ -3,6 +3,7 @@ package executor
 import (
 	"errors"
 	"fmt"
+	"github.com/turnstile-llm/turnstile/grammar"
 
 	"github.com/turnstile-llm/turnstile/sampling"
 )
@@ -60,6 +61,13 @@ type Request struct {
 	// aborted): its pinned KV is unpinned and its charge dropped. It
 	// needs a ProgramID.
 	ProgramRelease bool
+	// Grammar constrains the output (structured output): every token is
+	// drawn among those the grammar allows after the output so far, and a
+	// stop token only once the output is a whole sentence of it. It needs
+	// the engine's guided decoder (Config.Guide), and refuses IgnoreEOS
+	// (the grammar decides where the output ends). Compiled grammars are
+	// shared: many requests may hold one.
+	Grammar *grammar.Grammar
 }
 
 // FinishReason says why a request ended.
@@ -118,6 +126,14 @@ func (e *Engine) validate(r *Request) ([]int32, error) {
 	for i, t := range r.StopTokenIDs {
 		if t < 0 || int(t) >= vocab {
 			return nil, fmt.Errorf("executor: stop_token_ids[%d]: token %d outside vocab [0, %d)", i, t, vocab)
+		}
+	}
+	if r.Grammar != nil {
+		if e.cfg.Guide == nil {
+			return nil, errors.New("executor: the request has a grammar, but this engine has no guided decoder (structured output is off)")
+		}
+		if r.IgnoreEOS {
+			return nil, errors.New("executor: ignore_eos: not allowed with a grammar, which decides where the output ends")
 		}
 	}
 	if len(prompt) >= e.capacity.MaxContext {

@@ -28,12 +28,14 @@ type stepRecord struct {
 	out      step.Output
 	entries  []entry   // aligned with batch.Seqs
 	teardown []retired // released when this step is processed
+	masks    stepMasks // the constrained sequences' token masks
 }
 
 func (st *stepRecord) reset(n uint64) {
 	st.n = n
 	st.batch.Reset()
 	st.entries = st.entries[:0]
+	st.masks.reset()
 }
 
 // plan fills st (step st.n) under the step budgets: decodes first, then the

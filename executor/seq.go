@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/turnstile-llm/turnstile/grammar"
 	"github.com/turnstile-llm/turnstile/kvpool"
 	"github.com/turnstile-llm/turnstile/sampling"
 	"github.com/turnstile-llm/turnstile/seatpool"
@@ -59,6 +60,9 @@ type seq struct {
 	lastStep  uint64      // the last step this request is in
 	everRan   bool        // admitted at least once (first-admission counts taken)
 	stopWatch func() bool // unregisters the context watch
+	// grammar constrains the output (Request.Grammar); its matcher is the
+	// guided decoder's slot at the request's seat.
+	grammar *grammar.Grammar
 
 	kv   kvState
 	seat seatState

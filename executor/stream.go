@@ -36,6 +36,10 @@ type Delta struct {
 	// FinishReason is set on the last delta, together with Usage.
 	FinishReason FinishReason
 	Usage        Usage
+	// Err, on a last delta with FinishAbort, is why the engine ended the
+	// request itself (a structured-output matcher that failed), nil when a
+	// client or shutdown aborted it.
+	Err error
 }
 
 // Stream delivers one request's output. The engine appends to it; the
@@ -54,6 +58,7 @@ type Stream struct {
 	topN   int
 	finish FinishReason
 	usage  Usage
+	err    error
 	final  bool // the last delta was delivered
 	notify chan struct{}
 	// ended is closed once the finish is recorded: the request no longer
@@ -133,7 +138,7 @@ func (s *Stream) TryRecv() (d Delta, ok bool, err error) {
 	}
 	s.text, s.ids, s.lps, s.tops = s.text[:0], s.ids[:0], s.lps[:0], s.tops[:0]
 	if s.finish != FinishNone {
-		d.FinishReason, d.Usage = s.finish, s.usage
+		d.FinishReason, d.Usage, d.Err = s.finish, s.usage, s.err
 		s.final = true
 	}
 	return d, true, nil
@@ -156,7 +161,7 @@ func (s *Stream) ReadAll(ctx context.Context) (Delta, error) {
 		all.TokenIDs = append(all.TokenIDs, d.TokenIDs...)
 		all.Logprobs = append(all.Logprobs, d.Logprobs...)
 		all.TopLogprobs = append(all.TopLogprobs, d.TopLogprobs...)
-		all.FinishReason, all.Usage = d.FinishReason, d.Usage
+		all.FinishReason, all.Usage, all.Err = d.FinishReason, d.Usage, d.Err
 	}
 }
 
@@ -192,6 +197,15 @@ func (s *Stream) push(text []byte, id int32, lp float32, topIDs []int32, topLPs 
 	}
 	s.mu.Unlock()
 	s.wake()
+}
+
+// fail records why the engine is about to end the request (before end).
+func (s *Stream) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
 }
 
 // end records the finish; the next Recv returns it.

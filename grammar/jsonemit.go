@@ -484,13 +484,15 @@ func (c *jsonCompiler) emitNumber(cj *conj) (*Expr, error) {
 			}
 		}
 	}
-	// Since draft 6 an integer is any number with no fraction, 1.0 too;
-	// draft 4 wanted integers written without one.
+	// Since draft 6 an integer is any number with no fraction, 1.0 too
+	// (draft 4 wanted integers written without one). The grammar takes
+	// one zero after the point, as serializers write a float that holds an
+	// integer: more would let a model pad an integer with zeros forever.
 	zeros := integer && cj.draft >= 6
 	if cj.lo == nil && cj.hi == nil && len(cj.multiples) == 0 && len(cj.notMultiple) == 0 && len(nums) == 0 && !nonInteger {
 		switch {
 		case zeros:
-			return Seq(jsonIntegerExpr(), Opt(Seq(Lit("."), Plus(Lit("0"))))), nil
+			return Seq(jsonIntegerExpr(), Opt(Lit(".0"))), nil
 		case integer:
 			return jsonIntegerExpr(), nil
 		}
@@ -507,7 +509,7 @@ func (c *jsonCompiler) emitNumber(cj *conj) (*Expr, error) {
 		return err
 	}
 	if zeros {
-		whole, err := compileExpr(Seq(plainNumberExpr(true), Opt(Seq(Lit("."), Plus(Lit("0"))))), lim)
+		whole, err := compileExpr(Seq(plainNumberExpr(true), Opt(Lit(".0"))), lim)
 		if err != nil {
 			return nil, err
 		}

@@ -22,6 +22,9 @@ type seatHost struct {
 	keptOf []int32 // per Batch.Seqs index of the latest step: kept row, or -1
 	keptN  int     // kept rows written in the latest step
 	seqs   int     // Batch.Seqs of the latest step
+	// masks are the latest step's token masks (Batch.Masks), nil when it
+	// has none; row i constrains Batch.Seqs[i].
+	masks [][]uint64
 }
 
 // newSeatHost sizes the host half for capacity c; rows is the most
@@ -66,6 +69,25 @@ func (h *seatHost) begin(b *step.Batch) error {
 // last is the token a FutureToken of seat s stands for.
 func (h *seatHost) last(s int32) int32 { return h.checker.Seat(s).Last }
 
+// waitMasks takes the step's token masks, waiting for the engine to
+// finish them (it computes them while the forward pass runs); called after
+// the forward pass, before sampling.
+func (h *seatHost) waitMasks(b *step.Batch) error {
+	h.masks = nil
+	if b.Masks == nil {
+		return nil
+	}
+	rows, err := b.Masks.Wait()
+	if err != nil {
+		return fmt.Errorf("model: token masks: %w", err)
+	}
+	if len(rows) != len(b.Seqs) {
+		return fmt.Errorf("model: %d token mask rows for %d sequences", len(rows), len(b.Seqs))
+	}
+	h.masks = rows
+	return nil
+}
+
 // resetOutput sizes out for b and marks every sequence unsampled until
 // sample or record fills it; it also forgets the previous step's kept rows.
 func (h *seatHost) resetOutput(b *step.Batch, out *step.Output) {
@@ -100,7 +122,13 @@ func (h *seatHost) sample(b *step.Batch, out *step.Output, si int, row []float32
 	h.keepRow(si, row)
 	m := sampling.MaxTopLogprobs
 	ch := sampling.Choice{TopTokens: out.TopTokens[si*m : (si+1)*m], TopLogprobs: out.TopLogprobs[si*m : (si+1)*m]}
-	if err := h.sampler.Sample(sb.Seat, row, &ch); err != nil {
+	// A constrained sequence whose request left after the step was
+	// planned has no row (its output is discarded): drawn unconstrained.
+	var mask []uint64
+	if h.masks != nil {
+		mask = h.masks[si]
+	}
+	if err := h.sampler.SampleUnder(sb.Seat, row, mask, &ch); err != nil {
 		return 0, fmt.Errorf("model: seq %d (seat %d): %w", si, sb.Seat, err)
 	}
 	return ch.Token, h.record(b, out, si, ch.Token, ch.Logprob)

@@ -581,6 +581,9 @@ func (r *CPURunner) mlp(li, rows int, last bool) error {
 // records the step in the seats' cursors; sequences without Sample get -1.
 func (r *CPURunner) sample(b *step.Batch, out *step.Output) error {
 	vocab := r.capacity.Vocab
+	if err := r.host.waitMasks(b); err != nil {
+		return err
+	}
 	r.host.resetOutput(b, out)
 	for j, si := range r.sampled {
 		if _, err := r.host.sample(b, out, int(si), r.logits[j*vocab:(j+1)*vocab]); err != nil {

@@ -262,10 +262,13 @@ func (h *cudaHost) prepare(b *step.Batch) error {
 			sb := &b.Seqs[si]
 			gather = sb.TokenStart + sb.NumTokens - 1
 			if sb.Sample {
-				if h.seats[sb.Seat].deviceGreedy {
+				// A constrained sequence is drawn on the host, under its
+				// token mask (ready only after the forward pass).
+				device := h.seats[sb.Seat].deviceGreedy && !sb.Constrained
+				if device {
 					last = sb.Seat
 				}
-				if h.keep || !h.seats[sb.Seat].deviceGreedy {
+				if h.keep || !device {
 					h.hostRows = append(h.hostRows, int32(j))
 				}
 			}
@@ -281,6 +284,9 @@ func (h *cudaHost) prepare(b *step.Batch) error {
 // len(b.Seqs)) and h.pairs, and returns the number of host-sampled pairs the
 // device's last-token row must receive.
 func (h *cudaHost) finish(b *step.Batch, out *step.Output, devTok []int32, rowLogits func(j int) []float32) (int, error) {
+	if err := h.waitMasks(b); err != nil {
+		return 0, err
+	}
 	h.resetOutput(b, out)
 	npairs := 0
 	for j, si := range h.rowSeq {
@@ -288,7 +294,7 @@ func (h *cudaHost) finish(b *step.Batch, out *step.Output, devTok []int32, rowLo
 			continue
 		}
 		sb := &b.Seqs[si]
-		if !h.seats[sb.Seat].deviceGreedy {
+		if !h.seats[sb.Seat].deviceGreedy || sb.Constrained {
 			tok, err := h.sample(b, out, int(si), rowLogits(j))
 			if err != nil {
 				return 0, err

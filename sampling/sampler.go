@@ -170,6 +170,11 @@ func (s *Sampler) Sample(seat int32, logits []float32, c *Choice) error {
 	return s.SampleWith(seat, logits, c, s.scratch)
 }
 
+// SampleUnder is SampleMasked with the Sampler's own scratch.
+func (s *Sampler) SampleUnder(seat int32, logits []float32, mask []uint64, c *Choice) error {
+	return s.SampleMasked(seat, logits, mask, c, s.scratch)
+}
+
 // SampleWith draws the next token of seat from logits (one row, length
 // vocab; used as scratch and left modified) into c, using sc as working
 // memory. In order it applies the repetition penalty (prompt and output

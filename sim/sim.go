@@ -227,6 +227,18 @@ func (r *Runner) token(seed uint64, pos, prev, blockFirst, mid int32) int32 {
 	return t
 }
 
+// allowedFrom is the first token at or after tok (cyclically) that mask
+// allows: a constrained sequence's deterministic draw.
+func allowedFrom(mask []uint64, tok, vocab int32) (int32, bool) {
+	for k := int32(0); k < vocab; k++ {
+		t := (tok + k) % vocab
+		if mask[t>>6]&(1<<(t&63)) != 0 {
+			return t, true
+		}
+	}
+	return 0, false
+}
+
 // mix is splitmix64's finalizer.
 func mix(x uint64) uint64 {
 	x += 0x9e3779b97f4a7c15
@@ -243,6 +255,13 @@ func (r *Runner) Execute(b *step.Batch, out *step.Output) error {
 		return err
 	}
 	out.Resize(len(b.Seqs))
+	var masks [][]uint64
+	if b.Masks != nil {
+		var err error
+		if masks, err = b.Masks.Wait(); err != nil {
+			return fmt.Errorf("sim: step %d: token masks: %w", r.steps, err)
+		}
+	}
 	bs := int32(r.cfg.Capacity.BlockSize)
 	var shape StepShape
 	shape.Seqs = len(b.Seqs)
@@ -273,6 +292,12 @@ func (r *Runner) Execute(b *step.Batch, out *step.Output) error {
 		st.generated++
 		if r.cfg.EOSAfter > 0 && st.generated == r.cfg.EOSAfter {
 			tok = r.cfg.EOS
+		}
+		if masks != nil && masks[i] != nil {
+			var ok bool
+			if tok, ok = allowedFrom(masks[i], tok, int32(r.cfg.Capacity.Vocab)); !ok {
+				return fmt.Errorf("sim: step %d: seq %d: its token mask allows no token", r.steps, i)
+			}
 		}
 		out.Tokens[i] = tok
 		out.Logprobs[i] = -float32(uint32(tok)%7+1) / 8

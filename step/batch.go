@@ -28,6 +28,11 @@ type SeqBatch struct {
 	// Sample asks for a token for this sequence (decode, or the last chunk
 	// of a prefill). When false the step only fills the KV cache.
 	Sample bool
+	// Constrained says the token is drawn under its row of Batch.Masks
+	// (structured output). It is known when the step is planned, the row
+	// only just before sampling: a runner that samples some sequences on
+	// the device samples these where it can apply the row.
+	Constrained bool
 	// Start marks the sequence's first step at this seat: the runner resets
 	// the seat's sampler state from Params and History.
 	Start bool
@@ -61,6 +66,24 @@ type Batch struct {
 	// them.
 	Groups    []Group
 	GroupSeqs []int32
+	// Masks, when set, constrains some sequences' sampling (structured
+	// output): the runner calls Wait just before it samples and draws a
+	// constrained sequence's token only among those its row allows. Nil
+	// when no sequence of the step is constrained.
+	Masks Masks
+}
+
+// Masks gives a step's token masks. The engine computes a constrained
+// sequence's mask while the step's forward pass runs (the mask depends on
+// the token the sequence sampled in the previous step, which the overlap
+// scheduler learns only then), so a runner asks for the masks as late as
+// it can: after the forward pass, before sampling.
+type Masks interface {
+	// Wait blocks until the masks are ready. Row i is Seqs[i]'s:
+	// (Vocab+63)/64 words, bit t%64 of word t/64 set when token t may be
+	// sampled; nil when the sequence is unconstrained or does not sample.
+	// The rows are valid until Execute returns. An error fails the step.
+	Wait() ([][]uint64, error)
 }
 
 // NumTokens is the number of new tokens in the batch.
@@ -73,6 +96,7 @@ func (b *Batch) Reset() {
 	b.Seqs = b.Seqs[:0]
 	b.Groups = b.Groups[:0]
 	b.GroupSeqs = b.GroupSeqs[:0]
+	b.Masks = nil
 }
 
 // Output is what a step produced, aligned with Batch.Seqs. Slices are owned by
