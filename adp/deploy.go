@@ -202,7 +202,6 @@ type Deployment struct {
 	stopped     bool
 	stopping    bool
 	lastIdle    bool
-	stepped     bool
 	x           crossing // the byte wire (more than one process)
 
 	mu       sync.Mutex // guards the fields below
@@ -228,6 +227,12 @@ type stepResult struct {
 type remoteMetrics struct {
 	m  executor.Metrics
 	ok bool
+}
+
+// rankReport is one rank's executor metrics as they arrived at process 0.
+type rankReport struct {
+	rank int
+	m    executor.Metrics
 }
 
 // releaseReq is a program release waiting for the loop (process 0).
@@ -295,7 +300,7 @@ func New(cfg Config, ranks []Rank) (*Deployment, error) {
 	if d.router == nil {
 		d.router = &LoadBalanced{}
 	}
-	d.x.init(procs)
+	d.x.init(proc, procs, len(ranks), cfg.Logf)
 	if procs > 1 && proc == 0 {
 		d.remote = make([]remoteMetrics, n)
 	}
@@ -424,15 +429,15 @@ func (d *Deployment) Step() (idle bool, err error) {
 	for i, r := range d.ranks {
 		r.State(&d.local[i])
 	}
-	d.x.poll(d)
-	d.me = ProcState{Queued: len(d.queue), Control: d.x.control(), Out: len(d.x.outbox), Open: d.x.open(), Stop: d.stopping}
+	d.x.poll(d.ranks, d.first, d.local)
+	d.me = ProcState{Queued: len(d.queue), Control: d.x.control(), Out: d.x.out(), Open: d.x.open(), Stop: d.stopping}
 	d.enter("the gather's allgather (a peer has not entered it)")
 	// After an idle iteration the gather waits for process 0 to get work,
 	// possibly for hours: it sleeps between polls instead of spinning.
 	if err := d.wire.Gather(d.comm, d.local, d.states, &d.me, d.ps, d.lastIdle); err != nil {
 		return false, err
 	}
-	if err := d.x.gatherOutput(d); err != nil {
+	if err := d.gatherOutput(); err != nil {
 		return false, err
 	}
 	for q := range d.ps {
@@ -470,7 +475,7 @@ func (d *Deployment) Step() (idle bool, err error) {
 	}
 	if (d.procs > 1 && n > 0) || control > 0 {
 		d.enter("the bulletin's broadcast (a peer has not entered it)")
-		if err := d.x.broadcast(d, n); err != nil {
+		if err := d.broadcast(n); err != nil {
 			return false, err
 		}
 	}
@@ -515,10 +520,55 @@ func (d *Deployment) Step() (idle bool, err error) {
 			err = fmt.Errorf("adp: rank %d: %w", d.first+res.rank, res.err)
 		}
 	}
-	d.stepped = true
+	d.x.stepped()
 	d.m.Iterations++
 	d.publish()
 	return false, err
+}
+
+// gatherOutput brings process 0 the output of requests served elsewhere,
+// when any process has some (every process knows from the gathered
+// words).
+func (d *Deployment) gatherOutput() error {
+	total := 0
+	for q := range d.ps {
+		total += d.ps[q].Out
+	}
+	if d.procs == 1 || total == 0 {
+		return nil
+	}
+	d.enter("the output gather (a peer has not entered it)")
+	reports, err := d.x.gatherOutput(d.comm, d.ps)
+	if len(reports) > 0 {
+		d.mu.Lock()
+		for _, r := range reports {
+			d.remote[r.rank] = remoteMetrics{m: r.m, ok: true}
+		}
+		d.mu.Unlock()
+	}
+	return err
+}
+
+// broadcast sends process 0's bulletin (aborts, releases, the n pending
+// requests) to every process and applies its control; elsewhere the
+// pending requests are the bulletin's.
+func (d *Deployment) broadcast(n int) error {
+	b, err := d.x.broadcast(d.comm, d.ids, d.reqs)
+	if err != nil {
+		return err
+	}
+	if d.proc != 0 {
+		if len(b.reqs) != n {
+			return fmt.Errorf("adp: bulletin from process 0 has %d requests, this process admits %d", len(b.reqs), n)
+		}
+		d.reqs, d.ids = append(d.reqs[:0], b.reqs...), append(d.ids[:0], b.ids...)
+		d.pending = d.pending[:0]
+		for _, q := range d.reqs {
+			d.pending = append(d.pending, Pending{Tokens: d.tokens(q), Program: q.ProgramID})
+		}
+	}
+	d.x.apply(b, d.ranks)
+	return nil
 }
 
 // localLivenessWait is the broken rule (Ablation.LocalLiveness): a process
@@ -578,7 +628,7 @@ func (d *Deployment) hand(n int) {
 			h := d.queue[j]
 			h.finish(d.x.relay(h, d.ids[j], r), r, nil)
 		case owner == d.proc:
-			d.x.serve(d, d.ranks[r-d.first], d.ids[j], d.reqs[j])
+			d.x.serve(d.ranks[r-d.first], d.ids[j], d.reqs[j])
 		}
 		// Routed on every process alike (a refusal elsewhere than here
 		// travels back as an aborted stream, not as a count).
@@ -637,7 +687,7 @@ func (d *Deployment) drain() {
 	rel := d.releaseQ
 	d.releaseQ = nil
 	d.mu.Unlock()
-	d.x.releases = append(d.x.releases, rel...)
+	d.x.addReleases(rel)
 	for _, h := range in {
 		d.m.Submitted++
 		h.id = d.x.nextID()
