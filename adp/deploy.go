@@ -91,10 +91,11 @@ type Config struct {
 }
 
 // Deployment runs N ranks in lockstep behind one global queue. Each
-// iteration: gather every rank's state (the only place load is computed),
-// admit (how many may enter, per rank's room), place (the router), hand the
-// placed requests to their ranks, then step every rank at once, one
-// goroutine per rank; the iteration ends when every rank's step has.
+// iteration (Step): gather every rank's state and every process's words,
+// decide from them alone (the only place load is computed), broadcast
+// process 0's bulletin, match, place, hand the placed requests to their
+// ranks, then step every rank at once, one goroutine per rank; the
+// iteration ends when every rank's step has.
 //
 // Across processes (Config.Comm) every process runs this loop over its own
 // ranks: the gather is one allgather of every rank's counts and every
@@ -117,7 +118,7 @@ type Deployment struct {
 	// Loop-owned. local is what this process's ranks report; states is
 	// every rank's state as the gather exchanged it (through comm, on the
 	// wire format a multi-process deployment uses) and ps every process's
-	// words, the only state routing and liveness read.
+	// words: the rows the decision is computed from.
 	comm        Comm
 	proc, procs int // this process, processes
 	first       int // the global index of ranks[0]
@@ -126,14 +127,13 @@ type Deployment struct {
 	states      []RankState
 	me          ProcState
 	ps          []ProcState
-	loads       Loads
-	out         []int     // placements: rank of pending request j, or -1
+	dec         decision
 	queue       []*Handle // process 0's, in submission order
 	pend        pendingReqs
 	m           Metrics
 	stopped     bool
 	stopping    bool
-	lastIdle    bool     // the last iteration was idle: the next gather may wait long
+	lastIdle    bool     // the last decision was idle: the next gather may wait long
 	x           crossing // the byte wire (more than one process)
 
 	in    inbox // submissions and releases, from any goroutine
@@ -338,7 +338,7 @@ func (d *Deployment) Check() error {
 	if sum != m.Routed {
 		return fmt.Errorf("adp: ranks were routed %d requests in all, the deployment counted %d", sum, m.Routed)
 	}
-	for i, room := range d.loads.Room {
+	for i, room := range d.dec.loads.Room {
 		if c := d.states[i].Capacity; room < 0 || room > c {
 			return fmt.Errorf("adp: rank %d has room %d outside [0, capacity %d]", i, room, c)
 		}

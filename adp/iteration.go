@@ -15,6 +15,11 @@ var errStopped = errors.New("adp: a process of the deployment stopped")
 // then waits for work. Step must not be called concurrently with Run or
 // itself; across processes every process calls it the same number of
 // times.
+//
+// Its phases: gather the rows, decide from them alone (every process
+// alike), gather the output owed to process 0, broadcast process 0's
+// bulletin, match the pending requests, place them, hand each to its rank,
+// step every rank.
 func (d *Deployment) Step() (idle bool, err error) {
 	if d.stopped {
 		return false, ErrClosed
@@ -25,80 +30,42 @@ func (d *Deployment) Step() (idle bool, err error) {
 	}
 	d.localLivenessWait()
 
-	// Gather: one fixed-size exchange of every rank's counts and every
-	// process's own words; then the output of requests served elsewhere.
 	if err := d.gather(); err != nil {
 		return false, err
 	}
-	if err := d.gatherOutput(); err != nil {
+	dec := &d.dec
+	decide(d.states, d.ps, d.router, d.maxPlaced, d.cfg.Ablation, dec)
+	if err := d.gatherOutput(dec.output); err != nil {
 		return false, err
 	}
-	for q := range d.ps {
-		if d.ps[q].Stop {
-			return false, errStopped
-		}
+	if dec.stop {
+		return false, errStopped
 	}
-	ComputeLoads(d.states, d.cfg.Ablation, &d.loads)
 	d.m.gathered(d.states)
-	queued, control, open := d.ps[0].Queued, d.ps[0].Control, 0
-	for q := range d.ps {
-		open += d.ps[q].Open
-	}
-	if queued == 0 && control == 0 && open == 0 && d.allMayBlock() {
-		d.lastIdle = true
+	d.lastIdle = dec.idle
+	if dec.idle {
 		d.publish()
 		return true, nil
 	}
-	d.lastIdle = false
-
-	// Admit: every process computes the same n from the same rows.
-	n := min(queued, d.maxPlaced, d.loads.Admit)
-	d.pend.reset()
-	if d.proc == 0 {
-		d.pend.take(d.queue[:n])
+	if err := d.broadcast(dec); err != nil {
+		return false, err
 	}
-	if (d.procs > 1 && n > 0) || control > 0 {
-		if err := d.broadcast(n); err != nil {
+	if dec.admit > 0 {
+		if err := d.match(dec.match); err != nil {
 			return false, err
 		}
-	}
-
-	// Match (for routers that read it) and place.
-	if n > 0 {
-		if wr, ok := d.router.(MatchReader); ok {
-			if need := wr.Reads(); need.Hits || need.Resident {
-				for i, r := range d.ranks {
-					r.Match(&d.local[i], d.pend.reqs, need)
-				}
-				d.wd.enter("the match allgather (a peer has not entered it)")
-				if err := d.wire.Matches(d.comm, d.local, d.states, d.maxPlaced); err != nil {
-					return false, err
-				}
-			}
-		}
-		d.out = resize(d.out, n)
-		d.router.Route(&d.loads, d.pend.view, d.out)
-		if err := d.verify(d.out); err != nil {
+		dec.place(d.router, d.pend.view)
+		if err := d.verify(dec.placements); err != nil {
 			return false, err
 		}
-		d.hand(d.out)
+		d.hand(dec.placements)
 	}
 	return false, d.step()
 }
 
-// allMayBlock: every rank may block (no live request anywhere).
-func (d *Deployment) allMayBlock() bool {
-	for i := range d.states {
-		if !MayBlock(&d.states[i], 0) {
-			return false
-		}
-	}
-	return true
-}
-
-// gather exchanges this process's ranks' states and its own words: every
-// rank's state (d.states) and every process's words (d.ps) come back,
-// alike on every process.
+// gather exchanges the rows: this process's ranks' states and its own
+// words go out, every rank's state (d.states) and every process's words
+// (d.ps) come back, alike on every process.
 func (d *Deployment) gather() error {
 	for i, r := range d.ranks {
 		r.State(&d.local[i])
@@ -111,15 +78,10 @@ func (d *Deployment) gather() error {
 	return d.wire.Gather(d.comm, d.local, d.states, &d.me, d.ps, d.lastIdle)
 }
 
-// gatherOutput brings process 0 the output of requests served elsewhere,
-// when any process has some (every process knows from the gathered
-// words).
-func (d *Deployment) gatherOutput() error {
-	total := 0
-	for q := range d.ps {
-		total += d.ps[q].Out
-	}
-	if d.procs == 1 || total == 0 {
+// gatherOutput brings process 0 the output of requests served elsewhere
+// (bytes in all, as decided; none: no collective).
+func (d *Deployment) gatherOutput(bytes int) error {
+	if bytes == 0 {
 		return nil
 	}
 	d.wd.enter("the output gather (a peer has not entered it)")
@@ -128,23 +90,45 @@ func (d *Deployment) gatherOutput() error {
 	return err
 }
 
-// broadcast sends process 0's bulletin (aborts, releases, the n pending
-// requests) to every process and applies its control; elsewhere the
-// pending requests are the bulletin's.
-func (d *Deployment) broadcast(n int) error {
+// broadcast makes the decided pending requests known to every process:
+// process 0 takes them from its queue and, when decided, broadcasts its
+// bulletin (them, aborts, program releases), whose control every process
+// then applies.
+func (d *Deployment) broadcast(dec *decision) error {
+	d.pend.reset()
+	if d.proc == 0 {
+		d.pend.take(d.queue[:dec.admit])
+	}
+	if !dec.bulletin {
+		return nil
+	}
 	d.wd.enter("the bulletin's broadcast (a peer has not entered it)")
 	b, err := d.x.broadcast(d.comm, d.pend.ids, d.pend.reqs)
 	if err != nil {
 		return err
 	}
 	if d.proc != 0 {
-		if len(b.reqs) != n {
-			return fmt.Errorf("adp: bulletin from process 0 has %d requests, this process admits %d", len(b.reqs), n)
+		if len(b.reqs) != dec.admit {
+			return fmt.Errorf("adp: bulletin from process 0 has %d requests, this process admits %d", len(b.reqs), dec.admit)
 		}
 		d.pend.fromBulletin(b, d.cfg.Tokens)
 	}
 	d.x.apply(b, d.ranks)
 	return nil
+}
+
+// match asks this process's ranks what need says of the pending requests
+// and exchanges the reports into d.states, which the decision's loads
+// alias (none asked: no collective).
+func (d *Deployment) match(need Needs) error {
+	if !need.Hits && !need.Resident {
+		return nil
+	}
+	for i, r := range d.ranks {
+		r.Match(&d.local[i], d.pend.reqs, need)
+	}
+	d.wd.enter("the match allgather (a peer has not entered it)")
+	return d.wire.Matches(d.comm, d.local, d.states, d.maxPlaced)
 }
 
 // verify allgathers a hash of this iteration's placements and fails when
