@@ -48,7 +48,9 @@ type decision struct {
 // maxPlaced (> 0) and the ablation a. It reads nothing else, so processes
 // that gathered the same rows reach the same value.
 func decide(states []RankState, procs []ProcState, r Router, maxPlaced int, a Ablation, dec *decision) {
-	*dec = decision{loads: dec.loads, placements: dec.placements[:0]}
+	dec.stop, dec.idle, dec.bulletin = false, false, false
+	dec.output, dec.admit, dec.match = 0, 0, Needs{}
+	dec.placements = dec.placements[:0]
 	open := 0
 	for q := range procs {
 		p := &procs[q]

@@ -194,7 +194,7 @@ func (d *Deployment) hand(placements []int) {
 	if d.proc == 0 {
 		d.dequeue(placements)
 	}
-	d.pend.reset() // the requests are the handles' (or ranks') now
+	clear(d.pend.reqs) // the requests are the handles' (or ranks') now
 }
 
 // step steps every rank of this process at once and waits for all.

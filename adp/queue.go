@@ -72,34 +72,34 @@ type inbox struct {
 	wake     chan struct{} // 1-buffered: a blocked loop looks for work again
 }
 
-// put queues h, or refuses it once the deployment closed.
-func (b *inbox) put(h *Handle) error {
+// put queues h; false once the deployment closed.
+func (b *inbox) put(h *Handle) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return ErrClosed
+	ok := !b.closed
+	if ok {
+		b.handles = append(b.handles, h)
 	}
-	b.handles = append(b.handles, h)
-	return nil
+	b.mu.Unlock()
+	return ok
 }
 
-// putRelease queues r, or refuses it once the deployment closed.
-func (b *inbox) putRelease(r *releaseReq) error {
+// putRelease queues r; false once the deployment closed.
+func (b *inbox) putRelease(r *releaseReq) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return ErrClosed
+	ok := !b.closed
+	if ok {
+		b.releases = append(b.releases, r)
 	}
-	b.releases = append(b.releases, r)
-	return nil
+	b.mu.Unlock()
+	return ok
 }
 
 // take empties the inbox, returning what was in it.
 func (b *inbox) take() ([]*Handle, []*releaseReq) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	in, rel := b.handles, b.releases
 	b.handles, b.releases = nil, nil
+	b.mu.Unlock()
 	return in, rel
 }
 
@@ -124,8 +124,8 @@ func (d *Deployment) Submit(ctx context.Context, r *executor.Request) (*Handle, 
 		ctx = context.Background()
 	}
 	h := &Handle{ctx: ctx, req: r, done: make(chan struct{}), rank: -1, tokens: promptTokens(d.cfg.Tokens, r)}
-	if err := d.in.put(h); err != nil {
-		return nil, err
+	if !d.in.put(h) {
+		return nil, ErrClosed
 	}
 	d.Wake()
 	return h, nil
@@ -170,8 +170,8 @@ func (d *Deployment) ReleaseProgram(ctx context.Context, id string) (bool, error
 		return false, ErrNotFrontEnd
 	}
 	req := &releaseReq{id: id, done: make(chan struct{})}
-	if err := d.in.putRelease(req); err != nil {
-		return false, err
+	if !d.in.putRelease(req) {
+		return false, ErrClosed
 	}
 	d.Wake()
 	select {
@@ -252,9 +252,7 @@ func (p *pendingReqs) fromBulletin(b *bulletin, measure func(*executor.Request) 
 	}
 }
 
-// reset empties the pending requests, dropping the references to them (the
-// requests are the handles' or the ranks' once handed).
+// reset empties the pending requests.
 func (p *pendingReqs) reset() {
-	clear(p.reqs)
 	p.reqs, p.ids, p.view = p.reqs[:0], p.ids[:0], p.view[:0]
 }
