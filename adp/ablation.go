@@ -23,3 +23,24 @@ type Ablation struct {
 	// gather its peers wait in.
 	LocalLiveness bool
 }
+
+// localLivenessWait is the broken rule (Ablation.LocalLiveness): a process
+// whose ranks hold only retiring requests, and nothing queued, waits for
+// work of its own before the gather.
+func (d *Deployment) localLivenessWait() {
+	if !d.cfg.Ablation.LocalLiveness {
+		return
+	}
+	retiring, other := 0, len(d.queue)
+	for i, r := range d.ranks {
+		r.State(&d.local[i])
+		s := &d.local[i]
+		retiring += s.Retiring
+		other += s.Active + s.Waiting
+	}
+	if retiring == 0 || other > 0 {
+		return
+	}
+	d.wd.enter("its own queue wait (retiring requests not counted for liveness)")
+	<-d.in.wake // nothing else wakes it: the point of the experiment
+}

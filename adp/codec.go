@@ -321,7 +321,8 @@ func (r *wireReader) uint(what string) int {
 	return int(v)
 }
 
-// Rank 0's broadcast: what every process applies this iteration.
+// bulletin is process 0's broadcast: what every process applies this
+// iteration.
 type bulletin struct {
 	aborts   []uint64  // wire ids of requests placed on other processes whose clients left
 	releases []release // programs to end on every rank

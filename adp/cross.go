@@ -21,10 +21,14 @@ const metricsEvery = 100 * time.Millisecond
 // the relays of requests served elsewhere and the control it broadcasts;
 // on the others the forwards of the requests they serve and the outbox of
 // records they send process 0. With one process only program releases
-// pass through it. Loop-owned.
+// pass through it. Its methods take what they need of the deployment as
+// arguments and return what the deployment keeps; they write only the
+// crossing. Loop-owned.
 type crossing struct {
-	procs int
-	last  uint64
+	proc, procs int
+	perProc     int // ranks per process
+	logf        func(format string, args ...any)
+	last        uint64
 
 	// Process 0.
 	relays   map[uint64]*relayed
@@ -37,12 +41,14 @@ type crossing struct {
 	forwards map[uint64]*forward
 	outbox   wireBuf
 	sentAt   time.Time
+	unsent   bool // the ranks stepped since their metrics were last sent
 
-	counts []int
-	inbox  []byte
-	buf    wireBuf
-	msg    bulletin
-	size   []byte // 8 bytes, its own allocation: it is handed to C
+	counts  []int
+	inbox   []byte
+	buf     wireBuf
+	msg     bulletin
+	size    []byte // 8 bytes, its own allocation: it is handed to C
+	reports []rankReport
 }
 
 // relayed is a request process 0 placed on another process.
@@ -75,8 +81,10 @@ type snapshotter interface {
 	Snapshot() executor.Metrics
 }
 
-func (x *crossing) init(procs int) {
-	x.procs = procs
+// init readies x for process proc of procs, each running perProc ranks;
+// logf (Config.Logf, may be nil) receives the refusals of other processes.
+func (x *crossing) init(proc, procs, perProc int, logf func(format string, args ...any)) {
+	x.proc, x.procs, x.perProc, x.logf = proc, procs, perProc, logf
 	x.relays = map[uint64]*relayed{}
 	x.awaiting = map[uint64]*releaseReq{}
 	x.forwards = map[uint64]*forward{}
@@ -90,8 +98,15 @@ func (x *crossing) nextID() uint64 {
 	return x.last
 }
 
+// addReleases queues program releases for the next broadcast (process 0).
+func (x *crossing) addReleases(rs []*releaseReq) { x.releases = append(x.releases, rs...) }
+
 // control is the aborts and releases process 0 broadcasts this iteration.
 func (x *crossing) control() int { return len(x.aborts) + len(x.releases) }
+
+// out is the bytes of records this process sends process 0 at the next
+// gather.
+func (x *crossing) out() int { return len(x.outbox) }
 
 // open is what this process still owes or awaits: forwarded requests not
 // finished, release answers not in.
@@ -117,7 +132,7 @@ func (x *crossing) relay(h *Handle, id uint64, rank int) Stream {
 
 // serve submits request id, placed on this process's rank r, and forwards
 // its output to process 0; a refusal travels back instead.
-func (x *crossing) serve(d *Deployment, r Rank, id uint64, q *executor.Request) {
+func (x *crossing) serve(r Rank, id uint64, q *executor.Request) {
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := r.Submit(ctx, q)
 	if err != nil {
@@ -134,13 +149,19 @@ func (x *crossing) serve(d *Deployment, r Rank, id uint64, q *executor.Request) 
 	x.forwards[id] = &forward{s: ps, cancel: cancel}
 }
 
-// poll moves the output of forwarded requests, and the ranks' metrics when
-// due, into the outbox (processes other than 0).
-func (x *crossing) poll(d *Deployment) {
-	if d.proc == 0 {
+// stepped records that this process's ranks stepped (their metrics are
+// due at the next poll).
+func (x *crossing) stepped() { x.unsent = true }
+
+// poll moves the output of forwarded requests, and the metrics of ranks
+// (this process's, the first of which is rank first, with local their
+// states at this gather) when due, into the outbox (processes other than
+// 0).
+func (x *crossing) poll(ranks []Rank, first int, local []RankState) {
+	if x.proc == 0 {
 		return
 	}
-	x.pollMetrics(d)
+	x.pollMetrics(ranks, first, local)
 	for id, f := range x.forwards {
 		for {
 			dl, ok, err := f.s.TryRecv()
@@ -164,18 +185,18 @@ func (x *crossing) poll(d *Deployment) {
 
 // pollMetrics puts the ranks' executor metrics in the outbox when due:
 // every metricsEvery while they have work, and once when they go idle.
-func (x *crossing) pollMetrics(d *Deployment) {
-	if !d.stepped {
+func (x *crossing) pollMetrics(ranks []Rank, first int, local []RankState) {
+	if !x.unsent {
 		return
 	}
 	live := 0
-	for i := range d.local {
-		live += d.local[i].Live()
+	for i := range local {
+		live += local[i].Live()
 	}
 	if live > 0 && time.Since(x.sentAt) < metricsEvery {
 		return
 	}
-	for i, r := range d.ranks {
+	for i, r := range ranks {
 		sn, ok := r.(snapshotter)
 		if !ok {
 			continue
@@ -184,49 +205,46 @@ func (x *crossing) pollMetrics(d *Deployment) {
 		if err != nil {
 			continue // plain data: cannot fail; the metrics are best effort
 		}
-		putMetrics(&x.outbox, d.first+i, js)
+		putMetrics(&x.outbox, first+i, js)
 	}
-	x.sentAt, d.stepped = time.Now(), false
+	x.sentAt, x.unsent = time.Now(), false
 }
 
-// gatherOutput brings every process's outbox to process 0, when any has
-// one (every process knows from the gathered words), and delivers it.
-func (x *crossing) gatherOutput(d *Deployment) error {
-	if x.procs == 1 {
-		return nil
-	}
+// gatherOutput brings every process's outbox to process 0 (ps: every
+// process's words at this gather, whose Out sizes each outbox) and
+// delivers it there: output to the relays, refusals, release answers. It
+// returns the rank metrics that arrived (process 0; reused by the next
+// call), those before an error included.
+func (x *crossing) gatherOutput(c Comm, ps []ProcState) ([]rankReport, error) {
+	x.reports = x.reports[:0]
 	total := 0
-	for q := range d.ps {
-		x.counts[q] = d.ps[q].Out
-		total += d.ps[q].Out
+	for q := range ps {
+		x.counts[q] = ps[q].Out
+		total += ps[q].Out
 	}
-	if total == 0 {
-		return nil
-	}
-	if d.proc == 0 {
+	if x.proc == 0 {
 		x.inbox = resizeBytes(x.inbox, total)
 	}
-	d.enter("the output gather (a peer has not entered it)")
-	if err := d.comm.GathervBytes(x.outbox, x.counts, x.inbox, 0); err != nil {
-		return fmt.Errorf("adp: output gather: %w", err)
+	if err := c.GathervBytes(x.outbox, x.counts, x.inbox, 0); err != nil {
+		return nil, fmt.Errorf("adp: output gather: %w", err)
 	}
 	x.outbox = x.outbox[:0]
-	if d.proc != 0 {
-		return nil
+	if x.proc != 0 {
+		return nil, nil
 	}
 	off := 0
 	for q, n := range x.counts {
 		seg := x.inbox[off : off+n]
 		off += n
-		if err := decodeReplies(seg, func(r *reply) error { return x.deliver(d, q, r) }); err != nil {
-			return fmt.Errorf("adp: output of process %d: %w", q, err)
+		if err := decodeReplies(seg, func(r *reply) error { return x.deliver(q, r) }); err != nil {
+			return x.reports, fmt.Errorf("adp: output of process %d: %w", q, err)
 		}
 	}
-	return nil
+	return x.reports, nil
 }
 
 // deliver applies one record from process q (process 0).
-func (x *crossing) deliver(d *Deployment, q int, r *reply) error {
+func (x *crossing) deliver(q int, r *reply) error {
 	switch r.kind {
 	case recDelta:
 		rl, ok := x.relays[r.id]
@@ -245,8 +263,8 @@ func (x *crossing) deliver(d *Deployment, q int, r *reply) error {
 			return fmt.Errorf("adp: refusal of request %d, which process 0 did not place on process %d", r.id, q)
 		}
 		delete(x.relays, r.id)
-		if d.cfg.Logf != nil {
-			d.cfg.Logf("rank %d refused request %d: %s", rl.rank, r.id, r.text)
+		if x.logf != nil {
+			x.logf("rank %d refused request %d: %s", rl.rank, r.id, r.text)
 		}
 		_ = rl.s.Relay(executor.Delta{FinishReason: executor.FinishAbort})
 	case recRelease:
@@ -267,21 +285,21 @@ func (x *crossing) deliver(d *Deployment, q int, r *reply) error {
 		if err := json.Unmarshal(r.metrics, &m); err != nil {
 			return fmt.Errorf("adp: metrics of rank %d: %w", r.rank, err)
 		}
-		if r.rank < len(d.ranks)*q || r.rank >= len(d.ranks)*(q+1) {
+		if r.rank < x.perProc*q || r.rank >= x.perProc*(q+1) {
 			return fmt.Errorf("adp: process %d sent metrics of rank %d, not one of its own", q, r.rank)
 		}
-		d.mu.Lock()
-		d.remote[r.rank] = remoteMetrics{m: m, ok: true}
-		d.mu.Unlock()
+		x.reports = append(x.reports, rankReport{rank: r.rank, m: m})
 	}
 	return nil
 }
 
-// broadcast sends process 0's bulletin (aborts, releases, the n requests to
-// place) to every process and applies its control here.
-func (x *crossing) broadcast(d *Deployment, n int) error {
+// broadcast sends process 0's bulletin to every process and returns it
+// (process 0's own there): the aborts and program releases process 0
+// holds, and the pending requests reqs under their wire ids (process 0's;
+// ignored elsewhere). With one process nothing travels.
+func (x *crossing) broadcast(c Comm, ids []uint64, reqs []*executor.Request) (*bulletin, error) {
 	w := &x.msg
-	if d.proc == 0 {
+	if x.proc == 0 {
 		w.reset()
 		w.aborts = append(w.aborts, x.aborts...)
 		for _, r := range x.releases {
@@ -289,75 +307,70 @@ func (x *crossing) broadcast(d *Deployment, n int) error {
 			r.ticket = x.ticket
 			w.releases = append(w.releases, release{ticket: r.ticket, id: r.id})
 		}
-		w.ids, w.reqs = append(w.ids, d.ids...), append(w.reqs, d.reqs...)
+		w.ids, w.reqs = append(w.ids, ids...), append(w.reqs, reqs...)
 		x.buf = x.buf[:0]
 		w.encode(&x.buf)
 		binary.LittleEndian.PutUint64(x.size, uint64(len(x.buf)))
 	}
-	if d.procs == 1 {
-		return x.applyControl(d)
+	if x.procs == 1 {
+		return w, nil
 	}
-	if err := d.comm.BcastBytes(x.size, 0); err != nil {
-		return fmt.Errorf("adp: bulletin broadcast: %w", err)
+	if err := c.BcastBytes(x.size, 0); err != nil {
+		return nil, fmt.Errorf("adp: bulletin broadcast: %w", err)
 	}
 	size := binary.LittleEndian.Uint64(x.size)
 	if size > 1<<31-1 {
-		return fmt.Errorf("adp: bulletin broadcast of %d bytes: more than one broadcast carries", size)
+		return nil, fmt.Errorf("adp: bulletin broadcast of %d bytes: more than one broadcast carries", size)
 	}
-	if d.proc != 0 {
+	if x.proc != 0 {
 		x.buf = resizeBytes(x.buf, int(size))
 	}
-	if err := d.comm.BcastBytes(x.buf, 0); err != nil {
-		return fmt.Errorf("adp: bulletin broadcast: %w", err)
+	if err := c.BcastBytes(x.buf, 0); err != nil {
+		return nil, fmt.Errorf("adp: bulletin broadcast: %w", err)
 	}
-	if d.proc == 0 {
-		return x.applyControl(d)
-	}
-	if err := decodeBulletin(x.buf, w); err != nil {
-		return fmt.Errorf("adp: bulletin from process 0: %w", err)
-	}
-	if len(w.reqs) != n {
-		return fmt.Errorf("adp: bulletin from process 0 has %d requests, this process admits %d", len(w.reqs), n)
-	}
-	for _, id := range w.aborts {
-		if f, ok := x.forwards[id]; ok {
-			f.cancel() // the rank aborts it at its next step boundary
+	if x.proc != 0 {
+		if err := decodeBulletin(x.buf, w); err != nil {
+			return nil, fmt.Errorf("adp: bulletin from process 0: %w", err)
 		}
 	}
-	for _, r := range w.releases {
-		found, err := d.releaseLocal(r.id)
-		putReleaseReply(&x.outbox, r.ticket, found, err)
-	}
-	d.reqs, d.ids = append(d.reqs[:0], w.reqs...), append(d.ids[:0], w.ids...)
-	d.pending = d.pending[:0]
-	for _, q := range d.reqs {
-		d.pending = append(d.pending, Pending{Tokens: d.tokens(q), Program: q.ProgramID})
-	}
-	return nil
+	return w, nil
 }
 
-// applyControl is process 0's side of its broadcast: releases end on its
-// own ranks and wait for the other processes' answers.
-func (x *crossing) applyControl(d *Deployment) error {
-	clear(x.msg.reqs)
-	for _, r := range x.releases {
-		found, err := d.releaseLocal(r.id)
-		r.found, r.err, r.remaining = found, err, d.procs-1
-		if r.remaining == 0 {
-			close(r.done)
-			continue
+// apply applies the control of bulletin b (broadcast's) on this process,
+// whose ranks are ranks: released programs end on them (process 0 then
+// awaits the other processes' answers, which the others put in their
+// outbox), and elsewhere the aborted requests it serves are cancelled.
+// It drops b's references to the requests.
+func (x *crossing) apply(b *bulletin, ranks []Rank) {
+	if x.proc == 0 {
+		for _, r := range x.releases {
+			found, err := releaseOn(ranks, r.id)
+			r.found, r.err, r.remaining = found, err, x.procs-1
+			if r.remaining == 0 {
+				close(r.done)
+				continue
+			}
+			x.awaiting[r.ticket] = r
 		}
-		x.awaiting[r.ticket] = r
+		x.aborts, x.releases = x.aborts[:0], x.releases[:0]
+	} else {
+		for _, id := range b.aborts {
+			if f, ok := x.forwards[id]; ok {
+				f.cancel() // the rank aborts it at its next step boundary
+			}
+		}
+		for _, r := range b.releases {
+			found, err := releaseOn(ranks, r.id)
+			putReleaseReply(&x.outbox, r.ticket, found, err)
+		}
 	}
-	x.aborts, x.releases = x.aborts[:0], x.releases[:0]
-	return nil
+	clear(b.reqs)
 }
 
-// releaseLocal ends program id on this process's ranks and reports
-// whether any knew it.
-func (d *Deployment) releaseLocal(id string) (bool, error) {
+// releaseOn ends program id on ranks and reports whether any knew it.
+func releaseOn(ranks []Rank, id string) (bool, error) {
 	found := false
-	for _, r := range d.ranks {
+	for _, r := range ranks {
 		pr, ok := r.(programReleaser)
 		if !ok {
 			return false, executor.ErrNoPrograms

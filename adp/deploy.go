@@ -2,10 +2,8 @@ package adp
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sync"
 	"time"
 
@@ -92,75 +90,12 @@ type Config struct {
 	Dummies []func() error
 }
 
-// RankMetrics are one rank's counters (since start) and its state at the
-// last gather.
-type RankMetrics struct {
-	Routed, RoutedTokens uint64
-	Steps, DummySteps    uint64
-	// GathersRetiring counts the gathers at which the rank held a retiring
-	// request (how often this rank was the one penalised, over time).
-	GathersRetiring uint64
-	// At the last gather.
-	Active, Waiting, Retiring int
-}
-
-// Metrics is a snapshot of the deployment.
-type Metrics struct {
-	Iterations uint64 // lockstep iterations run
-	IdleWaits  uint64 // times the loop found every rank idle and blocked
-	Submitted  uint64
-	Routed     uint64
-	Refused    uint64 // a rank's Submit failed (the handle carries the error)
-	Cancelled  uint64 // cancelled while queued
-	Queued     int
-	Ranks      []RankMetrics
-}
-
-// Handle is a request queued in the deployment; Wait returns its stream once
-// it is routed.
-type Handle struct {
-	id     uint64 // wire id (process 0 numbers submissions)
-	ctx    context.Context
-	req    *executor.Request
-	tokens int
-	done   chan struct{}
-	stream Stream
-	rank   int
-	err    error
-}
-
-// Wait blocks until the request is routed (or refused, cancelled, or the
-// deployment closed) or ctx ends.
-func (h *Handle) Wait(ctx context.Context) (Stream, error) {
-	select {
-	case <-h.done:
-		return h.stream, h.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// Rank is the rank the request was routed to; valid once Wait returned
-// without error.
-func (h *Handle) Rank() int {
-	select {
-	case <-h.done:
-		return h.rank
-	default:
-		return -1
-	}
-}
-
-func (h *Handle) finish(s Stream, rank int, err error) {
-	h.stream, h.rank, h.err = s, rank, err
-	close(h.done)
-}
-
 // Deployment runs N ranks in lockstep behind one global queue. Each
-// iteration: gather every rank's state (the only place load is computed),
-// admit (how many may enter, per rank's room), place (the router), hand the
-// placed requests to their ranks, then step every rank at once, one
-// goroutine per rank; the iteration ends when every rank's step has.
+// iteration (Step): gather every rank's state and every process's words,
+// decide from them alone (the only place load is computed), broadcast
+// process 0's bulletin, match, place, hand the placed requests to their
+// ranks, then step every rank at once, one goroutine per rank; the
+// iteration ends when every rank's step has.
 //
 // Across processes (Config.Comm) every process runs this loop over its own
 // ranks: the gather is one allgather of every rank's counts and every
@@ -174,16 +109,16 @@ func (h *Handle) finish(s Stream, rank int, err error) {
 type Deployment struct {
 	cfg       Config
 	router    Router
+	maxPlaced int
 	ranks     []Rank // this process's
 	work      []chan struct{}
 	results   chan stepResult
 	workers   sync.WaitGroup
-	maxPlaced int
 
 	// Loop-owned. local is what this process's ranks report; states is
 	// every rank's state as the gather exchanged it (through comm, on the
-	// wire format a multi-process deployment uses), the only state routing
-	// and liveness read.
+	// wire format a multi-process deployment uses) and ps every process's
+	// words: the rows the decision is computed from.
 	comm        Comm
 	proc, procs int // this process, processes
 	first       int // the global index of ranks[0]
@@ -192,52 +127,24 @@ type Deployment struct {
 	states      []RankState
 	me          ProcState
 	ps          []ProcState
-	loads       Loads
-	queue       []*Handle
-	reqs        []*executor.Request
-	ids         []uint64
-	pending     []Pending
-	out         []int
+	dec         decision
+	queue       []*Handle // process 0's, in submission order
+	pend        pendingReqs
 	m           Metrics
 	stopped     bool
 	stopping    bool
-	lastIdle    bool
-	stepped     bool
+	lastIdle    bool     // the last decision was idle: the next gather may wait long
 	x           crossing // the byte wire (more than one process)
 
-	mu       sync.Mutex // guards the fields below
-	incoming []*Handle
-	releaseQ []*releaseReq
-	closed   bool
-	pub      Metrics
-	remote   []remoteMetrics // process 0: other processes' rank metrics
-	wake     chan struct{}
-
-	wmu   sync.Mutex // guards phase and start (the watchdog reads them)
-	phase string
-	start time.Time
+	in    inbox // submissions and releases, from any goroutine
+	board board // published metrics, for any goroutine
+	wd    watchdog
 }
 
 type stepResult struct {
 	rank int
 	busy bool
 	err  error
-}
-
-// remoteMetrics is a rank's executor metrics as last sent to process 0.
-type remoteMetrics struct {
-	m  executor.Metrics
-	ok bool
-}
-
-// releaseReq is a program release waiting for the loop (process 0).
-type releaseReq struct {
-	id        string
-	ticket    uint64
-	remaining int // processes still to answer
-	found     bool
-	err       error
-	done      chan struct{}
 }
 
 // New builds a deployment over ranks (owned by the caller, who closes them
@@ -281,23 +188,26 @@ func New(cfg Config, ranks []Rank) (*Deployment, error) {
 	if n > MaxRanks {
 		return nil, fmt.Errorf("adp: %d processes × %d ranks = %d ranks: at most %d", procs, len(ranks), n, MaxRanks)
 	}
+	first := proc * len(ranks)
 	d := &Deployment{
 		cfg: cfg, router: cfg.Router, ranks: ranks,
 		work:    make([]chan struct{}, len(ranks)),
 		results: make(chan stepResult, len(ranks)),
-		comm:    comm, proc: proc, procs: procs, first: proc * len(ranks),
+		comm:    comm, proc: proc, procs: procs, first: first,
 		local:    make([]RankState, len(ranks)),
 		states:   make([]RankState, n),
 		ps:       make([]ProcState, procs),
-		wake:     make(chan struct{}, 1),
 		lastIdle: true,
+		in:       inbox{wake: make(chan struct{}, 1)},
+		wd: watchdog{limit: cfg.Watchdog, onStuck: cfg.OnStuck,
+			who: fmt.Sprintf("process %d of %d (ranks %d to %d)", proc, procs, first, first+len(ranks)-1)},
 	}
 	if d.router == nil {
 		d.router = &LoadBalanced{}
 	}
-	d.x.init(procs)
+	d.x.init(proc, procs, len(ranks), cfg.Logf)
 	if procs > 1 && proc == 0 {
-		d.remote = make([]remoteMetrics, n)
+		d.board.remote = make([]remoteMetrics, n)
 	}
 	for i, r := range ranks {
 		r.State(&d.local[i])
@@ -317,7 +227,7 @@ func New(cfg Config, ranks []Rank) (*Deployment, error) {
 		d.maxPlaced = total
 	}
 	d.m.Ranks = make([]RankMetrics, n)
-	d.pub = d.m.clone()
+	d.board.pub = d.m.clone()
 	for i := range ranks {
 		d.work[i] = make(chan struct{})
 		d.workers.Add(1)
@@ -339,387 +249,6 @@ func (d *Deployment) Ranks() int { return len(d.states) }
 
 // Process is this process's index and the number of processes.
 func (d *Deployment) Process() (proc, procs int) { return d.proc, d.procs }
-
-// ErrNotFrontEnd is returned by Submit on a process other than 0: only
-// process 0 takes requests.
-var ErrNotFrontEnd = errors.New("adp: only process 0 of a deployment takes requests")
-
-// Submit queues r; the handle yields its stream once a step routes it.
-// Cancelling ctx drops it from the queue (or, once routed, aborts it on its
-// rank, across processes too).
-func (d *Deployment) Submit(ctx context.Context, r *executor.Request) (*Handle, error) {
-	if r == nil {
-		return nil, errors.New("adp: nil request")
-	}
-	if d.proc != 0 {
-		return nil, ErrNotFrontEnd
-	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	h := &Handle{ctx: ctx, req: r, done: make(chan struct{}), rank: -1, tokens: d.tokens(r)}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return nil, ErrClosed
-	}
-	d.incoming = append(d.incoming, h)
-	d.mu.Unlock()
-	d.Wake()
-	return h, nil
-}
-
-// tokens measures r for placement; every process measures alike.
-func (d *Deployment) tokens(r *executor.Request) int {
-	switch {
-	case d.cfg.Tokens != nil:
-		return d.cfg.Tokens(r)
-	case len(r.PromptTokens) > 0:
-		return len(r.PromptTokens)
-	default:
-		return len(r.Prompt)
-	}
-}
-
-// SubmitStream is Submit, then Wait with ctx: it returns once a step has
-// routed the request (for callers that want a stream, like a server).
-func (d *Deployment) SubmitStream(ctx context.Context, r *executor.Request) (Stream, error) {
-	h, err := d.Submit(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	return h.Wait(ctx)
-}
-
-// Wake makes a blocked Run loop look for work again.
-func (d *Deployment) Wake() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
-
-// errStopped ends Step on every process when one of them stops.
-var errStopped = errors.New("adp: a process of the deployment stopped")
-
-// Step runs one lockstep iteration. It reports idle, without stepping any
-// rank, when the queue is empty and every rank may block (MayBlock); Run
-// then waits for work. Step must not be called concurrently with Run or
-// itself; across processes every process calls it the same number of
-// times.
-func (d *Deployment) Step() (idle bool, err error) {
-	if d.stopped {
-		return false, ErrClosed
-	}
-	defer d.watch()()
-	if d.proc == 0 {
-		d.drain()
-	}
-	if err := d.localLivenessWait(); err != nil {
-		return false, err
-	}
-
-	// Gather: one fixed-size exchange of every rank's counts and every
-	// process's own words; then the output of requests served elsewhere.
-	for i, r := range d.ranks {
-		r.State(&d.local[i])
-	}
-	d.x.poll(d)
-	d.me = ProcState{Queued: len(d.queue), Control: d.x.control(), Out: len(d.x.outbox), Open: d.x.open(), Stop: d.stopping}
-	d.enter("the gather's allgather (a peer has not entered it)")
-	// After an idle iteration the gather waits for process 0 to get work,
-	// possibly for hours: it sleeps between polls instead of spinning.
-	if err := d.wire.Gather(d.comm, d.local, d.states, &d.me, d.ps, d.lastIdle); err != nil {
-		return false, err
-	}
-	if err := d.x.gatherOutput(d); err != nil {
-		return false, err
-	}
-	for q := range d.ps {
-		if d.ps[q].Stop {
-			return false, errStopped
-		}
-	}
-	ComputeLoads(d.states, d.cfg.Ablation, &d.loads)
-	for i := range d.states {
-		rm, s := &d.m.Ranks[i], &d.states[i]
-		rm.Active, rm.Waiting, rm.Retiring = s.Active, s.Waiting, s.Retiring
-		if s.Retiring > 0 {
-			rm.GathersRetiring++
-		}
-	}
-	queued, control, open := d.ps[0].Queued, d.ps[0].Control, 0
-	for q := range d.ps {
-		open += d.ps[q].Open
-	}
-	if queued == 0 && control == 0 && open == 0 && d.allMayBlock() {
-		d.lastIdle = true
-		d.publish()
-		return true, nil
-	}
-	d.lastIdle = false
-
-	// Admit: every process computes the same n from the same rows.
-	n := min(queued, d.maxPlaced, d.loads.Admit)
-	d.reqs, d.ids, d.pending = d.reqs[:0], d.ids[:0], d.pending[:0]
-	if d.proc == 0 {
-		for _, h := range d.queue[:n] {
-			d.reqs, d.ids = append(d.reqs, h.req), append(d.ids, h.id)
-			d.pending = append(d.pending, Pending{Tokens: h.tokens, Program: h.req.ProgramID})
-		}
-	}
-	if (d.procs > 1 && n > 0) || control > 0 {
-		d.enter("the bulletin's broadcast (a peer has not entered it)")
-		if err := d.x.broadcast(d, n); err != nil {
-			return false, err
-		}
-	}
-
-	// Match (for routers that read it) and place.
-	if n > 0 {
-		if wr, ok := d.router.(MatchReader); ok {
-			if need := wr.Reads(); need.Hits || need.Resident {
-				for i, r := range d.ranks {
-					r.Match(&d.local[i], d.reqs, need)
-				}
-				d.enter("the match allgather (a peer has not entered it)")
-				if err := d.wire.Matches(d.comm, d.local, d.states, d.maxPlaced); err != nil {
-					return false, err
-				}
-			}
-		}
-		d.out = resize(d.out, n)
-		d.router.Route(&d.loads, d.pending, d.out)
-		if d.cfg.VerifyPlacement {
-			if err := d.verify(n); err != nil {
-				return false, err
-			}
-		}
-		d.hand(n)
-		clear(d.reqs) // the requests are the handles' (or ranks') now
-	}
-
-	// Step every rank of this process at once.
-	d.enter("its step")
-	for i := range d.ranks {
-		d.work[i] <- struct{}{}
-	}
-	for range d.ranks {
-		res := <-d.results
-		rm := &d.m.Ranks[d.first+res.rank]
-		rm.Steps++
-		if !res.busy {
-			rm.DummySteps++
-		}
-		if res.err != nil && err == nil {
-			err = fmt.Errorf("adp: rank %d: %w", d.first+res.rank, res.err)
-		}
-	}
-	d.stepped = true
-	d.m.Iterations++
-	d.publish()
-	return false, err
-}
-
-// localLivenessWait is the broken rule (Ablation.LocalLiveness): a process
-// whose ranks hold only retiring requests, and nothing queued, waits for
-// work of its own before the gather.
-func (d *Deployment) localLivenessWait() error {
-	if !d.cfg.Ablation.LocalLiveness {
-		return nil
-	}
-	retiring, other := 0, len(d.queue)
-	for i, r := range d.ranks {
-		r.State(&d.local[i])
-		s := &d.local[i]
-		retiring += s.Retiring
-		other += s.Active + s.Waiting
-	}
-	if retiring == 0 || other > 0 {
-		return nil
-	}
-	d.enter("its own queue wait (retiring requests not counted for liveness)")
-	<-d.wake // nothing else wakes it: the point of the experiment
-	return nil
-}
-
-// allMayBlock: every rank may block (no live request anywhere).
-func (d *Deployment) allMayBlock() bool {
-	for i := range d.states {
-		if !MayBlock(&d.states[i], 0) {
-			return false
-		}
-	}
-	return true
-}
-
-// hand gives each placed pending request (the first n) to its rank:
-// this process's ranks get theirs; on process 0 a request placed in
-// another process becomes a relay its output streams into. Process 0
-// keeps the unplaced ones queued in order.
-func (d *Deployment) hand(n int) {
-	L := len(d.ranks)
-	for j := range n {
-		r := d.out[j]
-		if r < 0 {
-			continue
-		}
-		switch owner := r / L; {
-		case d.proc == 0 && owner == 0:
-			h := d.queue[j]
-			s, err := d.ranks[r].Submit(h.ctx, h.req)
-			if err != nil {
-				d.m.Refused++
-				h.finish(nil, r, fmt.Errorf("adp: rank %d refused the request: %w", r, err))
-				continue
-			}
-			h.finish(s, r, nil)
-		case d.proc == 0:
-			h := d.queue[j]
-			h.finish(d.x.relay(h, d.ids[j], r), r, nil)
-		case owner == d.proc:
-			d.x.serve(d, d.ranks[r-d.first], d.ids[j], d.reqs[j])
-		}
-		// Routed on every process alike (a refusal elsewhere than here
-		// travels back as an aborted stream, not as a count).
-		rm := &d.m.Ranks[r]
-		rm.Routed++
-		rm.RoutedTokens += uint64(d.pending[j].Tokens)
-		d.m.Routed++
-	}
-	if d.proc != 0 {
-		return
-	}
-	kept := 0
-	for j, h := range d.queue {
-		if j < n && d.out[j] >= 0 {
-			continue
-		}
-		d.queue[kept] = h
-		kept++
-	}
-	clear(d.queue[kept:])
-	d.queue = d.queue[:kept]
-}
-
-// verify allgathers a hash of this iteration's placements and fails when
-// any process placed differently (Config.VerifyPlacement).
-func (d *Deployment) verify(n int) error {
-	h := fnv.New64a()
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], d.m.Iterations)
-	h.Write(b[:])
-	for _, r := range d.out[:n] {
-		binary.LittleEndian.PutUint64(b[:], uint64(int64(r)))
-		h.Write(b[:])
-	}
-	mine := [1]int64{int64(h.Sum64())}
-	all := make([]int64, d.procs)
-	d.enter("the placement check's allgather")
-	if err := d.comm.AllgatherInt64(mine[:], all); err != nil {
-		return fmt.Errorf("adp: placement check: %w", err)
-	}
-	for q, v := range all {
-		if v != all[0] {
-			return fmt.Errorf("adp: placement check at iteration %d: process %d placed %d requests differently from process 0 (hash %x, want %x)",
-				d.m.Iterations, q, n, uint64(v), uint64(all[0]))
-		}
-	}
-	return nil
-}
-
-// drain moves submissions into the queue and drops cancelled ones
-// (process 0).
-func (d *Deployment) drain() {
-	d.mu.Lock()
-	in := d.incoming
-	d.incoming = nil
-	rel := d.releaseQ
-	d.releaseQ = nil
-	d.mu.Unlock()
-	d.x.releases = append(d.x.releases, rel...)
-	for _, h := range in {
-		d.m.Submitted++
-		h.id = d.x.nextID()
-		d.queue = append(d.queue, h)
-	}
-	kept := 0
-	for _, h := range d.queue {
-		if err := h.ctx.Err(); err != nil {
-			d.m.Cancelled++
-			h.finish(nil, -1, err)
-			continue
-		}
-		d.queue[kept] = h
-		kept++
-	}
-	clear(d.queue[kept:])
-	d.queue = d.queue[:kept]
-	d.x.watchAborts()
-}
-
-func (d *Deployment) publish() {
-	d.m.Queued = len(d.queue)
-	d.mu.Lock()
-	d.m.copyInto(&d.pub)
-	d.mu.Unlock()
-}
-
-func (m *Metrics) clone() Metrics {
-	c := *m
-	c.Ranks = append([]RankMetrics(nil), m.Ranks...)
-	return c
-}
-
-// copyInto copies m into dst, reusing dst.Ranks.
-func (m *Metrics) copyInto(dst *Metrics) {
-	ranks := append(dst.Ranks[:0], m.Ranks...)
-	*dst = *m
-	dst.Ranks = ranks
-}
-
-// Snapshot returns the metrics as of the last iteration.
-func (d *Deployment) Snapshot() Metrics {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.pub.clone()
-}
-
-// RemoteSnapshot is, on process 0, the executor metrics rank last sent
-// from its process (ok false before any arrived, for a rank of this
-// process, or on other processes). Safe from any goroutine.
-func (d *Deployment) RemoteSnapshot(rank int) (executor.Metrics, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if rank < 0 || rank >= len(d.remote) || !d.remote[rank].ok {
-		return executor.Metrics{}, false
-	}
-	return d.remote[rank].m, true
-}
-
-// ReleaseProgram ends program id on every rank of every process and
-// reports whether any knew it; on process 0, across processes. It waits
-// for the loop (the next iteration), or ctx.
-func (d *Deployment) ReleaseProgram(ctx context.Context, id string) (bool, error) {
-	if d.proc != 0 {
-		return false, ErrNotFrontEnd
-	}
-	req := &releaseReq{id: id, done: make(chan struct{})}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return false, ErrClosed
-	}
-	d.releaseQ = append(d.releaseQ, req)
-	d.mu.Unlock()
-	d.Wake()
-	select {
-	case <-req.done:
-		return req.found, req.err
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-}
 
 // Run is the lockstep loop: it steps while any rank holds a live request or
 // the queue is not empty, and blocks for new work when every rank is idle
@@ -755,7 +284,7 @@ func (d *Deployment) Run(ctx context.Context) error {
 				continue // the next gather waits for process 0
 			}
 			select {
-			case <-d.wake:
+			case <-d.in.wake:
 			case <-ctx.Done():
 			}
 		}
@@ -767,9 +296,7 @@ func (d *Deployment) Run(ctx context.Context) error {
 // goroutines. It does not close the ranks. Idempotent; loop-owned (call it
 // from the goroutine that runs Step, or after Run).
 func (d *Deployment) Close() error {
-	d.mu.Lock()
-	d.closed = true
-	d.mu.Unlock()
+	d.in.close()
 	if d.stopped {
 		return nil
 	}
@@ -811,7 +338,7 @@ func (d *Deployment) Check() error {
 	if sum != m.Routed {
 		return fmt.Errorf("adp: ranks were routed %d requests in all, the deployment counted %d", sum, m.Routed)
 	}
-	for i, room := range d.loads.Room {
+	for i, room := range d.dec.loads.Room {
 		if c := d.states[i].Capacity; room < 0 || room > c {
 			return fmt.Errorf("adp: rank %d has room %d outside [0, capacity %d]", i, room, c)
 		}
@@ -824,59 +351,4 @@ func (d *Deployment) Check() error {
 		seen[h] = true
 	}
 	return d.x.check()
-}
-
-// enter records what the loop is doing now, for the watchdog.
-func (d *Deployment) enter(phase string) {
-	if d.cfg.Watchdog <= 0 {
-		return
-	}
-	d.wmu.Lock()
-	d.phase = phase
-	d.wmu.Unlock()
-}
-
-// watch starts the iteration's watchdog (when the deployment had work at
-// the last gather); the returned func stops it and, should the watchdog
-// be firing, waits for OnStuck to return, so no OnStuck runs once Step has
-// returned.
-func (d *Deployment) watch() func() {
-	if d.cfg.Watchdog <= 0 || d.lastIdle {
-		return func() {}
-	}
-	it := d.m.Iterations
-	d.wmu.Lock()
-	d.start, d.phase = time.Now(), "the start of its iteration"
-	d.wmu.Unlock()
-	var (
-		mu      sync.Mutex
-		stopped bool
-		fired   bool
-	)
-	done := make(chan struct{})
-	t := time.AfterFunc(d.cfg.Watchdog, func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		fired = true
-		mu.Unlock()
-		defer close(done)
-		d.wmu.Lock()
-		phase, since := d.phase, time.Since(d.start)
-		d.wmu.Unlock()
-		d.cfg.OnStuck(fmt.Sprintf("adp: watchdog: process %d of %d (ranks %d to %d) stuck %v in iteration %d, in %s",
-			d.proc, d.procs, d.first, d.first+len(d.ranks)-1, since.Round(time.Millisecond), it, phase))
-	})
-	return func() {
-		t.Stop()
-		mu.Lock()
-		stopped = true
-		f := fired
-		mu.Unlock()
-		if f {
-			<-done
-		}
-	}
 }

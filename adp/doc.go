@@ -5,26 +5,37 @@
 //
 // # The iteration
 //
-// Deployment.Step is one lockstep iteration, as attention-DP runs it:
+// Deployment.Step is one lockstep iteration, as attention-DP runs it, in
+// phases of a few lines each (iteration.go):
 //
 //  1. Gather: every rank fills a RankState (active, waiting and retiring
 //     requests and tokens); one allgather (Exchange.Gather) moves every
 //     rank's counts and every process's own words (ProcState) to every
-//     process. ComputeLoads turns the states into Loads. This is the only
-//     place load is computed, so the retiring correction applies to every
-//     router at once, and every process computes the same Loads.
-//  2. Admission: each rank may take Room = Capacity − (Active + Waiting)
-//     new requests; retiring requests are excluded (Ablation.Engine.ChargeRetiring
-//     counts them, for experiments that measure the rule). At most
-//     Config.MaxPlaced queued requests are placed per iteration: the
-//     pending requests, which process 0 broadcasts to every process.
-//  3. Match: for routers that read it (MatchReader) each rank reports, per
+//     process. These are the rows.
+//  2. Decide: every process computes one decision from the rows alone
+//     (decide.go), so all take the same branches and enter the same
+//     collectives: whether a process stops, whether the deployment is
+//     idle, how many queued requests are placed, whether process 0
+//     broadcasts, what the router reads; output owed to process 0 is
+//     gathered right after. ComputeLoads turns the states into Loads
+//     there: the only place load is computed, so the retiring correction
+//     applies to every router at once. Admission: each rank may take
+//     Room = Capacity − (Active + Waiting) new requests; retiring requests
+//     are excluded (Ablation.Engine.ChargeRetiring counts them, for
+//     experiments that measure the rule). At most Config.MaxPlaced queued
+//     requests are placed per iteration: the pending requests.
+//  3. Broadcast: process 0 broadcasts its bulletin (the pending requests,
+//     aborts, program releases) when another process must learn it.
+//  4. Match: for routers that read it (MatchReader) each rank reports, per
 //     pending request, its prefix hit and program residency (Rank.Match),
 //     exchanged in one more allgather (Exchange.Matches).
-//  4. Placement: the Router assigns the pending requests to ranks; every
-//     process places alike and hands its own ranks theirs.
-//  5. Every rank steps at once, one goroutine per rank; a rank without work
-//     runs a dummy step; the iteration ends when every rank's step has.
+//  5. Place: the Router assigns the pending requests to ranks on the
+//     decision's loads; every process places alike.
+//  6. Hand: each process hands its own ranks theirs; process 0 relays the
+//     output of those placed elsewhere.
+//  7. Step: every rank steps at once, one goroutine per rank; a rank
+//     without work runs a dummy step; the iteration ends when every rank's
+//     step has.
 //
 // # Three quantities, kept apart
 //

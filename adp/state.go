@@ -129,7 +129,7 @@ func (l *Loads) place(r, tokens int) {
 	l.Load[r] += tokens
 }
 
-// candidates reports whether rank r may take a request under cap: it has
+// ok reports whether rank r may take a request under cap: it has
 // room, and (when strict) stays within the fair-share cap.
 func (l *Loads) ok(r, cap int, strict bool) bool {
 	return l.Room[r] > 0 && (!strict || l.Count[r] < cap)
