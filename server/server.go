@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/turnstile-llm/turnstile/guided"
 	"io"
 	"log/slog"
 	"mime"
@@ -110,6 +111,11 @@ type Config struct {
 	Clock clock.Clock
 	// Logger receives one line per request (nil: discard).
 	Logger *slog.Logger
+	// Grammars compiles and caches structured output's constraints
+	// (response_format, guided_json, ...); the engine needs a guided
+	// decoder (executor.Config.Guide) for them. Nil: structured output is
+	// off and requests asking for it get 400.
+	Grammars *guided.Cache
 }
 
 // withDefaults fills cfg's zero values.
