@@ -168,6 +168,10 @@ func (s *Server) whole(ctx context.Context, w http.ResponseWriter, a *answer, st
 			clientGone(w) // nobody reads an answer
 			return
 		}
+		if err == nil && d.Err != nil {
+			writeError(w, guidedError(d.Err))
+			return
+		}
 		if err != nil || d.FinishReason == executor.FinishAbort {
 			writeError(w, abortedError())
 			return
@@ -244,6 +248,14 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a *answer, s
 			return
 		}
 		d := &ev.d
+		if d.Err != nil {
+			// The engine ended this choice (its matcher failed): an error
+			// event, as for any failure mid-stream, then [DONE].
+			if sse.send(guidedError(d.Err).body()) != nil || sse.done() != nil {
+				clientGone(w)
+			}
+			return
+		}
 		if d.FinishReason != executor.FinishNone {
 			a.places.free(ev.i)
 			final[ev.i] = *d

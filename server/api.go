@@ -33,6 +33,8 @@ type sharedFields struct {
 	// request completes (also the X-Program-Release header).
 	ProgramID      string `json:"program_id"`
 	ProgramRelease bool   `json:"program_release"`
+	// Structured output (response_format and vLLM's extensions).
+	constraintFields
 }
 
 type streamOptions struct {

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/turnstile-llm/turnstile/grammar"
+	"github.com/turnstile-llm/turnstile/guided"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -61,6 +63,7 @@ type simOpts struct {
 	maxContext  int
 	mbs         int
 	programs    *policy.Config // the engine's program policy (nil: none)
+	guided      bool           // structured output: a guided decoder and a grammar cache
 }
 
 // newSimEnv serves the sim runner (deterministic tokens among stories260K's
@@ -94,10 +97,35 @@ func newSimEnv(t testing.TB, o simOpts) *env {
 		TokenMin: 259, TokenMax: int32(tok.VocabSize()), EOS: tok.EOS(),
 	})
 	require.NoError(t, err)
-	eng, err := executor.New(executor.Config{MaxBatchSize: o.mbs, Overlap: true, Model: testModel, Seed: 1, Programs: o.programs}, r, tok)
+	cfg := executor.Config{MaxBatchSize: o.mbs, Overlap: true, Model: testModel, Seed: 1, Programs: o.programs}
+	var grammars *guided.Cache
+	if o.guided {
+		cfg.Guide, grammars = guidedFor(t, tok, seats)
+	}
+	eng, err := executor.New(cfg, r, tok)
 	require.NoError(t, err)
 	return startEnv(t, eng, tok, Config{Model: testModel, MaxContext: o.maxContext, Tokenizer: tok,
-		ChatTemplate: o.template, APIKeys: o.keys, MaxBodyBytes: o.maxBody, MaxInFlight: o.maxInFlight})
+		ChatTemplate: o.template, APIKeys: o.keys, MaxBodyBytes: o.maxBody, MaxInFlight: o.maxInFlight, Grammars: grammars})
+}
+
+// guidedFor builds a guided decoder over tok's vocabulary and a grammar
+// cache.
+func guidedFor(t testing.TB, tok *tokenizer.Tokenizer, seats int) (*guided.Decoder, *guided.Cache) {
+	t.Helper()
+	n := tok.VocabSize()
+	pieces := make([][]byte, n)
+	special := make([]bool, n)
+	for i := range n {
+		pieces[i] = tok.Piece(int32(i))
+		special[i] = tok.IsControl(int32(i))
+	}
+	v, err := grammar.NewVocab(pieces, special, []int32{tok.EOS()})
+	require.NoError(t, err)
+	d, err := guided.New(seats, v)
+	require.NoError(t, err)
+	c, err := guided.NewCache(guided.DefaultCacheConfig)
+	require.NoError(t, err)
+	return d, c
 }
 
 func startEnv(t testing.TB, eng *executor.Engine, tok *tokenizer.Tokenizer, cfg Config) *env {

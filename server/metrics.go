@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/turnstile-llm/turnstile/guided"
 	"math"
 	"strconv"
 	"time"
@@ -22,7 +23,7 @@ type metrics struct {
 	genLen    prometheus.Histogram
 }
 
-func newMetrics(eng Engine, progs *programs) *metrics {
+func newMetrics(eng Engine, progs *programs, grammars *guided.Cache) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -44,7 +45,51 @@ func newMetrics(eng Engine, progs *programs) *metrics {
 	m.reg.MustRegister(m.requests, m.latency, m.promptLen, m.genLen,
 		newEngineCollector(eng, progs),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if grammars != nil {
+		m.reg.MustRegister(newGrammarCollector(grammars))
+	}
 	return m
+}
+
+// grammarCollector exports the compiled-grammar cache's counters.
+type grammarCollector struct {
+	cache                                     *guided.Cache
+	compiles, hits, failures, evicts, compSec *prometheus.Desc
+	entries, bytes                            *prometheus.Desc
+}
+
+func newGrammarCollector(c *guided.Cache) *grammarCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &grammarCollector{
+		cache:    c,
+		compiles: d("turnstile_grammar_compiles_total", "Structured-output constraints compiled (cache misses)."),
+		hits:     d("turnstile_grammar_cache_hits_total", "Structured-output constraints served from the grammar cache."),
+		failures: d("turnstile_grammar_compile_failures_total", "Constraints refused by the compiler (answered 400)."),
+		evicts:   d("turnstile_grammar_cache_evictions_total", "Grammars dropped from the cache (least recently used first)."),
+		compSec:  d("turnstile_grammar_compile_seconds_total", "Time spent compiling constraints, seconds."),
+		entries:  d("turnstile_grammar_cache_entries", "Grammars in the cache."),
+		bytes:    d("turnstile_grammar_cache_bytes", "Memory the cached grammars hold (automata and token tables), bytes."),
+	}
+}
+
+func (g *grammarCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{g.compiles, g.hits, g.failures, g.evicts, g.compSec, g.entries, g.bytes} {
+		ch <- d
+	}
+}
+
+func (g *grammarCollector) Collect(ch chan<- prometheus.Metric) {
+	st := g.cache.Stats()
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	counter(g.compiles, float64(st.Misses))
+	counter(g.hits, float64(st.Hits))
+	counter(g.failures, float64(st.Failures))
+	counter(g.evicts, float64(st.Evictions))
+	counter(g.compSec, st.CompileTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(g.entries, prometheus.GaugeValue, float64(st.Entries))
+	ch <- prometheus.MustNewConstMetric(g.bytes, prometheus.GaugeValue, float64(st.Bytes))
 }
 
 // engineCollector exports an Engine's Snapshot. Executor histograms
@@ -109,6 +154,9 @@ func newEngineCollector(eng Engine, progs *programs) *engineCollector {
 		cn("turnstile_generation_tokens_total", "Tokens generated.", func(m *executor.Metrics) uint64 { return m.GeneratedTokens }),
 		g("turnstile_runner_busy_seconds_total", "Runner time executing steps, seconds.", func(m *executor.Metrics) float64 { return m.RunnerBusy.Seconds() }),
 		g("turnstile_runner_idle_seconds_total", "Runner idle time between steps while work was present, seconds.", func(m *executor.Metrics) float64 { return m.RunnerIdle.Seconds() }),
+		cn("turnstile_guided_masks_total", "Token masks computed for constrained requests (structured output).", func(m *executor.Metrics) uint64 { return m.GuidedMasks }),
+		g("turnstile_guided_mask_seconds_total", "Host time computing token masks, seconds (under overlap, while the runner computes the step).", func(m *executor.Metrics) float64 { return m.GuidedMaskTime.Seconds() }),
+		cn("turnstile_guided_failures_total", "Constrained requests ended because their matcher failed.", func(m *executor.Metrics) uint64 { return m.GuidedFailures }),
 	}
 	h := func(name, help string, f func(m *executor.Metrics) *executor.Histogram) engineHist {
 		return engineHist{prometheus.NewDesc(name, help, rank, nil), f}

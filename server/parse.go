@@ -125,6 +125,9 @@ type job struct {
 	programID      string
 	programRelease bool
 	user           string
+	// constraint is the structured-output constraint, compiled by the
+	// server (compileConstraint) after parsing.
+	constraint *constraint
 }
 
 // parser decodes and validates request bodies. It allocates nothing in the
@@ -696,6 +699,11 @@ func (p *parser) finish(j *job, f *sharedFields, maxTok *int, param string, prom
 			return nil, badRequest("stop_token_ids", "invalid_value", "stop_token_ids[%d]: token %d outside the vocabulary [0, %d)", i, t, p.lim.vocab)
 		}
 	}
+	c, e := parseConstraint(&f.constraintFields)
+	if e != nil {
+		return nil, e
+	}
+	j.constraint = c
 	if f.StreamOptions != nil && !f.Stream {
 		return nil, badRequest("stream_options", "invalid_value", "stream_options is only allowed with stream: true")
 	}

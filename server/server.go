@@ -213,7 +213,7 @@ func New(cfg Config, eng Engine) (*Server, error) {
 			maxN: cfg.MaxN, maxChoices: min(cfg.MaxInFlight, cfg.MaxProgramInFlight),
 		}},
 	}
-	s.metrics = newMetrics(eng, s.progs)
+	s.metrics = newMetrics(eng, s.progs, cfg.Grammars)
 	s.mux = http.NewServeMux()
 	s.route("POST /v1/completions", "completions", s.handleCompletions)
 	s.route("POST /v1/chat/completions", "chat", s.handleChat)
@@ -485,6 +485,14 @@ func (s *Server) serveJob(w http.ResponseWriter, r *http.Request, parse func([]b
 		return
 	}
 	j, e := s.readJob(w, r, parse)
+	if e == nil && j != nil {
+		// Compiled after the parsing place is given back: it may take
+		// longer than reading and parsing (a cached grammar is instant).
+		e = s.compileConstraint(r.Context(), j)
+		if e == nil && r.Context().Err() != nil {
+			j = nil
+		}
+	}
 	switch {
 	case e != nil:
 		writeError(w, e)
