@@ -109,6 +109,11 @@ type Config struct {
 	Seed uint64
 	// SLO, when not zero, is the per-request bounds that goodput counts.
 	SLO SLO
+	// ResponseFormats, when set, constrains every request (structured
+	// output) with one of these OpenAI response_format objects, each
+	// client taking them in turn from its own offset: one shared by all
+	// requests, or as many different ones as given. Not modified.
+	ResponseFormats []json.RawMessage
 	// Progress, when set, is called with the requests finished so far and
 	// MaxRequests, at most every ProgressEvery and once at the end, from
 	// one goroutine at a time.
@@ -219,6 +224,14 @@ func (c *Config) validate() error {
 	}
 	if c.PromptLen.IsZero() && len(c.Prompts) == 0 {
 		return errors.New("serveload: Prompts is empty (nil selects DefaultPrompts())")
+	}
+	for i, f := range c.ResponseFormats {
+		if !json.Valid(f) || len(bytes.TrimSpace(f)) == 0 || bytes.TrimSpace(f)[0] != '{' {
+			return fmt.Errorf("serveload: ResponseFormats[%d] is not a JSON object", i)
+		}
+	}
+	if len(c.ResponseFormats) > 0 && c.IgnoreEOS {
+		return errors.New("serveload: IgnoreEOS with ResponseFormats: a constrained request ends where its grammar does")
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
@@ -358,7 +371,7 @@ func (r *runner) open(ctx, issue context.Context, begin time.Time) {
 
 // newWorker adds a worker to r.
 func (r *runner) newWorker() *worker {
-	w := &worker{r: r, br: bufio.NewReaderSize(nil, MaxLineBytes)}
+	w := &worker{r: r, id: len(r.workers), br: bufio.NewReaderSize(nil, MaxLineBytes)}
 	r.workers = append(r.workers, w)
 	return w
 }
@@ -397,6 +410,7 @@ func (r *runner) progress() func() {
 // loop's concurrency slot); it owns its samples until merge.
 type worker struct {
 	r    *runner
+	id   int // the worker's index: its offset into Config.ResponseFormats
 	rng  *rand.Rand // closed loop only
 	br   *bufio.Reader
 	body bytes.Buffer
@@ -420,6 +434,8 @@ type request struct {
 	IgnoreEOS     bool          `json:"ignore_eos,omitempty"`
 	Stream        bool          `json:"stream"`
 	StreamOptions streamOptions `json:"stream_options"`
+	// ResponseFormat constrains the output (Config.ResponseFormats).
+	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
 }
 
 type streamOptions struct {
@@ -453,6 +469,9 @@ func (w *worker) one(ctx context.Context, prompt string, words int, seed uint32)
 	w.sent++
 	req := request{Model: cfg.Model, Prompt: prompt, MaxTokens: cfg.MaxTokens, Seed: seed,
 		IgnoreEOS: cfg.IgnoreEOS, Stream: true, StreamOptions: streamOptions{IncludeUsage: true}}
+	if n := len(cfg.ResponseFormats); n > 0 {
+		req.ResponseFormat = cfg.ResponseFormats[(w.id+w.sent)%n]
+	}
 	w.body.Reset()
 	if err := json.NewEncoder(&w.body).Encode(req); err != nil {
 		w.fail(fmt.Errorf("encoding the request: %w", err))
