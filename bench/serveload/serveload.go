@@ -410,7 +410,7 @@ func (r *runner) progress() func() {
 // loop's concurrency slot); it owns its samples until merge.
 type worker struct {
 	r    *runner
-	id   int // the worker's index: its offset into Config.ResponseFormats
+	id   int        // the worker's index: its offset into Config.ResponseFormats
 	rng  *rand.Rand // closed loop only
 	br   *bufio.Reader
 	body bytes.Buffer
