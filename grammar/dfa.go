@@ -152,7 +152,22 @@ func (d *dfa) minimize() *dfa {
 	}
 	C.init(m)
 	if m > 0 {
-		slices.SortStableFunc(C.elems, func(a, b int32) int { return int(label[a]) - int(label[b]) })
+		// Group the transitions by label: a counting sort, stable.
+		maxLabel := int32(0)
+		for _, l := range label {
+			maxLabel = max(maxLabel, l)
+		}
+		at := make([]int32, maxLabel+2)
+		for _, l := range label {
+			at[l+1]++
+		}
+		for l := int32(1); l <= maxLabel+1; l++ {
+			at[l] += at[l-1]
+		}
+		for t, l := range label {
+			C.elems[at[l]] = int32(t)
+			at[l]++
+		}
 		C.sets = 0
 		a := label[C.elems[0]]
 		for i := 0; i < m; i++ {
@@ -423,4 +438,92 @@ func (d *dfa) matches(s []byte) bool {
 // sortCalls keeps a state's calls ordered by rule.
 func sortCalls(c []dcall) {
 	slices.SortFunc(c, func(a, b dcall) int { return int(a.rule) - int(b.rule) })
+}
+
+// repeatUnit builds the DFA of min to max (max < 0: unbounded) strings of
+// unit's language directly, one copy of unit per count, where compiling
+// the repetition would determinize and minimize an automaton as large.
+// unit must read at least one byte, start in a state nothing returns to,
+// and end in accepting states with nothing left to read (one UTF-8
+// scalar value, say); ok is false when it does not.
+func repeatUnit(unit *dfa, min, max int, b *budget) (d *dfa, ok bool, err error) {
+	if unit.states[0].accept || len(unit.states[0].calls) > 0 {
+		return nil, false, nil
+	}
+	// inner numbers unit's states other than the start and the accepting
+	// ones: each copy holds them after its start.
+	inner := make([]int32, len(unit.states))
+	n := 0
+	for i, s := range unit.states {
+		inner[i] = -1
+		if len(s.calls) > 0 {
+			return nil, false, nil
+		}
+		for _, t := range s.trans {
+			if t.to == 0 {
+				return nil, false, nil
+			}
+		}
+		switch {
+		case s.accept && len(s.trans) > 0:
+			return nil, false, nil
+		case i > 0 && !s.accept:
+			inner[i] = int32(n)
+			n++
+		}
+	}
+	// Copy k reads the k+1st unit. The last copy is only its start: the
+	// end of a bounded repetition, or the loop of an unbounded one, which
+	// reads its units through the previous copy's inner states (they lead
+	// where its own would).
+	copies := max + 1
+	if max < 0 {
+		copies = min + 1
+	}
+	per := 1 + n
+	total := (copies-1)*per + 1
+	if max < 0 && min == 0 {
+		total = per // the loop is the only copy, with its own inner states
+	}
+	if total > b.states {
+		return nil, true, fmt.Errorf("automaton has more than %d states: %w", b.states, errTooLarge)
+	}
+	d = &dfa{states: make([]dstate, total)}
+	last := int32((copies - 1) * per)
+	for k := range copies {
+		base := int32(k * per)
+		d.states[base].accept = k >= min
+		if err := b.tick(); err != nil {
+			return nil, true, err
+		}
+		next, innerBase := base+int32(per), base+1
+		if k == copies-1 {
+			if max >= 0 {
+				break // max units read
+			}
+			next = last
+			if k > 0 {
+				innerBase = base - int32(per) + 1
+			}
+		}
+		for i, s := range unit.states {
+			from := base
+			if i > 0 {
+				if inner[i] < 0 || (k == copies-1 && k > 0) {
+					continue
+				}
+				from = innerBase + inner[i]
+			}
+			trans := make([]dtrans, len(s.trans))
+			for j, t := range s.trans {
+				to := next
+				if !unit.states[t.to].accept {
+					to = innerBase + inner[t.to]
+				}
+				trans[j] = dtrans{lo: t.lo, hi: t.hi, to: to}
+			}
+			d.states[from].trans = trans
+		}
+	}
+	return d, true, nil
 }

@@ -37,9 +37,15 @@
 // part-way, grouped by the bytes left after it returns; those bytes are
 // checked against the real callers at mask time (a handful of short
 // strings), and when the rule can return before reading anything, the
-// caller's position contributes too. Tables of small positions (a string's
-// content, a number) are keyed by their structure and shared by every
-// grammar over the vocabulary, so a JSON string is walked once per
-// process. Control tokens are never allowed; the stop tokens exactly when
-// the text so far is complete.
+// caller's position contributes too. What a table holds apart from the
+// callers is shared by every grammar over the vocabulary, keyed by what
+// the position reads: its structure, when it reaches few states, or its
+// automaton unrolled as deep as the vocabulary's short tokens (24 bytes;
+// the few longer ones are walked per position), so every position of a
+// string with maxLength 255 far from its bounds has one table. The
+// vocabulary also keeps the trie's subtrees under each first byte, keyed
+// alike, so a position that differs from a known one in a few first bytes
+// (a key that must not be a declared name) walks only those. A JSON
+// string is walked once per process. Control tokens are never allowed;
+// the stop tokens exactly when the text so far is complete.
 package grammar

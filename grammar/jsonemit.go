@@ -554,6 +554,20 @@ func (c *jsonCompiler) emitNumber(cj *conj) (*Expr, error) {
 
 // stringDFA is the decoded content a string's constraints allow, as a DFA
 // over its UTF-8 bytes; nil when nothing constrains it.
+// lengthDFA is the DFA of strings of min to max scalar values (max < 0:
+// unbounded).
+func (c *jsonCompiler) lengthDFA(min, max int) (*dfa, error) {
+	unit, err := compileExpr(anyRune, c.bud)
+	if err != nil {
+		return nil, err
+	}
+	d, ok, err := repeatUnit(unit, min, max, c.bud)
+	if !ok {
+		return compileExpr(Repeat(anyRune, min, max), c.bud)
+	}
+	return d, err
+}
+
 func (c *jsonCompiler) stringDFA(cj *conj) (*dfa, error) {
 	var strs []string
 	for _, v := range cj.notValues {
@@ -571,7 +585,7 @@ func (c *jsonCompiler) stringDFA(cj *conj) (*dfa, error) {
 	if max(cj.minLen, cj.maxLen) > lim.states/4 {
 		return nil, fmt.Errorf("string at %s: minLength %d / maxLength %d need more than %d automaton states: %w", cj.ptr, cj.minLen, cj.maxLen, lim.states/4, errTooLarge)
 	}
-	d, err := compileExpr(Repeat(anyRune, cj.minLen, cj.maxLen), lim)
+	d, err := c.lengthDFA(cj.minLen, cj.maxLen)
 	if err != nil {
 		return nil, fmt.Errorf("minLength/maxLength at %s: %w", cj.ptr, err)
 	}
@@ -712,6 +726,9 @@ func (c *jsonCompiler) quoted(d *dfa, name string) (*Expr, error) {
 	t, err := textDFA(d, c.bud)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if q, ok := quoteDFA(t); ok {
+		return Ref(c.b.Rule(name, &Expr{op: opDFA, d: q})), nil
 	}
 	return Ref(c.b.Rule(name, Seq(Lit(`"`), t.toExpr(), Lit(`"`)))), nil
 }

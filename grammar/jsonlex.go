@@ -77,44 +77,93 @@ func jsonIntegerExpr() *Expr {
 // canonical spelling every serializer uses, and it keeps string
 // constraints (patterns, lengths, formats, excluded names) exact.
 func textDFA(d *dfa, b *budget) (*dfa, error) {
-	n := &nfa{b: b}
-	for range d.states {
-		n.newState()
+	// Built deterministic: raw bytes never include the backslash every
+	// escape starts with, and each escape spells one byte, so every state
+	// of d gets its raw edges and, when it reads bytes that must be
+	// escaped, a small tree of escape states ending at their targets.
+	out := &dfa{states: make([]dstate, len(d.states))}
+	add := func() int32 {
+		out.states = append(out.states, dstate{})
+		return int32(len(out.states) - 1)
 	}
-	n.accept = n.newState()
 	short := map[byte]byte{'"': '"', '\\': '\\', '\b': 'b', '\f': 'f', '\n': 'n', '\r': 'r', '\t': 't'}
-	for i, s := range d.states {
-		if s.accept {
-			n.eps[i] = append(n.eps[i], n.accept)
+	const hexd = "0123456789abcdef"
+	trees := map[[0x60]int32]int32{} // escape trees by their targets
+	for i := range d.states {
+		if len(out.states) > b.states {
+			return nil, fmt.Errorf("automaton has more than %d states: %w", b.states, errTooLarge)
 		}
+		if err := b.tick(); err != nil {
+			return nil, err
+		}
+		s := &d.states[i]
+		out.states[i].accept = s.accept
+		var trans []dtrans
+		var escTo [0x60]int32 // escaped byte's target+1 (0: none)
+		escaped := false
 		for _, t := range s.trans {
-			// Bytes written raw go on one edge; the others each get their
-			// escape.
 			raw := rangeSet(t.lo, t.hi).minus(rangeSet(0, 0x1f)).minus(setOf('"', '\\'))
-			if !raw.empty() {
-				n.edges[i] = append(n.edges[i], nfaEdge{set: raw, to: t.to})
+			for _, r := range rangesOf(raw) {
+				trans = append(trans, dtrans{lo: r.lo, hi: r.hi, to: t.to})
 			}
 			for c := int(t.lo); c <= int(t.hi) && c < 0x60; c++ {
-				b := byte(c)
-				var ex *Expr
-				switch e, ok := short[b]; {
-				case ok:
-					ex = Lit(`\` + string(e))
-				case b < 0x20:
-					hi, lo := "0123456789abcdef"[b>>4], "0123456789abcdef"[b&15]
-					ex = Seq(Lit(`\u00`), bytesExpr(setOf(hi, upper(hi))), bytesExpr(setOf(lo, upper(lo))))
-				default:
-					continue
-				}
-				if err := n.add(ex, int32(i), t.to); err != nil {
-					return nil, err
+				if _, ok := short[byte(c)]; ok || c < 0x20 {
+					escTo[c] = t.to + 1
+					escaped = true
 				}
 			}
 		}
+		if escaped {
+			// States whose escapes lead to the same places share one tree
+			// (most do: escaped bytes rarely matter to a constraint).
+			if e, ok := trees[escTo]; ok {
+				trans = append(trans, dtrans{lo: '\\', hi: '\\', to: e})
+				slices.SortFunc(trans, func(a, b dtrans) int { return int(a.lo) - int(b.lo) })
+				out.states[i].trans = trans
+				continue
+			}
+			e := add()
+			trees[escTo] = e
+			trans = append(trans, dtrans{lo: '\\', hi: '\\', to: e})
+			var et []dtrans
+			var u, z1, z2 int32 = -1, -1, -1
+			var hiState [2]int32
+			for c := range 0x60 {
+				if escTo[c] == 0 {
+					continue
+				}
+				to := escTo[c] - 1
+				if l, ok := short[byte(c)]; ok {
+					et = append(et, dtrans{lo: l, hi: l, to: to})
+					continue
+				}
+				// \u00XX in either case of hex.
+				if u < 0 {
+					u, z1, z2 = add(), add(), add()
+					et = append(et, dtrans{lo: 'u', hi: 'u', to: u})
+					out.states[u].trans = []dtrans{{lo: '0', hi: '0', to: z1}}
+					out.states[z1].trans = []dtrans{{lo: '0', hi: '0', to: z2}}
+				}
+				h := c >> 4
+				if hiState[h] == 0 {
+					hiState[h] = add()
+					out.states[z2].trans = append(out.states[z2].trans, dtrans{lo: hexd[h], hi: hexd[h], to: hiState[h]})
+				}
+				lo := hexd[c&15]
+				ht := &out.states[hiState[h]].trans
+				*ht = append(*ht, dtrans{lo: lo, hi: lo, to: to})
+				if up := upper(lo); up != lo {
+					*ht = append(*ht, dtrans{lo: up, hi: up, to: to})
+				}
+			}
+			slices.SortFunc(et, func(a, b dtrans) int { return int(a.lo) - int(b.lo) })
+			out.states[e].trans = et
+		}
+		slices.SortFunc(trans, func(a, b dtrans) int { return int(a.lo) - int(b.lo) })
+		out.states[i].trans = trans
 	}
-	out, err := n.determinize(b)
-	if err != nil {
-		return nil, err
+	for i := range out.states {
+		slices.SortFunc(out.states[i].trans, func(a, b dtrans) int { return int(a.lo) - int(b.lo) })
 	}
 	return out.trim().minimize(), nil
 }
@@ -310,4 +359,46 @@ func toPlain(v any) any {
 // ratOf parses a JSON number exactly.
 func ratOf(n json.Number) (*big.Rat, bool) {
 	return new(big.Rat).SetString(string(n))
+}
+
+// quoteDFA wraps a text DFA (textDFA's: it reads no raw '"') in quotes,
+// built directly rather than compiled from a sequence. ok is false when d
+// reads '"' from an accepting state.
+func quoteDFA(d *dfa) (q *dfa, ok bool) {
+	n := int32(len(d.states))
+	q = &dfa{states: make([]dstate, n+2)}
+	start, end := n, n+1 // renumbered below so the start is 0
+	q.states[end].accept = true
+	q.states[start].trans = []dtrans{{lo: '"', hi: '"', to: 0}}
+	for i, s := range d.states {
+		if len(s.calls) > 0 {
+			return nil, false
+		}
+		trans := slices.Clone(s.trans)
+		if s.accept {
+			k, _ := slices.BinarySearchFunc(trans, byte('"'), func(t dtrans, c byte) int { return int(t.lo) - int(c) })
+			if k > 0 && trans[k-1].hi >= '"' || k < len(trans) && trans[k].lo == '"' {
+				return nil, false
+			}
+			trans = slices.Insert(trans, k, dtrans{lo: '"', hi: '"', to: end})
+		}
+		q.states[i].trans = trans
+	}
+	// Swap the new start into place 0.
+	perm := func(x int32) int32 {
+		switch x {
+		case 0:
+			return start
+		case start:
+			return 0
+		}
+		return x
+	}
+	q.states[0], q.states[start] = q.states[start], q.states[0]
+	for i := range q.states {
+		for j := range q.states[i].trans {
+			q.states[i].trans[j].to = perm(q.states[i].trans[j].to)
+		}
+	}
+	return q, true
 }

@@ -22,7 +22,9 @@ type localDFA struct {
 	sets     []localSet
 	index    map[string]int32
 	trans    []int32 // per set, per byte: 0 unknown, 1 no parse survives, id+2
+	exit     []bool  // per set: its exit flag (sets[id].exit, dense for walks)
 	stateSet []int32 // per grammar state: its start set id+1 (0 unknown)
+	sigs     map[int32]string
 	key      []byte
 }
 
@@ -32,7 +34,7 @@ type localSet struct {
 }
 
 func newLocalDFA(g *Grammar) *localDFA {
-	return &localDFA{index: map[string]int32{}, stateSet: make([]int32, len(g.states))}
+	return &localDFA{index: map[string]int32{}, stateSet: make([]int32, len(g.states)), sigs: map[int32]string{}}
 }
 
 // startSet returns the local set of the single parse at state q.
@@ -104,6 +106,7 @@ func (l *localDFA) intern(s localSet) int32 {
 	id := int32(len(l.sets))
 	l.index[string(l.key)] = id
 	l.sets = append(l.sets, s)
+	l.exit = append(l.exit, s.exit)
 	l.trans = append(l.trans, make([]int32, 256)...)
 	return id
 }

@@ -295,6 +295,7 @@ func (m *Matcher) applyTable(mask []uint64, t *tokTable, first *bool) {
 			}
 		}
 	}
+	setIDs(mask, t.long.acc)
 	*first = false
 }
 

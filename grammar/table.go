@@ -1,28 +1,32 @@
 package grammar
 
 import (
-	"container/list"
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"slices"
-	"sync"
 )
 
-// tokTable says, for one grammar position with its callers unknown, which
-// text tokens it accepts outright (read whole inside the position's rule
-// and what that rule calls), and which might be accepted by leaving the
-// rule part-way (grouped by the bytes left once it has returned, which
-// the callers must accept), and whether the position can return before
-// reading anything.
-type tokTable struct {
-	mode   tableMode
-	list   []int32  // listAccept: the accepted tokens; listReject: the text tokens not accepted
-	bits   []uint64 // bitsAccept
-	groups []suffixGroup
-	exit0  bool
-	bytes  int // memory held, for the cache's bound
+// A position's token table comes in parts. What depends only on the
+// parses that start there (its local set): the short tokens it reads
+// whole inside its rule and what that rule calls (a raw table), the same
+// for the long tokens, and the trie nodes before which the rule may
+// return part-way through a token. Raw tables are shared between
+// positions and grammars that read alike (see tokenCache.key). What
+// depends on the rule's callers: the tokens that return part-way,
+// grouped by the bytes left once the rule has returned, kept only where
+// the next byte can follow the rule.
+
+// rawTable is a local set's short tokens, for any rule and callers.
+type rawTable struct {
+	mode tableMode
+	list []int32  // listAccept: the accepted tokens; listReject: the text tokens not accepted
+	bits []uint64 // bitsAccept
+	// exits are the short trie's nodes (depth ≥ 2, preorder) before which
+	// some parse can return from the bottom frame: the tokens below leave
+	// the rule after depth-1 bytes.
+	exits []int32
+	exit0 bool // the rule can return before reading anything
+	size  int  // bytes held
 }
 
 type tableMode uint8
@@ -32,6 +36,26 @@ const (
 	listReject
 	bitsAccept
 )
+
+// subtree is the part of a table under one child of a trie's root, for a
+// local set reached by reading that child's byte: shared between
+// positions whose next sets read alike (inside any JSON string, say, a
+// first letter leads to the same place). A local set's long tokens are a
+// subtree too, of the whole long trie.
+type subtree struct {
+	acc   []int32 // accepted tokens below (the child's own included)
+	exits []int32
+}
+
+func (s *subtree) size() int { return 4*(len(s.acc)+len(s.exits)) + 64 }
+
+// tokTable is one grammar position's token table.
+type tokTable struct {
+	*rawTable
+	long   *subtree
+	groups []suffixGroup
+	size   int // bytes of the groups
+}
 
 type suffixGroup struct {
 	suffix []byte
@@ -44,12 +68,16 @@ type suffixGroup struct {
 type tokenCache struct {
 	v      *Vocab
 	local  *localDFA
-	tables map[uint64]*tokTable
-	sigs   map[int32]string
+	tables map[uint64]*tokTable // by local set and rule
+	raws   map[int32]*rawTable  // by local set
+	longs  map[int32]*subtree   // by local set
+	deep   map[int64]deepHash   // by grammar state and depth
 	bytes  int
 	// scratch for walks
 	states []int32
 	acc    []uint64
+	ids    []int32
+	exits  []int32
 }
 
 // maxCacheBytes bounds a grammar's tables and local automaton per
@@ -59,212 +87,206 @@ const maxCacheBytes = 64 << 20
 func (g *Grammar) cache(v *Vocab) *tokenCache {
 	c := g.caches[v]
 	if c == nil || c.bytes > maxCacheBytes {
-		c = &tokenCache{v: v, local: newLocalDFA(g), tables: map[uint64]*tokTable{}, sigs: map[int32]string{}}
+		c = &tokenCache{
+			v: v, local: newLocalDFA(g),
+			tables: map[uint64]*tokTable{}, raws: map[int32]*rawTable{}, longs: map[int32]*subtree{}, deep: map[int64]deepHash{},
+			states: make([]int32, max(v.short.maxDepth, v.long.maxDepth)+1),
+			acc:    make([]uint64, v.MaskWords()),
+		}
 		g.caches[v] = c
 	}
 	return c
 }
 
+// errAmbiguous is the error of a position whose local parses outnumber
+// the grammar's Configs limit: its table would take too long to build,
+// and its masks with it.
+func (g *Grammar) errAmbiguous() error {
+	return fmt.Errorf("more than %d parses of the grammar at once (too ambiguous): %w", g.limits.Configs, errTooLarge)
+}
+
 // table returns the token table of grammar state q (callers lock g.mu).
 func (g *Grammar) table(c *tokenCache, q int32) (*tokTable, error) {
-	set := c.local.startSet(g, q)
+	l := c.local
+	before := len(l.sets)
+	set := l.startSet(g, q)
+	if l.overflow {
+		l.overflow = false
+		return nil, g.errAmbiguous()
+	}
 	rule := g.states[q].rule
 	key := uint64(set)<<32 | uint64(uint32(rule))
 	if t := c.tables[key]; t != nil {
 		return t, nil
 	}
-	sig := g.signature(c, q)
-	if sig != "" {
-		if t := c.v.shared.get(sig); t != nil {
-			c.tables[key] = t
-			return t, nil
-		}
+	raw, err := g.raw(c, set)
+	if err != nil {
+		return nil, err
 	}
-	t := g.buildTable(c, set, rule)
-	if c.local.overflow {
-		// A position whose local parses outnumber the limit: its table
-		// would take too long to build, and its masks with it.
-		c.local.overflow = false
-		return nil, fmt.Errorf("more than %d parses of the grammar at once (too ambiguous): %w", g.limits.Configs, errTooLarge)
+	long, err := g.longTokens(c, set)
+	if err != nil {
+		return nil, err
 	}
+	t := &tokTable{rawTable: raw, long: long}
+	byKey := map[string][]int32{}
+	groupExits(c.v, &c.v.short, raw.exits, g.follow[rule], byKey)
+	groupExits(c.v, &c.v.long, long.exits, g.follow[rule], byKey)
+	t.groups, t.size = sortGroups(byKey)
 	c.tables[key] = t
-	c.bytes += t.bytes + 64
-	if sig != "" {
-		c.v.shared.put(sig, t)
-	}
+	c.bytes += t.size + 64 + (len(l.sets)-before)*(256*4+64)
 	return t, nil
 }
 
-// maxSharedStates bounds the part of a grammar a shareable position may
-// reach: small lexical positions (inside a string, a number, a keyword)
-// recur across grammars, large structural ones do not.
-const maxSharedStates = 64
-
-// signature names the language read from state q by its structure alone:
-// the states reachable from q (through transitions, callees and
-// continuations) numbered in breadth-first order, with their accepting
-// flags, transitions and calls, and the bytes that may follow q's rule.
-// Two positions with one signature have the same token table, in any
-// grammar over the same vocabulary. "" when more than maxSharedStates
-// states are reachable.
-func (g *Grammar) signature(c *tokenCache, q int32) string {
-	if s, ok := c.sigs[q]; ok {
-		return s
+// raw returns local set id's raw table: this grammar's, another's that
+// reads alike, or built.
+func (g *Grammar) raw(c *tokenCache, set int32) (*rawTable, error) {
+	if raw := c.raws[set]; raw != nil {
+		return raw, nil
 	}
-	index := map[int32]int32{q: 0}
-	order := []int32{q}
-	visit := func(s int32) bool {
-		if _, ok := index[s]; !ok {
-			if len(order) >= maxSharedStates {
-				return false
-			}
-			index[s] = int32(len(order))
-			order = append(order, s)
-		}
-		return true
-	}
-	ok := true
-	for k := 0; k < len(order) && ok; k++ {
-		s := &g.states[order[k]]
-		for _, t := range s.trans {
-			ok = ok && visit(t.to)
-		}
-		for _, cl := range s.calls {
-			ok = ok && visit(cl.start) && visit(cl.ret)
+	key := c.key(g, set, shortBytes)
+	if key != "" {
+		if raw, ok := c.v.shared.get("r" + key).(*rawTable); ok {
+			c.raws[set] = raw
+			return raw, nil
 		}
 	}
-	if !ok {
-		c.sigs[q] = ""
-		return ""
+	raw, err := g.buildRaw(c, set)
+	if err != nil {
+		return nil, err
 	}
-	h := sha256.New()
-	var buf []byte
-	f := g.follow[g.states[q].rule]
-	for _, w := range f {
-		buf = binary.LittleEndian.AppendUint64(buf, w)
+	if key != "" {
+		c.v.shared.put("r"+key, raw, raw.size)
+	} else {
+		c.bytes += raw.size
 	}
-	for _, id := range order {
-		s := &g.states[id]
-		flags := byte(0)
-		if s.accept {
-			flags |= 1
-		}
-		if s.final {
-			flags |= 2
-		}
-		buf = append(buf, 0xfe, flags)
-		for _, t := range s.trans {
-			buf = append(buf, t.lo, t.hi)
-			buf = binary.AppendUvarint(buf, uint64(index[t.to]))
-		}
-		buf = append(buf, 0xff)
-		for _, cl := range s.calls {
-			buf = binary.AppendUvarint(buf, uint64(index[cl.start]))
-			buf = binary.AppendUvarint(buf, uint64(index[cl.ret]))
-		}
-	}
-	h.Write(buf)
-	sig := string(h.Sum(nil))
-	c.sigs[q] = sig
-	return sig
+	c.raws[set] = raw
+	return raw, nil
 }
 
-// sharedTables holds token tables shared between grammars over one
-// vocabulary, keyed by signature, least recently used first out past
-// maxSharedBytes.
-type sharedTables struct {
-	mu    sync.Mutex
-	bytes int
-	index map[string]*list.Element
-	lru   list.List
-}
-
-type sharedEntry struct {
-	sig string
-	t   *tokTable
-}
-
-// maxSharedBytes bounds a vocabulary's shared tables.
-const maxSharedBytes = 128 << 20
-
-func (s *sharedTables) get(sig string) *tokTable {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e, ok := s.index[sig]; ok {
-		s.lru.MoveToFront(e)
-		return e.Value.(*sharedEntry).t
+// longTokens returns local set id's long tokens: walked, or shared with
+// the sets of the same structure.
+func (g *Grammar) longTokens(c *tokenCache, set int32) (*subtree, error) {
+	if s := c.longs[set]; s != nil {
+		return s, nil
 	}
-	return nil
-}
-
-func (s *sharedTables) put(sig string, t *tokTable) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.index == nil {
-		s.index = map[string]*list.Element{}
-	}
-	if _, ok := s.index[sig]; ok {
-		return
-	}
-	s.index[sig] = s.lru.PushFront(&sharedEntry{sig, t})
-	s.bytes += t.bytes + 64
-	for s.bytes > maxSharedBytes && s.lru.Len() > 1 {
-		e := s.lru.Back()
-		se := e.Value.(*sharedEntry)
-		s.lru.Remove(e)
-		delete(s.index, se.sig)
-		s.bytes -= se.t.bytes + 64
-	}
-}
-
-func (g *Grammar) buildTable(c *tokenCache, start int32, rule RuleID) *tokTable {
-	v, l := c.v, c.local
-	before := len(l.sets)
-	if c.states == nil {
-		c.states = make([]int32, v.maxDepth+1)
-		c.acc = make([]uint64, v.MaskWords())
-	}
-	states, acc := c.states, c.acc
-	clear(acc)
-	states[0] = start
-	follow := g.follow[rule]
-	nAcc := 0
-	groups := map[string][]int32{}
-	nb, nd, ne, nt := v.nodeByte, v.nodeDepth, v.nodeEnd, v.nodeTok
-	for i := 0; i < len(nb); {
-		d := int(nd[i])
-		s := states[d-1]
-		b := nb[i]
-		if d >= 2 && l.sets[s].exit && follow.has(b) {
-			// The rule may return after d-1 bytes; the rest of every token
-			// below is for the callers to accept.
-			for j := i; j < int(ne[i]); j++ {
-				for t := nt[j]; t >= 0; t = v.dupTok[t] {
-					k := string(v.pieces[t][d-1:])
-					groups[k] = append(groups[k], t)
-				}
-			}
+	sig := c.local.signature(g, set)
+	if sig != "" {
+		if s, ok := c.v.shared.get("l" + sig).(*subtree); ok {
+			c.longs[set] = s
+			return s, nil
 		}
-		ns := l.trans[int(s)<<8|int(b)]
-		if ns == 0 {
-			ns = l.compute(g, s, b)
-			l.trans[int(s)<<8|int(b)] = ns
+	}
+	s := &subtree{}
+	tr := &c.v.long
+	for i := 0; i < len(tr.nodes); i = int(tr.nodes[i].end) {
+		ns := c.local.next(g, set, tr.nodes[i].b)
+		if c.local.overflow {
+			c.local.overflow = false
+			return nil, g.errAmbiguous()
 		}
-		if ns == 1 {
-			i = int(ne[i])
+		if ns < 0 {
 			continue
 		}
-		states[d] = ns - 2
-		for t := nt[i]; t >= 0; t = v.dupTok[t] {
-			acc[t>>6] |= 1 << (t & 63)
-			nAcc++
+		ids, exits := g.walk(c, tr, i, ns)
+		if c.local.overflow {
+			c.local.overflow = false
+			return nil, g.errAmbiguous()
 		}
-		i++
+		s.acc = append(s.acc, ids...)
+		s.exits = append(s.exits, exits...)
 	}
-	t := &tokTable{exit0: l.sets[start].exit}
-	nText := 0
-	for _, w := range v.text {
-		nText += bits.OnesCount64(w)
+	if sig != "" {
+		c.v.shared.put("l"+sig, s, s.size())
+	} else {
+		c.bytes += s.size()
+	}
+	c.longs[set] = s
+	return s, nil
+}
+
+// groupExits groups the tokens below tr's exit nodes whose byte can
+// follow the rule by the bytes left once it has returned.
+func groupExits(v *Vocab, tr *trie, exits []int32, follow byteSet, byKey map[string][]int32) {
+	for _, j := range exits {
+		n := &tr.nodes[j]
+		if !follow.has(n.b) {
+			continue
+		}
+		d := int(n.depth)
+		for k := int(j); k < int(n.end); k++ {
+			for t := tr.nodes[k].tok; t >= 0; t = v.dupTok[t] {
+				s := string(v.pieces[t][d-1:])
+				byKey[s] = append(byKey[s], t)
+			}
+		}
+	}
+}
+
+func sortGroups(byKey map[string][]int32) ([]suffixGroup, int) {
+	if len(byKey) == 0 {
+		return nil, 0
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	groups := make([]suffixGroup, 0, len(keys))
+	size := 0
+	for _, k := range keys {
+		groups = append(groups, suffixGroup{suffix: []byte(k), toks: byKey[k]})
+		size += len(k) + 4*len(byKey[k]) + 48
+	}
+	return groups, size
+}
+
+// buildRaw walks the short trie from local set start, one subtree of the
+// root at a time: a subtree whose next set reads like one some grammar
+// walked before is taken from the vocabulary's shared subtrees, and
+// shared once walked.
+func (g *Grammar) buildRaw(c *tokenCache, start int32) (*rawTable, error) {
+	v, l := c.v, c.local
+	acc := c.acc
+	clear(acc)
+	var exits []int32
+	tr := &v.short
+	for i := 0; i < len(tr.nodes); i = int(tr.nodes[i].end) {
+		b := tr.nodes[i].b
+		ns := l.next(g, start, b)
+		if l.overflow {
+			l.overflow = false
+			return nil, g.errAmbiguous()
+		}
+		if ns < 0 {
+			continue
+		}
+		// The subtree reads at most shortBytes-1 bytes past ns.
+		key := c.key(g, ns, shortBytes-1)
+		if key != "" {
+			key = "s" + key + string(b)
+			if sub, ok := v.shared.get(key).(*subtree); ok {
+				setIDs(acc, sub.acc)
+				exits = append(exits, sub.exits...)
+				continue
+			}
+		}
+		ids, subExits := g.walk(c, tr, i, ns)
+		if l.overflow {
+			l.overflow = false
+			return nil, g.errAmbiguous()
+		}
+		setIDs(acc, ids)
+		exits = append(exits, subExits...)
+		if key != "" {
+			sub := &subtree{acc: slices.Clone(ids), exits: slices.Clone(subExits)}
+			v.shared.put(key, sub, sub.size())
+		}
+	}
+	t := &rawTable{exits: slices.Clip(exits), exit0: l.sets[start].exit}
+	nAcc, nText := 0, 0
+	for i, w := range acc {
+		nAcc += bits.OnesCount64(w)
+		nText += bits.OnesCount64(v.text[i])
 	}
 	words := len(acc)
 	switch {
@@ -272,8 +294,10 @@ func (g *Grammar) buildTable(c *tokenCache, start int32, rule RuleID) *tokTable 
 		t.mode = listAccept
 		t.list = make([]int32, 0, nAcc)
 		forBits(acc, func(id int32) { t.list = append(t.list, id) })
-		t.bytes = 4 * nAcc
+		t.size = 4 * nAcc
 	case (nText-nAcc)*4 <= words*8:
+		// The long tokens are rejected here; the position's own list
+		// of them adds back those it accepts.
 		t.mode = listReject
 		t.list = make([]int32, 0, nText-nAcc)
 		for w := range acc {
@@ -284,23 +308,68 @@ func (g *Grammar) buildTable(c *tokenCache, start int32, rule RuleID) *tokTable 
 				t.list = append(t.list, int32(w*64+k))
 			}
 		}
-		t.bytes = 4 * (nText - nAcc)
+		t.size = 4 * (nText - nAcc)
 	default:
 		t.mode = bitsAccept
 		t.bits = slices.Clone(acc)
-		t.bytes = 8 * words
+		t.size = 8 * words
 	}
-	keys := make([]string, 0, len(groups))
-	for k := range groups {
-		keys = append(keys, k)
+	t.size += 4*len(t.exits) + 64
+	return t, nil
+}
+
+// walk reads the subtree of tr's root child i, whose byte leads to local
+// set first, and returns its accepted tokens and exit nodes (scratch,
+// valid until the next walk).
+func (g *Grammar) walk(c *tokenCache, tr *trie, i int, first int32) ([]int32, []int32) {
+	l := c.local
+	nodes, dup := tr.nodes, c.v.dupTok
+	states := c.states
+	ids, exits := c.ids[:0], c.exits[:0]
+	for t := nodes[i].tok; t >= 0; t = dup[t] {
+		ids = append(ids, t)
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		t.groups = append(t.groups, suffixGroup{suffix: []byte(k), toks: groups[k]})
-		t.bytes += len(k) + 4*len(groups[k]) + 48
+	states[1] = first
+	end := int(nodes[i].end)
+	trans, exit := l.trans, l.exit
+	for j := i + 1; j < end; {
+		n := &nodes[j]
+		d := int(n.depth)
+		s := states[d-1]
+		if exit[s] {
+			exits = append(exits, int32(j))
+		}
+		ns := trans[int(s)<<8|int(n.b)]
+		if ns <= 1 {
+			if ns == 0 {
+				ns = l.compute(g, s, n.b)
+				l.trans[int(s)<<8|int(n.b)] = ns
+				trans, exit = l.trans, l.exit // interning grows them
+			}
+			if ns == 1 {
+				j = int(n.end)
+				continue
+			}
+		}
+		states[d] = ns - 2
+		if t := n.tok; t >= 0 {
+			ids = append(ids, t)
+			if n.dup {
+				for t = dup[t]; t >= 0; t = dup[t] {
+					ids = append(ids, t)
+				}
+			}
+		}
+		j++
 	}
-	c.bytes += (len(l.sets) - before) * (256*4 + 64)
-	return t
+	c.ids, c.exits = ids, exits
+	return ids, exits
+}
+
+func setIDs(m []uint64, ids []int32) {
+	for _, id := range ids {
+		m[id>>6] |= 1 << (id & 63)
+	}
 }
 
 // forBits calls f with the index of every set bit.

@@ -3,6 +3,7 @@ package grammar
 import (
 	"bytes"
 	"fmt"
+	"hash/maphash"
 	"slices"
 )
 
@@ -17,20 +18,43 @@ type Vocab struct {
 	pieces  [][]byte
 	special []bool
 	stops   []int32
-	// The trie: node i reads nodeByte[i] at depth nodeDepth[i] (1 for the
-	// root's children); its subtree is [i, nodeEnd[i]); nodeTok[i] is the
-	// first token whose bytes end there (-1 if none), and dupTok chains
-	// the other tokens with the same bytes.
-	nodeByte  []byte
-	nodeDepth []uint16
-	nodeEnd   []int32
-	nodeTok   []int32
-	dupTok    []int32
-	maxDepth  int
-	text      []uint64 // bitmask of the text tokens
+	// The text tokens as two tries: short holds those of at most
+	// shortBytes bytes (nearly all), whose tables positions share when
+	// they read alike for shortBytes bytes; long holds the rest, walked
+	// for each position. dupTok chains the tokens with the same bytes as
+	// another.
+	short, long trie
+	dupTok      []int32
+	text        []uint64 // bitmask of the text tokens
 	// shared holds token tables of small positions, reused by every
 	// grammar over this vocabulary.
 	shared sharedTables
+	// seeds hash what positions read, to find the ones that read alike.
+	seeds [2]maphash.Seed
+}
+
+// shortBytes is the length past which a token is long: positions that
+// read alike for this many bytes share their tables of short tokens (a
+// string with maxLength 255 has one table for most of its length).
+const shortBytes = 24
+
+// trie is a byte trie of tokens in preorder, one array so a walk streams
+// through memory.
+type trie struct {
+	nodes    []trieNode
+	maxDepth int
+}
+
+// trieNode is one node of the vocabulary trie: it reads b at depth depth
+// (1 for the root's children); its subtree is [its index, end); tok is
+// the first token whose bytes end there (-1 if none), and dup says more
+// tokens end there (chained by Vocab.dupTok).
+type trieNode struct {
+	end   int32
+	tok   int32
+	depth uint16
+	b     byte
+	dup   bool
 }
 
 // MaxTokenBytes bounds a token's length (no real vocabulary comes near it).
@@ -58,6 +82,7 @@ func NewVocab(pieces [][]byte, special []bool, stops []int32) (*Vocab, error) {
 		stops:   slices.Clone(stops),
 		dupTok:  make([]int32, n),
 		text:    make([]uint64, (n+63)/64),
+		seeds:   [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
 	}
 	var ids []int32
 	for i, p := range pieces {
@@ -72,13 +97,32 @@ func NewVocab(pieces [][]byte, special []bool, stops []int32) (*Vocab, error) {
 		}
 	}
 	slices.SortStableFunc(ids, func(a, b int32) int { return bytes.Compare(pieces[a], pieces[b]) })
+	var short, long []int32
+	for _, id := range ids {
+		if len(pieces[id]) <= shortBytes {
+			short = append(short, id)
+		} else {
+			long = append(long, id)
+		}
+	}
+	v.short = v.buildTrie(short)
+	v.long = v.buildTrie(long)
+	return v, nil
+}
+
+// buildTrie lays out tokens ids, sorted by their bytes, as a trie,
+// chaining tokens with the same bytes through v.dupTok.
+func (v *Vocab) buildTrie(ids []int32) trie {
+	var tr trie
 	var prev []byte
 	var open []int32 // node index per depth-1 on the current path
 	for k, id := range ids {
-		p := pieces[id]
+		p := v.pieces[id]
 		if k > 0 && bytes.Equal(p, prev) {
 			// Same bytes as the previous token: chain it.
-			last := v.nodeTok[open[len(p)-1]]
+			node := &tr.nodes[open[len(p)-1]]
+			node.dup = true
+			last := node.tok
 			for v.dupTok[last] >= 0 {
 				last = v.dupTok[last]
 			}
@@ -91,24 +135,21 @@ func NewVocab(pieces [][]byte, special []bool, stops []int32) (*Vocab, error) {
 		}
 		// Close the nodes below the common prefix.
 		for len(open) > lcp {
-			v.nodeEnd[open[len(open)-1]] = int32(len(v.nodeByte))
+			tr.nodes[open[len(open)-1]].end = int32(len(tr.nodes))
 			open = open[:len(open)-1]
 		}
 		for d := lcp; d < len(p); d++ {
-			open = append(open, int32(len(v.nodeByte)))
-			v.nodeByte = append(v.nodeByte, p[d])
-			v.nodeDepth = append(v.nodeDepth, uint16(d+1))
-			v.nodeEnd = append(v.nodeEnd, 0)
-			v.nodeTok = append(v.nodeTok, -1)
+			open = append(open, int32(len(tr.nodes)))
+			tr.nodes = append(tr.nodes, trieNode{tok: -1, depth: uint16(d + 1), b: p[d]})
 		}
-		v.nodeTok[open[len(p)-1]] = id
-		v.maxDepth = max(v.maxDepth, len(p))
+		tr.nodes[open[len(p)-1]].tok = id
+		tr.maxDepth = max(tr.maxDepth, len(p))
 		prev = p
 	}
 	for _, i := range open {
-		v.nodeEnd[i] = int32(len(v.nodeByte))
+		tr.nodes[i].end = int32(len(tr.nodes))
 	}
-	return v, nil
+	return tr
 }
 
 // Size is the number of tokens; a mask has (Size+63)/64 words.
