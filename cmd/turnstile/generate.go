@@ -17,10 +17,12 @@ import (
 
 // generateOptions are the flags of `turnstile generate`.
 type generateOptions struct {
-	// engineFlags: --model, --device, --workers and --seed (the sampling
-	// seed); generate sizes its KV cache to the one sequence, so it has no
-	// --gpu-memory-fraction.
+	// engineFlags: --model, --device, --cascade-min-blocks,
+	// --kv-cache-dtype and --workers; generate sizes its KV cache to the one
+	// sequence, so it has no --gpu-memory-fraction. commandFlags: --seed
+	// (the sampling seed).
 	engineFlags
+	commandFlags
 	prompt      string
 	n           int
 	temperature float32
@@ -28,11 +30,14 @@ type generateOptions struct {
 	topK        int
 }
 
-// generateEngineFlags are the engine flags generate registers.
-const generateEngineFlags = flagModel | flagDevice | flagCascade | flagKVDtype | flagWorkers | flagSeed
+// The engine and command flags generate registers.
+const (
+	generateEngineFlags  = flagModel | flagDevice | flagCascade | flagKVDtype | flagWorkers
+	generateCommandFlags = flagSeed
+)
 
 func newGenerateCmd() *cobra.Command {
-	o := generateOptions{engineFlags: defaultEngineFlags(), n: 64, topP: 1}
+	o := generateOptions{engineFlags: defaultEngineFlags(), commandFlags: defaultCommandFlags(), n: 64, topP: 1}
 	cmd := &cobra.Command{
 		Use:   "generate --prompt TEXT [-n N]",
 		Short: "Generate text from a prompt and report tokens/s",
@@ -49,7 +54,8 @@ func newGenerateCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	o.register(f, generateEngineFlags)
+	o.engineFlags.register(f, generateEngineFlags)
+	o.commandFlags.register(f, generateCommandFlags)
 	f.StringVar(&o.prompt, "prompt", o.prompt, "prompt text (empty: start from BOS)")
 	f.IntVarP(&o.n, "n", "n", o.n, "tokens to generate (≥ 1)")
 	f.Float32Var(&o.temperature, "temperature", o.temperature, "sampling temperature (0: greedy)")

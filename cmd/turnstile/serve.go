@@ -40,8 +40,6 @@ type serveOptions struct {
 	port         int
 	dp           int
 	selection    cuda.Selection // --device parsed by validate
-	admission    string         // tokens, blocks, pausing (or A, B, C) or none; validate normalizes it
-	programs     programFlags
 	// ablation is the experiment switches (the zero value serves), the one
 	// source of every engine's and the deployment's.
 	ablation   adp.Ablation
@@ -73,58 +71,14 @@ type serveOptions struct {
 // newServeOptions is serve's configuration before any flag: the engine's
 // defaults and the server's, stated once (bench serve starts from it too).
 func newServeOptions() serveOptions {
-	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, admission: "tokens",
-		programs: newProgramFlags(), drain: 30 * time.Second, logFormat: "text", logLevel: "info", getenv: os.Getenv,
-		dpWatchdog: time.Minute, shardMLP: true, readTimeout: server.DefaultReadTimeout, writeTimeout: server.DefaultWriteTimeout,
+	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, drain: 30 * time.Second,
+		logFormat: "text", logLevel: "info", getenv: os.Getenv, dpWatchdog: time.Minute, shardMLP: true, readTimeout: server.DefaultReadTimeout, writeTimeout: server.DefaultWriteTimeout,
 		idleTimeout: server.DefaultIdleTimeout, maxConnections: server.DefaultMaxConnections}
 }
 
 // serveEngineFlags are the engine flags serve registers.
 const serveEngineFlags = flagModel | flagDevice | flagGPUFraction | flagMaxBatchSize | flagMaxBatched | flagBlockSize | flagCascade |
-	flagKVTokens | flagKVDtype | flagWorkers | flagNoOverlap
-
-// programFlags are the program policy's parameters. Those not given on the
-// command line (set) take the accounting's defaults (policy.DefaultConfig); the
-// policy validates them (policy.Config.Validate).
-type programFlags struct {
-	maxActive                                     int // 0: --max-batch-size
-	buffer, reserve                               int
-	actingWeight                                  float64
-	pauseThreshold, pauseTarget, resumeHysteresis float64
-	agingTau, forcedResume, lease                 time.Duration
-	set                                           map[string]bool
-}
-
-// newProgramFlags holds the tokens accounting's defaults, which the flags' help shows.
-func newProgramFlags() programFlags {
-	d := policy.DefaultConfig(policy.TokenAccounting, 1)
-	return programFlags{buffer: d.Buffer, reserve: d.Reserve, actingWeight: d.ActingTokenWeight, pauseThreshold: d.PauseThreshold,
-		pauseTarget: d.PauseTarget, resumeHysteresis: d.ResumeHysteresis, agingTau: d.AgingTau, forcedResume: d.ForcedResume, lease: d.Lease}
-}
-
-// programParam is one program policy flag: its name, its value as given,
-// and how it sets the policy's configuration.
-type programParam struct {
-	name, value string
-	apply       func(*policy.Config)
-}
-
-// params lists the program policy flags in the order they are applied (a
-// threshold before the target and hysteresis it bounds).
-func (p *programFlags) params() []programParam {
-	return []programParam{
-		{"max-active-programs", strconv.Itoa(p.maxActive), func(c *policy.Config) { c.MaxActive = p.maxActive }},
-		{"admission-buffer", strconv.Itoa(p.buffer), func(c *policy.Config) { c.Buffer = p.buffer }},
-		{"admission-reserve", strconv.Itoa(p.reserve), func(c *policy.Config) { c.Reserve = p.reserve }},
-		{"acting-token-weight", fmt.Sprint(p.actingWeight), func(c *policy.Config) { c.ActingTokenWeight = p.actingWeight }},
-		{"pause-threshold", fmt.Sprint(p.pauseThreshold), func(c *policy.Config) { c.PauseThreshold = p.pauseThreshold }},
-		{"pause-target", fmt.Sprint(p.pauseTarget), func(c *policy.Config) { c.PauseTarget = p.pauseTarget }},
-		{"resume-hysteresis", fmt.Sprint(p.resumeHysteresis), func(c *policy.Config) { c.ResumeHysteresis = p.resumeHysteresis }},
-		{"aging-tau", p.agingTau.String(), func(c *policy.Config) { c.AgingTau = p.agingTau }},
-		{"forced-resume", p.forcedResume.String(), func(c *policy.Config) { c.ForcedResume = p.forcedResume }},
-		{"program-lease", p.lease.String(), func(c *policy.Config) { c.Lease = p.lease }},
-	}
-}
+	flagKVTokens | flagKVDtype | flagWorkers | flagNoOverlap | flagPrograms
 
 func newServeCmd() *cobra.Command {
 	o := newServeOptions()
@@ -146,7 +100,6 @@ func newServeCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.parsed(cmd.Flags())
-			o.programs.set = o.set
 			o.autoSize = true
 			if err := o.validate(); err != nil {
 				return err
@@ -167,18 +120,6 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&o.dpWatchdog, "dp-watchdog", o.dpWatchdog, "under mpirun: end the job (naming the rank and collective) when one lockstep iteration takes longer than this; 0 disables")
 	f.BoolVar(&o.shardMLP, "shard-mlp", o.shardMLP, "under mpirun on the CPU: run the MLP tensor-parallel across the ranks (each process holds 1/N of the MLP weights; every rank steps in lockstep)")
 	f.BoolVar(&o.verifyPlacement, "verify-placement", o.verifyPlacement, "debug: every process hashes each iteration's placements and the job stops if any differs")
-	f.StringVar(&o.admission, "admission", o.admission, "program admission for requests with a program id: tokens (each program's tokens + a buffer), blocks (distinct shared KV blocks + a growth reserve), pausing (tokens with pause thresholds), or none; A, B and C name the first three too")
-	p := &o.programs
-	f.IntVar(&p.maxActive, "max-active-programs", p.maxActive, "most programs ACTIVE at once; the others' turns wait (default: --max-batch-size)")
-	f.IntVar(&p.buffer, "admission-buffer", p.buffer, "tokens charged per ACTIVE program under tokens and pausing")
-	f.IntVar(&p.reserve, "admission-reserve", p.reserve, "tokens charged per ACTIVE program under blocks (growth headroom)")
-	f.Float64Var(&p.actingWeight, "acting-token-weight", p.actingWeight, "weight of a program's tokens between turns under tokens and pausing, in [0, 1]")
-	f.Float64Var(&p.pauseThreshold, "pause-threshold", p.pauseThreshold, "pause programs when used exceeds this fraction of the KV capacity (pausing's default: 0.95)")
-	f.Float64Var(&p.pauseTarget, "pause-target", p.pauseTarget, "pause down to this fraction of the KV capacity (pausing's default: 0.80)")
-	f.Float64Var(&p.resumeHysteresis, "resume-hysteresis", p.resumeHysteresis, "resume while used + estimate <= threshold - this (pausing's default: 0.10)")
-	f.DurationVar(&p.agingTau, "aging-tau", p.agingTau, "aging of waiting programs: effective size = tokens / (1 + wait/tau); 0 disables")
-	f.DurationVar(&p.forcedResume, "forced-resume", p.forcedResume, "resume a waiting turn after this long even if it does not fit")
-	f.DurationVar(&p.lease, "program-lease", p.lease, "end a program after this long without a turn (with --admission none, the server forgets its id then)")
 	f.BoolVar(&o.ablation.Engine.ChargeRetiring, "charge-retiring", o.ablation.Engine.ChargeRetiring, "experiments only: charge retiring requests against admission and step budgets (what engines without the retiring rule do)")
 	f.StringArrayVar(&o.apiKeys, "api-key", o.apiKeys, "require 'Authorization: Bearer KEY' (repeatable; each key is its own cache tenant; visible in ps: prefer --api-key-file or "+apiKeyEnv+")")
 	f.StringVar(&o.apiKeyFile, "api-key-file", o.apiKeyFile, "read API keys from this file, one per line (blank lines and lines starting with # are skipped); adds to --api-key and "+apiKeyEnv)
@@ -231,20 +172,6 @@ func (o *serveOptions) validate() error {
 		return err
 	}
 	o.selection = sel
-	// The accounting names are policy's; serve adds only "none" and that
-	// an empty value means the default, tokens.
-	if strings.TrimSpace(o.admission) == "" {
-		o.admission = policy.TokenAccounting.String()
-	} else if strings.EqualFold(strings.TrimSpace(o.admission), "none") {
-		o.admission = "none"
-	} else if a, err := policy.ParseAccounting(o.admission); err != nil {
-		return fmt.Errorf("serve: --admission %q: must be tokens, blocks or pausing (or none): %w", o.admission, err)
-	} else {
-		o.admission = a.String()
-	}
-	if _, err := o.programPolicy(); err != nil {
-		return err
-	}
 	for i, k := range o.apiKeys {
 		if err := checkAPIKey(k, fmt.Sprintf("--api-key #%d", i+1)); err != nil {
 			return err
@@ -300,40 +227,6 @@ func (o *serveOptions) addAPIKeys() error {
 		o.apiKeys = append(o.apiKeys, k)
 	}
 	return nil
-}
-
-// programPolicy is the program policy the flags ask for (nil: none): the
-// accounting's defaults with the parameters given on the command line. The policy
-// validates them (policy.Config.Validate, the one statement of its rules);
-// each given flag is applied and validated in turn, so an error names the
-// flag that made the configuration invalid. MaxActive is
-// --max-active-programs, by default --max-batch-size (one step's
-// sequences).
-func (o *serveOptions) programPolicy() (*policy.Config, error) {
-	if o.admission == "none" {
-		return nil, nil
-	}
-	acc, err := policy.ParseAccounting(o.admission)
-	if err != nil {
-		return nil, fmt.Errorf("serve: --admission: %w", err)
-	}
-	// At most --max-batch-size ACTIVE programs (what the sizing report
-	// says): one step's sequences. 1 here once held every program but the
-	// first waiting behind it.
-	c := policy.DefaultConfig(acc, o.maxBatchSize)
-	for _, p := range o.programs.params() {
-		if !o.programs.set[p.name] {
-			continue
-		}
-		p.apply(&c)
-		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("serve: --%s %s: %w", p.name, p.value, err)
-		}
-	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("serve: --admission %s: %w", o.admission, err)
-	}
-	return &c, nil
 }
 
 func (o *serveOptions) logger(w io.Writer) *slog.Logger {
@@ -402,7 +295,7 @@ func (o *serveOptions) resolve(ctxLen, vocab int, device cuda.Selection) (sizes,
 	s := sizes{seats: seats, headroom: headroom, context: ctxLen, vocab: vocab,
 		batchSeqs: o.maxBatchSize, batchToks: o.maxBatched, overlap: overlap, admission: o.admission, device: device}
 	if s.programs, err = o.programPolicy(); err != nil {
-		return s, err
+		return s, fmt.Errorf("serve: %w", err)
 	}
 	kv := o.kvTokens
 	if kv == 0 && device.Backend != cuda.BackendCUDA {
