@@ -99,9 +99,10 @@ func (o generateOptions) validate() error {
 	return nil
 }
 
-// runGenerate loads the model, builds an engine of one seat on the runner
-// of the selected device, submits the prompt and drains its stream. When
-// --device auto chose, one line on errOut says which and why.
+// runGenerate loads the model, builds a deployment of one engine of one
+// seat on the runner of the selected device (buildDeployment), submits the
+// prompt and drains its stream. When --device auto chose, one line on
+// errOut says which and why.
 func runGenerate(out, errOut io.Writer, o generateOptions) error {
 	sel, err := o.selectDevice("generate")
 	if err != nil {
@@ -140,24 +141,17 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 	cfg := o.executorConfig()
 	cfg.MaxBatchSize, cfg.Overlap = 1, false
 	cfg.MaxNumBatchedTokens = min(len(prompt), cfg.MaxNumBatchedTokens)
-	seats, _, err := engineSeats(cfg.MaxBatchSize, cfg.Overlap)
-	if err != nil {
-		return fmt.Errorf("generate: %w", err)
-	}
 	kvType, err := o.kvType(device.Backend)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	r, _, err := newRunner("generate", device, m, runnerSizes{seats: seats, kvBlocks: (total + cfg.BlockSize - 1) / cfg.BlockSize,
-		blockSize: cfg.BlockSize, maxBatchTokens: cfg.MaxNumBatchedTokens, workers: o.workers, kvType: kvType})
+	d, err := buildDeployment(deploymentSpec{command: "generate", model: m, device: device, engine: cfg, dp: 1,
+		runner: runnerSizes{kvBlocks: (total + cfg.BlockSize - 1) / cfg.BlockSize, workers: o.workers, kvType: kvType}})
 	if err != nil {
 		return err
 	}
-	defer r.Close()
-	eng, err := executor.New(cfg, r, tok)
-	if err != nil {
-		return fmt.Errorf("generate: %w", err)
-	}
+	defer d.Close()
+	eng := d.front
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	loop := make(chan error, 1)

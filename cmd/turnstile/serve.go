@@ -336,6 +336,17 @@ func (s *sizes) setKV(blocks, blockSize int, fraction float64) error {
 		s.kvTokens, s.context)
 }
 
+// setRunners records what the deployment's runners say of the KV cache:
+// its element type and bytes, and on CUDA the memory plan, whose KV size
+// is the cache's when --gpu-memory-fraction sized it.
+func (s *sizes) setRunners(d *deployment, fraction float64) error {
+	s.kvDtype, s.kvBytes, s.gpu = d.kvDtype, d.kvBytes, d.gpu
+	if d.gpu != nil && s.blocks == 0 {
+		return s.setKV(d.gpu.KVBlocks, d.gpu.BlockSize, fraction)
+	}
+	return nil
+}
+
 func (s sizes) print(w io.Writer, name, path string) error {
 	adm := "none (seats and blocks only)"
 	if c := s.programs; c != nil {
@@ -386,52 +397,20 @@ func (o *serveOptions) readChatTemplate(m *model.Llama) (tmpl, source string, er
 	return "", "fallback format (the model has no chat template)", nil
 }
 
-// runServe loads the model, builds the engine and the server, and serves
-// until ctx ends. ready, when set, is called with the bound address once
-// the server accepts connections.
+// runServe loads the model, builds the deployment (buildDeployment) and
+// the server, and serves until ctx ends. ready, when set, is called with
+// the bound address once the server accepts connections.
 func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready func(addr string)) (err error) {
 	log := o.logger(logOut)
-	// Probe before loading the model: an unusable --device cuda fails fast.
-	device, note, err := o.dev.resolve("serve", o.selection)
+	device, overlapNote, err := o.resolveDevice(log)
 	if err != nil {
 		return err
 	}
-	if note != "" { // auto chose: one line says which device and why
-		if device.Backend == cuda.BackendCPU {
-			log.Warn("device", slog.String("device", device.String()), slog.String("reason", note))
-		} else {
-			log.Info("device", slog.String("device", device.String()), slog.String("reason", note))
-		}
-	}
-	// On the CPU a sharded MLP's collectives run on the cores the loop's
-	// gather spins on: overlapping the two (the gather of step n+1 while
-	// step n's layers exchange rows) oversubscribes them and costs each
-	// exchange a scheduler time slice (measured: ~100× slower decode with
-	// two ranks on two cores). The ranks step without overlap instead.
-	overlapNote := ""
-	if o.acrossProcesses() && o.shardMLP && device.Backend != cuda.BackendCUDA && !o.noOverlap {
-		o.noOverlap = true
-		overlapNote = " (overlap off: on the CPU the sharded MLP's collectives share the cores the gather waits on; --shard-mlp=false keeps overlap)"
-	}
-	if isTerminal(logOut) {
-		if err := warmFile(o.model, logOut); err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-	}
-	lopts := o.llamaOptions(device.Backend)
-	if o.acrossProcesses() && o.shardMLP {
-		// Each process then streams 1/N of the MLP: copying the whole
-		// model into its own memory would undo the shard's saving, so the
-		// weights stay in the file mapping, which the processes of a host
-		// share.
-		lopts.Mmap = true
-	}
-	m, err := model.LoadLlama(o.model, lopts)
+	m, err := o.loadModel(device, logOut)
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return err
 	}
 	defer m.Close()
-	tok := m.Tokenizer()
 	o.servingDefaults(device)
 	sz, err := o.resolve(m.MaxContext(), m.Config().Vocab, device)
 	if err != nil {
@@ -446,141 +425,140 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(o.model), filepath.Ext(o.model))
 	}
-	across := o.acrossProcesses()
-	if o.dp > 1 && !across && device.Backend == cuda.BackendCUDA {
-		return fmt.Errorf("serve: --dp %d on %s: in one process attention-DP ranks run on the CPU runner only; on GPUs run one rank per process: mpirun -np %d turnstile serve --dp %d", o.dp, device, o.dp, o.dp)
-	}
-	// Under mpirun this process is one rank of the deployment: it joins the
-	// MPI world, takes its local rank's GPU, and only process 0 serves HTTP.
-	var world *mpi.World
-	proc, ranksHere := 0, o.dp
-	if across {
-		if world, err = o.openWorld(); err != nil {
-			return err
-		}
-		defer world.Close()
-		proc, ranksHere = world.Rank(), 1
-		device = o.rankDevice(device)
-		sz.device = device
-	}
-	// The sharded MLP's collectives run on the runner's stream while the
-	// gather runs on the loop: its own communicator.
-	var mlpComm *mpi.World
-	if world != nil && o.shardMLP && device.Backend != cuda.BackendCUDA {
-		if mlpComm, err = world.Dup(); err != nil {
-			return fmt.Errorf("serve: the sharded MLP's communicator: %w", err)
-		}
-		defer mlpComm.Close()
-	}
-	workers := o.rankWorkers()
-	kvType, err := o.kvType(device.Backend)
+	spec, err := o.deploymentSpec(m, device, sz, name, log)
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return err
 	}
-	// One engine per attention-DP rank, each with its own runner, KV cache
-	// and seats; executor.New validates each rank's seat pool against its
-	// runner's buffers and its own block-table rows in both directions.
-	engines := make([]*executor.Engine, 0, ranksHere)
-	var dummies []func() error
-	mlpLine := "whole MLP"
-	for range ranksHere {
-		rs := runnerSizes{seats: sz.seats, blockSize: o.blockSize,
-			maxBatchTokens: o.maxBatched, kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: workers, kvType: kvType}
-		if mlpComm != nil {
-			rs.mlp = mlpComm
-		}
-		runner, gpu, err := newRunner("serve", device, m, rs)
-		if err != nil {
-			return err
-		}
-		defer runner.Close()
-		if cpu, ok := runner.(*model.CPURunner); ok {
-			sz.kvDtype, sz.kvBytes = strings.ToLower(cpu.KVType().String()), cpu.KVBytes()
-		}
-		if gpu != nil {
-			sz.kvDtype, sz.kvBytes = gpu.KVType, int64(gpu.KVBytes)
-		}
-		if cpu, ok := runner.(*model.CPURunner); ok && mlpComm != nil {
-			// A rank with nothing to launch still joins every layer's MLP
-			// collectives.
-			dummies = append(dummies, cpu.DummyStep)
-			mlpLine = fmt.Sprintf("MLP shard %d of %d: %.1f KiB of the MLP weights (whole: %.1f KiB)", world.Rank()+1, world.Size(),
-				float64(cpu.MLPWeightBytes())/1024, float64(m.MLPWeightBytes())/1024)
-		}
-		if gpu != nil {
-			sz.gpu = gpu
-			if sz.blocks == 0 { // sized by the runner from --gpu-memory-fraction
-				if err := sz.setKV(gpu.KVBlocks, gpu.BlockSize, o.dev.gpuFraction); err != nil {
-					return err
-				}
-			}
-		}
-		cfg := o.executorConfig()
-		cfg.Ablation, cfg.Model, cfg.Programs = o.ablation.Engine, name, sz.programs
-		eng, err := executor.New(cfg, runner, tok)
-		if err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-		engines = append(engines, eng)
+	d, err := buildDeployment(spec)
+	if err != nil {
+		return err
 	}
-	var eng interface {
-		server.Engine
-		Run(context.Context) error
-		Check() error
-	} = engines[0]
-	if o.dp > 1 {
-		acfg := adp.Config{Ablation: o.ablation,
-			Logf: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }}
-		if world != nil {
-			acfg.Comm, acfg.VerifyPlacement, acfg.Watchdog, acfg.Dummies = world, o.verifyPlacement, o.dpWatchdog, dummies
-			acfg.OnStuck = func(msg string) {
-				log.Error("attention-DP watchdog: ending the job", slog.String("reason", msg), slog.Int("rank", proc))
-				world.Abort(3)
-			}
-		}
-		fe, err := adp.NewFrontend(acfg, engines) // across processes: gathers with every peer
-		if err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-		eng = fe
+	defer d.Close()
+	if err := sz.setRunners(d, o.dev.gpuFraction); err != nil {
+		return err
 	}
-	if world != nil {
+	if d.world != nil {
+		// Under mpirun only process 0 serves HTTP; the others step their
+		// rank with it.
 		host, _ := os.Hostname()
 		line := fmt.Sprintf("host %s, pid %d, device %s, %d kernel workers, KV %d blocks × %d tokens, %d seats, %s",
-			host, os.Getpid(), device, max(workers, 1), sz.blocks, o.blockSize, sz.seats, mlpLine)
-		if proc != 0 {
-			if err := printWorld(world, io.Discard, line, ""); err != nil {
+			host, os.Getpid(), device, max(spec.runner.workers, 1), sz.blocks, o.blockSize, sz.seats, d.mlp)
+		if d.proc != 0 {
+			if err := printWorld(d.world, io.Discard, line, ""); err != nil {
 				return err
 			}
-			return serveRank(eng, world, log)
+			return serveRank(d.front, d.world, log)
 		}
 		defer func() {
 			if err != nil { // a peer may wait in a collective for this process
-				world.Abort(1)
+				d.world.Abort(1)
 			}
 		}()
 		if err := sz.print(out, name, o.model); err != nil {
 			return err
 		}
-		if err := printWorld(world, out, line, overlapNote); err != nil {
+		if err := printWorld(d.world, out, line, overlapNote); err != nil {
 			return err
 		}
 	} else if err := sz.print(out, name, o.model); err != nil {
 		return err
 	}
-	scfg := server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: tok, ChatTemplate: tmpl, StopTokenIDs: m.StopIDs(),
+	scfg := server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: m.Tokenizer(), ChatTemplate: tmpl, StopTokenIDs: m.StopIDs(),
 		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, MaxProgramInFlight: sz.maxPrograms,
 		ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: o.idleTimeout, MaxConnections: o.maxConnections,
 		ProgramIdleTTL: o.programs.lease, Logger: log}
-	srv, err := server.New(scfg, eng)
+	srv, err := server.New(scfg, d.front)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if err := o.printServing(out, srv, d.world == nil, spec.runner.workers); err != nil {
+		return err
+	}
+	return o.serveUntil(ctx, srv, d.front, name, log, ready)
+}
+
+// resolveDevice resolves --device before the model loads, so an unusable
+// --device cuda fails fast; when auto chose, one log line says which and
+// why. Under mpirun the device is this process's rank's. On the CPU a
+// sharded MLP turns overlap off; overlapNote says so in the world listing.
+func (o *serveOptions) resolveDevice(log *slog.Logger) (device cuda.Selection, overlapNote string, err error) {
+	device, note, err := o.dev.resolve("serve", o.selection)
+	if err != nil {
+		return device, "", err
+	}
+	if note != "" { // auto chose: one line says which device and why
+		if device.Backend == cuda.BackendCPU {
+			log.Warn("device", slog.String("device", device.String()), slog.String("reason", note))
+		} else {
+			log.Info("device", slog.String("device", device.String()), slog.String("reason", note))
+		}
+	}
+	// On the CPU a sharded MLP's collectives run on the cores the loop's
+	// gather spins on: overlapping the two (the gather of step n+1 while
+	// step n's layers exchange rows) oversubscribes them and costs each
+	// exchange a scheduler time slice (measured: ~100× slower decode with
+	// two ranks on two cores). The ranks step without overlap instead.
+	if o.acrossProcesses() && o.shardMLP && device.Backend != cuda.BackendCUDA && !o.noOverlap {
+		o.noOverlap = true
+		overlapNote = " (overlap off: on the CPU the sharded MLP's collectives share the cores the gather waits on; --shard-mlp=false keeps overlap)"
+	}
+	if o.acrossProcesses() {
+		device = o.rankDevice(device)
+	}
+	return device, overlapNote, nil
+}
+
+// loadModel loads --model for device, first reading the file once with a
+// progress bar when logOut is a terminal.
+func (o *serveOptions) loadModel(device cuda.Selection, logOut io.Writer) (*model.Llama, error) {
+	if isTerminal(logOut) {
+		if err := warmFile(o.model, logOut); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
+	lopts := o.llamaOptions(device.Backend)
+	if o.acrossProcesses() && o.shardMLP {
+		// Each process then streams 1/N of the MLP: copying the whole
+		// model into its own memory would undo the shard's saving, so the
+		// weights stay in the file mapping, which the processes of a host
+		// share.
+		lopts.Mmap = true
+	}
+	m, err := model.LoadLlama(o.model, lopts)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	return m, nil
+}
+
+// deploymentSpec is serve's deployment: --dp ranks of the engine the flags
+// and sizes describe, each with its own runner, KV cache and seats; under
+// mpirun one rank per process.
+func (o *serveOptions) deploymentSpec(m *model.Llama, device cuda.Selection, sz sizes, name string, log *slog.Logger) (deploymentSpec, error) {
+	kvType, err := o.kvType(device.Backend)
+	if err != nil {
+		return deploymentSpec{}, fmt.Errorf("serve: %w", err)
+	}
+	cfg := o.executorConfig()
+	cfg.Model, cfg.Programs = name, sz.programs
+	s := deploymentSpec{command: "serve", model: m, device: device, engine: cfg,
+		runner: runnerSizes{kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: o.rankWorkers(), kvType: kvType},
+		dp:     o.dp, shardMLP: o.shardMLP, ablation: o.ablation, verifyPlacement: o.verifyPlacement, watchdog: o.dpWatchdog, log: log}
+	if o.acrossProcesses() {
+		s.world = o.openWorld
+	}
+	return s, nil
+}
+
+// printServing ends the start-up report: the client bounds, the ranks of
+// an attention-DP deployment in one process (local), and the experiment
+// switch when set.
+func (o *serveOptions) printServing(out io.Writer, srv *server.Server, local bool, workers int) error {
 	if _, err := fmt.Fprintf(out, "  clients      read timeout %v, write timeout %v, idle timeout %v; at most %d connections, %d requests read and parsed at once\n",
 		o.readTimeout, o.writeTimeout, o.idleTimeout, o.maxConnections, srv.MaxParsing()); err != nil {
 		return err
 	}
-	if o.dp > 1 && world == nil {
+	if o.dp > 1 && local {
 		if _, err := fmt.Fprintf(out, "  ranks        %d attention-DP ranks (each: the seats, KV cache and step budget above; %d kernel workers)\n", o.dp, workers); err != nil {
 			return err
 		}
@@ -590,11 +568,17 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			return err
 		}
 	}
+	return nil
+}
+
+// serveUntil runs eng's loop and serves srv on --host:--port until ctx
+// ends or the engine fails, then drains, stops the engine and checks its
+// accounting.
+func (o *serveOptions) serveUntil(ctx context.Context, srv *server.Server, eng frontEnd, name string, log *slog.Logger, ready func(addr string)) error {
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	defer stopEngine()
 	engDone := make(chan error, 1)
@@ -621,10 +605,10 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	serveErr := srv.Serve(srvCtx, ln, o.drain)
 	stopEngine() // aborts whatever is left and releases every seat and block
 	<-engFailed
-	if err = errors.Join(serveErr, engErr); err != nil {
+	if err := errors.Join(serveErr, engErr); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	if err = eng.Check(); err != nil {
+	if err := eng.Check(); err != nil {
 		return fmt.Errorf("serve: after shutdown: %w", err)
 	}
 	log.Info("stopped")
@@ -635,10 +619,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 // its rank steps with the others until process 0 stops the deployment (its
 // own signals are left to process 0, which drains first); a failure ends
 // the whole job, since the peers may be waiting in a collective for it.
-func serveRank(eng interface {
-	Run(context.Context) error
-	Check() error
-}, world *mpi.World, log *slog.Logger) error {
+func serveRank(eng frontEnd, world *mpi.World, log *slog.Logger) error {
 	log.Debug("rank serving", slog.Int("rank", world.Rank()))
 	err := eng.Run(context.Background())
 	if err == nil {
