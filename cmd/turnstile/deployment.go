@@ -12,6 +12,8 @@ import (
 	"github.com/turnstile-llm/turnstile/cuda"
 	"github.com/turnstile-llm/turnstile/dist/mpi"
 	"github.com/turnstile-llm/turnstile/executor"
+	"github.com/turnstile-llm/turnstile/grammar"
+	"github.com/turnstile-llm/turnstile/guided"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/server"
 )
@@ -24,7 +26,7 @@ type deploymentSpec struct {
 	model   *model.Llama   // the caller's: loaded before (its sizes decide the spec) and closed after
 	device  cuda.Selection // resolved (cpu or cuda:N): this process's ranks' device
 	// engine is every rank's engine configuration; the builder sets its
-	// Ablation (ablation.Engine, the one source).
+	// Ablation (ablation.Engine, the one source) and Guide.
 	engine executor.Config
 	// runner holds the runner's own sizes (KV, workers, KV type); the
 	// builder sets the seats (engine.DeriveSeats), the block size and token
@@ -56,13 +58,18 @@ type frontEnd interface {
 
 // deployment is what buildDeployment built: the MPI world (across
 // processes), the sharded MLP's communicator, one runner and engine per
-// rank of this process, and the front end. Close releases it.
+// rank of this process, structured output's vocabulary, decoders and
+// grammar cache, and the front end. Close releases it.
 type deployment struct {
 	world   *mpi.World // nil: one process
 	proc    int        // this process in the world (0 in one process)
 	seats   int        // every engine's
 	engines []*executor.Engine
 	front   frontEnd
+	// grammars is the server's compiled-grammar cache (server.Config.Grammars);
+	// nil when structured output is off (grammarOff says why).
+	grammars   *guided.Cache
+	grammarOff error
 	// What the start-up report states of the runners: the KV cache's
 	// element type and bytes, the CUDA runner's memory plan (nil on the
 	// CPU) and the MLP this process holds.
@@ -115,9 +122,10 @@ func buildDeployment(s deploymentSpec) (d *deployment, err error) {
 	cfg := s.engine
 	cfg.Ablation = s.ablation.Engine
 	tok := s.model.Tokenizer()
-	// One engine per attention-DP rank, each with its own runner, KV cache
-	// and seats; executor.New validates each rank's seat consumers against
-	// its pool in both directions.
+	// One engine per attention-DP rank, each with its own runner, KV cache,
+	// seats and guided decoder; executor.New validates each rank's seat
+	// consumers against its pool in both directions.
+	var vocab *grammar.Vocab
 	var dummies []func() error
 	for range ranks {
 		r, err := d.addRunner(s, rs)
@@ -129,11 +137,25 @@ func buildDeployment(s deploymentSpec) (d *deployment, err error) {
 			// collectives.
 			dummies = append(dummies, cpu.DummyStep)
 		}
+		if vocab == nil && d.grammarOff == nil {
+			// Once per model, as wide as the runner's logits.
+			vocab, d.grammarOff = grammarVocab(tok, s.model.StopIDs(), r.Capacity().Vocab)
+		}
+		cfg.Guide = nil
+		if vocab != nil {
+			if cfg.Guide, err = guided.New(d.seats, vocab); err != nil {
+				return d, fmt.Errorf("%s: %w", s.command, err)
+			}
+		}
 		eng, err := executor.New(cfg, r, tok)
 		if err != nil {
 			return d, fmt.Errorf("%s: %w", s.command, err)
 		}
 		d.engines = append(d.engines, eng)
+	}
+	d.grammars, err = d.grammarCache(vocab)
+	if err != nil {
+		return d, fmt.Errorf("%s: %w", s.command, err)
 	}
 	d.front = d.engines[0]
 	if s.dp > 1 {
@@ -165,6 +187,21 @@ func (d *deployment) addRunner(s deploymentSpec, rs runnerSizes) (runner, error)
 		d.kvDtype, d.kvBytes, d.gpu = gpu.KVType, int64(gpu.KVBytes), gpu
 	}
 	return r, nil
+}
+
+// grammarCache is the server's cache of compiled grammars, or nil when
+// structured output is off: without a vocabulary, or across processes,
+// where a request placed on another process's rank would lose its
+// grammar (adp's bulletin carries no executor.Request.Grammar).
+func (d *deployment) grammarCache(vocab *grammar.Vocab) (*guided.Cache, error) {
+	switch {
+	case vocab == nil:
+		return nil, nil
+	case d.world != nil:
+		d.grammarOff = errors.New("across processes the attention-DP bulletin does not carry a request's grammar")
+		return nil, nil
+	}
+	return guided.NewCache(guided.DefaultCacheConfig)
 }
 
 // adpConfig is the attention-DP deployment's configuration: across

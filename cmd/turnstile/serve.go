@@ -463,10 +463,13 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	} else if err := sz.print(out, name, o.model); err != nil {
 		return err
 	}
+	if d.grammarOff != nil {
+		log.Warn("structured output off", slog.String("reason", d.grammarOff.Error()))
+	}
 	scfg := server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: m.Tokenizer(), ChatTemplate: tmpl, StopTokenIDs: m.StopIDs(),
 		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, MaxProgramInFlight: sz.maxPrograms,
 		ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: o.idleTimeout, MaxConnections: o.maxConnections,
-		ProgramIdleTTL: o.programs.lease, Logger: log}
+		ProgramIdleTTL: o.programs.lease, Logger: log, Grammars: d.grammars}
 	srv, err := server.New(scfg, d.front)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
