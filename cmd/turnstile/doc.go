@@ -25,6 +25,18 @@
 // simulated device, in bench commands; bench agentic takes a list such as
 // sim,cpu to compare them). --out is a directory in every command.
 //
+// # One deployment
+//
+// serve (and bench serve, which starts serve in-process) and generate
+// build what runs with one builder, buildDeployment (deployment.go): from
+// the loaded model, the resolved device and every rank's engine and runner
+// configuration (a deploymentSpec) it joins the MPI world when launched
+// across processes, opens the sharded MLP's communicator, builds one
+// runner and one engine per rank of this process, each engine with its own
+// guided decoder over the model's one grammar vocabulary (grammarVocab),
+// the server's grammar cache, and the front end: the engine, or an
+// adp.Frontend over the ranks.
+//
 // # Commands
 //
 //   - serve: the OpenAI-compatible server over one engine, or over an
