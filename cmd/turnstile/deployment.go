@@ -116,7 +116,7 @@ func buildDeployment(s deploymentSpec) (d *deployment, err error) {
 	}
 	rs := s.runner
 	rs.seats, rs.blockSize, rs.maxBatchTokens = d.seats, s.engine.BlockSize, s.engine.MaxNumBatchedTokens
-	if mlpComm != nil {
+	if mlpComm != nil { // a nil *mpi.World would make a non-nil MLPComm
 		rs.mlp = mlpComm
 	}
 	cfg := s.engine
@@ -151,6 +151,11 @@ func buildDeployment(s deploymentSpec) (d *deployment, err error) {
 		if err != nil {
 			return d, fmt.Errorf("%s: %w", s.command, err)
 		}
+		// Closed before its runner: an attention-DP deployment's Run
+		// returns with each rank's last step still in flight on its
+		// runner (Close waits for it; after an engine's own Run it does
+		// nothing).
+		d.closers = append(d.closers, eng.Close)
 		d.engines = append(d.engines, eng)
 	}
 	d.grammars, err = d.grammarCache(vocab)
@@ -220,8 +225,8 @@ func (d *deployment) adpConfig(s deploymentSpec, dummies []func() error) adp.Con
 	return c
 }
 
-// Close releases what the deployment opened, last opened first: the
-// runners, then the MLP's communicator, then the world.
+// Close releases what the deployment opened, last opened first: each
+// engine, then its runner, then the MLP's communicator, then the world.
 func (d *deployment) Close() error {
 	var errs []error
 	for i := len(d.closers) - 1; i >= 0; i-- {
