@@ -37,6 +37,34 @@
 //     without work runs a dummy step; the iteration ends when every rank's
 //     step has.
 //
+// The decision is a pure function of the rows and of the rules every
+// process holds alike (the router, Config.MaxPlaced, the Ablation):
+// FuzzDecide runs the same rows on simulated processes with different
+// histories and requires one value.
+//
+// # One process or many
+//
+// The same loop runs in one process or across processes. Collective is
+// what the gather needs (defined here, so adp stays cgo-free): Local
+// implements it in one process, dist/mpi's World across processes. Across
+// processes the deployment needs a Comm: the gather plus a byte broadcast
+// (process 0's bulletin) and a byte gatherv (output owed to process 0).
+// The gather's wire format is Exchange's fixed-size int64 rows: CountWords
+// per rank, then each process's ProcState (queued, control, output bytes,
+// open, stop), and MatchWords(w) per rank for the match reports when the
+// router is a MatchReader. The bulletin is a compact byte format whose
+// reader checks every length (codec.go). Config.VerifyPlacement hashes
+// every iteration's placements and stops the job if a process placed
+// differently. Output of a request served in another process is polled
+// there and gathered back to process 0 into an executor relay stream
+// (executor.NewRelayStream), so the server reads it as any other. A
+// watchdog (Config.Watchdog) names the process, its ranks and the
+// collective it is stuck in, and ends the job through Config.OnStuck.
+//
+// Frontend puts a deployment behind the server's one-engine interface
+// (Submit, Snapshot, ReleaseProgram, ProgramStates), so the server serves
+// one engine or N ranks alike.
+//
 // # Three quantities, kept apart
 //
 //   - Admission (how many enter): Loads.Room; retiring excluded.
@@ -67,10 +95,18 @@
 // adp. EngineRank.SetEarly chooses which engine ranks process their step
 // before the gather (executor.Engine.Flush), which that derivation needs.
 //
+// # Experiment switches
+//
+// Ablation holds them, zero for serving: Engine is the one source of the
+// ranks' engines' switches (executor.Ablation; New refuses engines built
+// otherwise), PlaceRetiring adds retiring work back into placement, and
+// LocalLiveness restores the broken liveness rule (a process whose ranks
+// hold only retiring requests waits for work of its own instead of
+// entering the gather its peers wait in).
+//
 // # Flags the CLI wires
 //
 // --dp N builds N ranks and New(cfg, ranks); --charge-retiring sets
-// Ablation.Engine.ChargeRetiring, the one source of the deployment's and
-// every rank's engine's switch (New refuses engines built otherwise);
-// --no-overlap turns each rank's overlap off.
+// Ablation.Engine.ChargeRetiring; --no-overlap turns each rank's overlap
+// off.
 package adp

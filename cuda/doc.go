@@ -4,7 +4,8 @@
 // symbol is an error value, never a crash. It also compiles kernel sources to
 // cubin with an on-disk cache, runs every driver call on one goroutine locked to
 // its OS thread, discovers GPUs through NVML (go-nvml) and parses the --device
-// backend selection.
+// backend selection. cuBLASLt GEMMs are planned once per shape (the
+// descriptors and the heuristic's algorithm), kept in an LRU of 256 plans.
 //
 // Ownership: every handle type (Stream, Event, Module, Graph, ...) is owned by the
 // Device it was made on and must be destroyed through that Device's Ctx; device

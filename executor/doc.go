@@ -30,6 +30,21 @@
 // Metrics.Retiring and RankLoad count a finished request's retiring seat as
 // a retiring request.
 //
+// A request's state is grouped by its owners (seq.go): what it is and
+// where it is in its lifecycle, its KV sequence and prefix chain (kvpool),
+// its seat (seatpool, and the per-seat consumers that follow it, such as
+// the guided decoder), its part in its program's turn (the program
+// policy), and its stop conditions, text, stream and usage.
+//
+// # Sizing
+//
+// Config.DeriveSeats is the engine's sizing rule over seatpool.Seats and
+// the seat count's one source: New sizes its seat pool with it and checks
+// every seat-indexed consumer against the pool once, in both directions
+// (the runner's Capacity.Seats, the block-table rows, the guided decoder's
+// matcher slots); whoever builds an engine sizes its runner with the same
+// call.
+//
 // # Scheduler, per step
 //
 // The step has a token budget (MaxNumBatchedTokens) and a sequence budget
@@ -43,6 +58,11 @@
 // in this step is preempted by recompute (its blocks and seat are released,
 // its tokens so far become its new prompt); a lone request that cannot grow
 // even then finishes with "length".
+//
+// Every planned step is grouped by shared leading blocks (step.Grouper):
+// sequences whose block tables begin with at least Config.CascadeMinBlocks
+// of the same block ids share a prefix's KV, which the runner may attend
+// to once for the group (cascade attention).
 //
 // # Overlap
 //
@@ -102,6 +122,18 @@
 // (Metrics.PinsDropped) rather than wait for a lease. Policy pins are why
 // Check proves kvpool's referenced blocks exactly only while no program is
 // ACTIVE; the Controller's Check, which Engine.Check runs, proves the pins.
+//
+// # Structured output (Config.Guide)
+//
+// A request with a Grammar is constrained by the guided decoder (package
+// guided), one matcher slot per seat: its matcher starts at its seat's
+// first sampled step (replaying its output after a preemption), reads
+// every delivered token and is freed when the request leaves. Each step's
+// token masks are a step.Masks the runner waits on before sampling: filled
+// at plan time, or, for a token still in flight under overlap, right after
+// the previous step is processed, while this step's forward pass runs
+// (guided.go). A matcher that fails ends its request aborted, with
+// Delta.Err. Without a guided decoder, a request with a grammar is refused.
 //
 // # Threads
 //

@@ -1,7 +1,8 @@
 // Package kernels is the arithmetic of the forward pass, on the CPU and on
 // NVIDIA GPUs: GEMM and GEMV over F32/F16/BF16 and GGML block-quantised
 // weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; the
-// CUDA kernels read F32/F16/BF16/Q8_0), RMSNorm, RoPE, SiLU·mul, softmax,
+// CUDA kernels read F32/F16/BF16/Q8_0, and dequantise the other block
+// types to bf16 when the weights are uploaded), RMSNorm, RoPE, SiLU·mul, softmax,
 // paged attention, KV writes, embedding gather, argmax and sampling.
 //
 // # CPU
@@ -28,6 +29,21 @@
 // references (float64 accumulation) used by the tests here and by the CUDA
 // kernel tests.
 //
+// Beyond that: an int8 GEMM over interleaved weight-row tiles for Q4_K
+// and Q5_K from 5 rows up, prefill included (16 rows per 512-bit vpdpbusd
+// on AVX512-VNNI, 8 elsewhere); AVX-512 streaming tiles for F32 and F16
+// weights in batched decode and a 12x32 register tile in the packed GEMM;
+// decode GEMVs (int8, bf16, f16) that prefetch each weight row 16 KiB
+// ahead, which pays once the weights sit in huge pages; AVX-512 paged
+// attention that prefetches the next block and, for query tiles of 8..16
+// rows (prefill), a body with one query per lane over K/V blocks widened
+// once per task; sliding-window masks on plain and cascade attention; and
+// a read-bandwidth probe of eight interleaved streams per core. Workers'
+// hand-offs spin up to 50 µs before parking; each worker takes its own
+// contiguous share of a job's tiles and steals from the back of the
+// others'; matrices that share x (q/k/v, gate/up) are one job on every
+// path up to 32 rows, and on the int8 kernels at any.
+//
 // # Cascade attention
 //
 // When sequences share a leading run of KV blocks (a common prompt),
@@ -48,14 +64,26 @@
 //
 // # CUDA
 //
-// The CUDA kernels are sources (attention.cu, ops.cu, sampling.cu, sharing
-// cuda_common.cuh), embedded and compiled to cubin by NVRTC at start-up for
+// The CUDA kernels are sources (attention.cu, ops.cu, quant.cu, sampling.cu,
+// sharing cuda_common.cuh), embedded and compiled to cubin by NVRTC at start-up for
 // the device's architecture (package cuda loads NVRTC and the driver with
 // dlopen, so building needs no toolkit). cuda_launch.go and
 // cuda_runner_ops.go are their typed launchers: one driver launch per
 // kernel, arguments packed as the kernels declare them; cuda_plan.go sizes
 // launch grids and decode splits. The CPU kernels are their numerical
 // reference.
+//
+// Paged decode attention splits each row by its own context; prefill
+// attention for bf16 caches runs on tensor cores (mma.sync, bf16) beside
+// the exact f32 warp kernel, and all three take a sliding window. Argmax
+// breaks ties in the host sampler's order. Every GGML block type is
+// dequantised to bf16 on the device (quant.cu) and gathered for
+// embeddings, bit-exact with internal/quant: the decoders' Go mirror
+// (CUDAQuantAt, CUDADequantBF16) checks their index math on the host.
+// Cascade attention on the device is a shared pass writing decode-split
+// partials that the combine merges, with the group layout as data in
+// captured graphs. Lane- and thread-level Go emulations of the
+// tensor-core and cascade kernels check their index math without a GPU.
 //
 // Layouts shared with the forward pass and the CUDA kernels:
 //   - weights W: row-major [Rows][Cols] as stored in GGUF; y[m][n] = Σ_k x[m][k]·W[n][k];

@@ -2,7 +2,8 @@
 // of KV cache by id, counts references to them, and keeps full blocks
 // findable by a hash of their token prefix so later requests can reuse them.
 //
-// The pool tracks identity and references only. The KV bytes live in the
+// The pool is the one source of truth about which blocks exist and which
+// are shared. It tracks identity and references only. The KV bytes live in the
 // backend (CPU or GPU memory), indexed by BlockID; the pool never touches
 // them, and never asks a runner to copy one: a block is shared only while
 // full, and a sequence's partial last block is always its own.
@@ -52,6 +53,11 @@
 // events (for a KV-aware router); SHA-256 has no key to leak, so hashes can be
 // shared across processes and ranks. The cost is that prefix lookup is bound by
 // hashing: about 145 ns per 16-token block.
+//
+// A prompt's block hashes are computed once per request, in a Chain
+// (built on the submitter's goroutine, inside kvpool so they cannot be
+// forged), and reused for every lookup while the request waits
+// (Pool.PeekChain, Pool.MatchChain).
 //
 // # Publishing and duplicates
 //

@@ -6,6 +6,13 @@
 // reserve each, or the first with pause thresholds (docs/experiments.md
 // cites the study they come from).
 //
+// The Controller is the one owner of program state (turns, ACTIVE and
+// PAUSED, pins); the engine asks it, never keeps a copy. Accounting names
+// how programs are charged: TokenAccounting, BlockAccounting and
+// PausingAccounting, "tokens", "blocks" and "pausing" in flags and
+// metrics (ParseAccounting also takes the study's names A, B and C).
+// Every policy parameter's rule is stated once, in Config.Validate.
+//
 // # Programs
 //
 // A program is named by an id carried on its requests. Its lifecycle state is

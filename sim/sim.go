@@ -27,6 +27,10 @@
 // stores, per KV slot, the token written there, and reads the last input
 // token back through the block table, so a wrong block table changes output.
 //
+// Attention-DP ranks that step together share virtual time through
+// Lockstep: each rank spends its step on its own clock, and the iteration
+// costs the slowest rank's time.
+//
 // Execute must be called from one goroutine at a time (the device stream).
 package sim
 

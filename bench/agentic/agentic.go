@@ -15,6 +15,9 @@
 // runner spends step time when the engine processes each step
 // (executor.StepSpender: sim.Runner with DeferSpend, sim.Recorder with
 // SpendOn for a real runner) rather than from the device stream's goroutine.
+//
+// The package also holds the study's side: its arms (Arms, arms.go), and
+// presets (Preset) and goals (Seed000Goals) in presets.go.
 package agentic
 
 import (

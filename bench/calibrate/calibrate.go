@@ -8,6 +8,9 @@
 //
 // The error of one step is |predicted − measured| / measured, predicted by
 // the fitted model's device time (Linear.Device) from the step's shape.
+//
+// A fit is kept on disk as a Profile (Profile.WriteProfile, ReadProfile),
+// which --profile gives the simulated device.
 package calibrate
 
 import (

@@ -14,7 +14,8 @@
 // The runner is driven directly, without the engine: every figure is the
 // runner's own work, as llama-bench's are llama.cpp's. Tokens are sampled
 // greedily and fed back, so each step's input is the previous step's output
-// as in real decoding.
+// as in real decoding. It is behind `turnstile bench decode`, which
+// scripts/peer-bench.sh runs beside llama.cpp's tools.
 package decode
 
 import (

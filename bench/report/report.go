@@ -1,6 +1,7 @@
 // Package report turns experiment rows into the campaign's outputs: a CSV
 // with seed 000's columns where they apply, paired comparisons with
-// bootstrap intervals, a JSON summary, a markdown table and PNG plots.
+// bootstrap intervals, a JSON summary, a markdown table and PNG plots
+// (gonum.org/v1/plot).
 //
 // A Row is one run of one arm in one block. Rows are kept whatever their
 // outcome: a failed row has Audit "FAIL", nil Metrics (its metric columns

@@ -9,7 +9,9 @@
 // latency, end-to-end latency, request and output-token throughput and
 // goodput under an SLO, output tokens from the usage chunk; and it counts
 // every failure (a non-200 status, malformed SSE, a missing finish, usage
-// or [DONE], a transport error or a request timeout) as an error.
+// or [DONE], a transport error or a request timeout) as an error. Prompts
+// are the story openings, or drawn from a stated word-length distribution
+// (Config.PromptLen).
 //
 // Memory is bounded: per-request samples are kept only for successful
 // requests, at most Config.MaxRequests of them; ITL gaps beyond

@@ -22,9 +22,11 @@ import (
 
 // benchADPOptions are the flags of `turnstile bench adp`.
 type benchADPOptions struct {
-	// engineFlags: --max-batch-size (every rank's; default seed 004's),
-	// --seed (the workload of block 0, and the bootstrap) and --out.
+	// engineFlags: --max-batch-size (every rank's; default seed 004's);
+	// commandFlags: --seed (the workload of block 0, and the bootstrap),
+	// --out and --profile.
 	engineFlags
+	commandFlags
 	dps             []int
 	arms            []string
 	blocks          int
@@ -34,12 +36,15 @@ type benchADPOptions struct {
 	rank0Late       bool
 }
 
-// benchADPEngineFlags are the engine flags bench adp registers.
-const benchADPEngineFlags = flagMaxBatchSize | flagSeed | flagOut | flagProfile
+// The engine and command flags bench adp registers.
+const (
+	benchADPEngineFlags  = flagMaxBatchSize
+	benchADPCommandFlags = flagSeed | flagOut | flagProfile
+)
 
 // newBenchADPOptions are bench adp's defaults: seed 004's (package adprun).
 func newBenchADPOptions() benchADPOptions {
-	o := benchADPOptions{engineFlags: defaultEngineFlags(), dps: []int{2, 4}, arms: []string{adprun.BASE, adprun.FIX, adprun.OVLOFF},
+	o := benchADPOptions{engineFlags: defaultEngineFlags(), commandFlags: defaultCommandFlags(), dps: []int{2, 4}, arms: []string{adprun.BASE, adprun.FIX, adprun.OVLOFF},
 		blocks: 3, requestsPerRank: adprun.DefaultRequestsPerRank, isl: adprun.DefaultInputTokens, late: strconv.Itoa(adprun.DefaultLate)}
 	o.maxBatchSize = adprun.DefaultMaxBatchSize
 	return o
@@ -70,7 +75,8 @@ func newBenchADPCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	o.register(f, benchADPEngineFlags)
+	o.engineFlags.register(f, benchADPEngineFlags)
+	o.commandFlags.register(f, benchADPCommandFlags)
 	f.IntSliceVar(&o.dps, "dp", o.dps, "attention-DP widths, one campaign each")
 	f.StringSliceVar(&o.arms, "arms", o.arms, "arms to run (FIX, the reference, must be among them)")
 	f.IntVar(&o.blocks, "blocks", o.blocks, "paired blocks per dp")

@@ -30,8 +30,10 @@ import (
 type benchAgenticOptions struct {
 	// engineFlags: --model (the CPU runner's), --device (sim, cpu or a list
 	// of both), --block-size and --max-num-batched-tokens (0: the
-	// preset's), --workers, --no-overlap and --out.
+	// preset's), --workers and --no-overlap; commandFlags: --out and
+	// --profile.
 	engineFlags
+	commandFlags
 	arms            []string
 	shares          []float64
 	programs, turns int
@@ -47,12 +49,14 @@ type benchAgenticOptions struct {
 	checkEveryStep  bool
 }
 
-// benchAgenticEngineFlags are the engine flags bench agentic registers.
-const benchAgenticEngineFlags = flagModel | flagDevice | flagBlockSize | flagCascade | flagMaxBatched | flagKVDtype | flagWorkers | flagNoOverlap | flagOut |
-	flagProfile
+// The engine and command flags bench agentic registers.
+const (
+	benchAgenticEngineFlags  = flagModel | flagDevice | flagBlockSize | flagCascade | flagMaxBatched | flagKVDtype | flagWorkers | flagNoOverlap
+	benchAgenticCommandFlags = flagOut | flagProfile
+)
 
 func newBenchAgenticCmd() *cobra.Command {
-	o := benchAgenticOptions{engineFlags: defaultEngineFlags(), programs: 32, turns: 3, blocks: 12, secondary: 3, calibrate: true,
+	o := benchAgenticOptions{engineFlags: defaultEngineFlags(), commandFlags: defaultCommandFlags(), programs: 32, turns: 3, blocks: 12, secondary: 3, calibrate: true,
 		samplingSeed: 1, bootSeed: stats.DefaultSeed}
 	o.dev.device, o.out = simDevice, "out/bench-agentic"
 	o.blockSize, o.maxBatched = 0, 0 // the preset's
@@ -96,7 +100,8 @@ func newBenchAgenticCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	o.register(f, benchAgenticEngineFlags)
+	o.engineFlags.register(f, benchAgenticEngineFlags)
+	o.commandFlags.register(f, benchAgenticCommandFlags)
 	f.StringSliceVar(&arms, "arms", []string{"A", "B", "C"}, "arms to run (A is the reference and required)")
 	f.StringSliceVar(&shares, "share", []string{"0", "0.5", "0.9"}, "validation sharing levels in [0, 1]; the last is primary")
 	f.IntVar(&o.programs, "programs", o.programs, "programs per batch")

@@ -20,18 +20,22 @@ import (
 // benchCalibrateOptions are the flags of bench calibrate.
 type benchCalibrateOptions struct {
 	// engineFlags: --model, --device (cpu, cuda[:N] or sim), --workers,
-	// --max-batch-size, --seed (the training traffic), --out (the
-	// profile's directory), --cascade-min-blocks (the engine's grouping:
-	// with it on, shared-prefix traffic prices shared pairs) and --profile
-	// (what --device sim is priced by).
+	// --max-batch-size, --kv-cache-dtype and --cascade-min-blocks (the
+	// engine's grouping: with it on, shared-prefix traffic prices shared
+	// pairs); commandFlags: --seed (the training traffic), --out (the
+	// profile's directory) and --profile (what --device sim is priced by).
 	engineFlags
+	commandFlags
 	requests int
 	runner   string         // cpu, cuda or sim: --device resolved by validate
 	gpu      cuda.Selection // the CUDA device (runner cuda)
 }
 
-// benchCalibrateEngineFlags are the engine flags bench calibrate registers.
-const benchCalibrateEngineFlags = flagModel | flagDevice | flagWorkers | flagMaxBatchSize | flagKVDtype | flagSeed | flagOut | flagCascade | flagProfile
+// The engine and command flags bench calibrate registers.
+const (
+	benchCalibrateEngineFlags  = flagModel | flagDevice | flagWorkers | flagMaxBatchSize | flagKVDtype | flagCascade
+	benchCalibrateCommandFlags = flagSeed | flagOut | flagProfile
+)
 
 // calibrateProfileFile is the profile's name inside --out.
 const calibrateProfileFile = "profile.json"
@@ -59,7 +63,7 @@ const calibrateGoal = 0.10
 const calibrateCUDAWarmup = 4
 
 func newBenchCalibrateCmd() *cobra.Command {
-	o := benchCalibrateOptions{engineFlags: defaultEngineFlags(), requests: 160}
+	o := benchCalibrateOptions{engineFlags: defaultEngineFlags(), commandFlags: defaultCommandFlags(), requests: 160}
 	o.dev.device = "cpu" // calibrate measures the runner it is told to, never a guess
 	o.maxBatchLimit = calibrateMaxBatchSize
 	cmd := &cobra.Command{
@@ -92,7 +96,8 @@ func newBenchCalibrateCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	o.register(f, benchCalibrateEngineFlags)
+	o.engineFlags.register(f, benchCalibrateEngineFlags)
+	o.commandFlags.register(f, benchCalibrateCommandFlags)
 	f.IntVar(&o.requests, "requests", o.requests, "requests in each of the training and held-out sets (held-out traffic: --seed + 1000003)")
 	return cmd
 }

@@ -18,21 +18,26 @@ import (
 
 // benchDecodeOptions are the flags of `turnstile bench decode`.
 type benchDecodeOptions struct {
-	// engineFlags: --model, --device, --workers, --block-size and --out.
+	// engineFlags: --model, --device, --workers, --block-size and
+	// --kv-cache-dtype; commandFlags: --out.
 	engineFlags
+	commandFlags
 	tests         []string
 	batchedPrompt int
 	rounds        int
 }
 
-// benchDecodeEngineFlags are the engine flags bench decode registers.
-const benchDecodeEngineFlags = flagModel | flagDevice | flagWorkers | flagBlockSize | flagKVDtype | flagOut
+// The engine and command flags bench decode registers.
+const (
+	benchDecodeEngineFlags  = flagModel | flagDevice | flagWorkers | flagBlockSize | flagKVDtype
+	benchDecodeCommandFlags = flagOut
+)
 
 // benchDecodeCSV is the result file's name inside --out.
 const benchDecodeCSV = "decode.csv"
 
 func newBenchDecodeCmd() *cobra.Command {
-	o := benchDecodeOptions{engineFlags: defaultEngineFlags(), tests: []string{"pp512", "tg128", "tg128@d512", "tg128x8", "tg128x32"},
+	o := benchDecodeOptions{engineFlags: defaultEngineFlags(), commandFlags: defaultCommandFlags(), tests: []string{"pp512", "tg128", "tg128@d512", "tg128x8", "tg128x32"},
 		batchedPrompt: 128, rounds: 3}
 	cmd := &cobra.Command{
 		Use:   "decode [--model FILE.gguf] [--tests pp512,tg128,...]",
@@ -51,7 +56,8 @@ func newBenchDecodeCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	o.register(f, benchDecodeEngineFlags)
+	o.engineFlags.register(f, benchDecodeEngineFlags)
+	o.commandFlags.register(f, benchDecodeCommandFlags)
 	f.StringSliceVar(&o.tests, "tests", o.tests, "tests to run: ppN, tgN, tgN@dD, tgNxB")
 	f.IntVar(&o.batchedPrompt, "batched-prompt", o.batchedPrompt, "prompt tokens per sequence before a tgNxB test (llama-batched-bench's npp)")
 	f.IntVar(&o.rounds, "rounds", o.rounds, "timed runs of each test (≥ 1); the median is reported")

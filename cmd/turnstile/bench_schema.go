@@ -80,7 +80,7 @@ func runBenchSchema(out, errOut io.Writer, o benchSchemaOptions) error {
 	if err != nil {
 		return fmt.Errorf("%s: --tokenizer %s: %w", command, o.tokenizer, err)
 	}
-	vocab, err := grammarVocab(tok, []int32{tok.EOS()})
+	vocab, err := grammarVocab(tok, []int32{tok.EOS()}, tok.VocabSize())
 	if err != nil {
 		return fmt.Errorf("%s: %w", command, err)
 	}
@@ -155,25 +155,4 @@ func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	}
 	defer f.Close()
 	return tokenizer.FromGGUF(f)
-}
-
-// grammarVocab is a tokenizer's vocabulary as the grammar engine sees it.
-func grammarVocab(tok *tokenizer.Tokenizer, stops []int32) (*grammar.Vocab, error) {
-	n := tok.VocabSize()
-	pieces := make([][]byte, n)
-	special := make([]bool, n)
-	for i := range n {
-		pieces[i] = tok.Piece(int32(i))
-		special[i] = tok.IsControl(int32(i))
-	}
-	var valid []int32
-	for _, s := range stops {
-		if s >= 0 {
-			valid = append(valid, s)
-		}
-	}
-	if len(valid) == 0 {
-		return nil, errors.New("the tokenizer has no end-of-sequence token, so a grammar can never end")
-	}
-	return grammar.NewVocab(pieces, special, valid)
 }

@@ -32,10 +32,13 @@ const (
 
 // benchServeOptions are the flags of `turnstile bench serve`.
 type benchServeOptions struct {
-	// engineFlags: --model, --device, --max-batch-size, --kv-cache-tokens,
-	// --workers, --seed (prompt and sampling-seed draws) and --out (the
-	// JSON report's directory); the rest of the server is serve's defaults.
+	// engineFlags: --model, --device, --max-batch-size, --cascade-min-blocks,
+	// --kv-cache-tokens, --kv-cache-dtype, --workers and the program policy
+	// (--admission and its parameters); commandFlags: --seed (prompt and
+	// sampling-seed draws) and --out (the JSON report's directory). The
+	// rest of the server is serve's defaults.
 	engineFlags
+	commandFlags
 	clients     []int
 	duration    time.Duration // per client level
 	warmup      time.Duration // at the largest level, before the first; 0 = none
@@ -65,11 +68,14 @@ type benchServeOptions struct {
 	progressOut io.Writer
 }
 
-// benchServeEngineFlags are the engine flags bench serve registers.
-const benchServeEngineFlags = flagModel | flagDevice | flagMaxBatchSize | flagCascade | flagKVTokens | flagKVDtype | flagWorkers | flagSeed | flagOut
+// The engine and command flags bench serve registers.
+const (
+	benchServeEngineFlags  = flagModel | flagDevice | flagMaxBatchSize | flagCascade | flagKVTokens | flagKVDtype | flagWorkers | flagPrograms
+	benchServeCommandFlags = flagSeed | flagOut
+)
 
 func newBenchServeCmd() *cobra.Command {
-	o := benchServeOptions{engineFlags: newServeOptions().engineFlags, clients: []int{1, 16, 128}, duration: 30 * time.Second,
+	o := benchServeOptions{engineFlags: newServeOptions().engineFlags, commandFlags: defaultCommandFlags(), clients: []int{1, 16, 128}, duration: 30 * time.Second,
 		warmup: 2 * time.Second, maxRequests: 1_000_000, maxTokens: 64, ignoreEOS: true, timeout: serveload.DefaultRequestTimeout, dp: 1}
 	cmd := &cobra.Command{
 		Use:   "serve [--model FILE.gguf | --url URL] [--clients 1,16,128 | --request-rate 2,8 [--max-concurrency N]] [--duration 30s] [--max-tokens 64] [--prompt-len fixed:32] [--slo ttft:200ms,tpot:50ms] [--seed N] [--out DIR [--csv]]",
@@ -105,7 +111,8 @@ func newBenchServeCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	o.register(f, benchServeEngineFlags)
+	o.engineFlags.register(f, benchServeEngineFlags)
+	o.commandFlags.register(f, benchServeCommandFlags)
 	f.IntSliceVar(&o.clients, "clients", o.clients, "concurrent clients, one level after another")
 	f.DurationVar(&o.duration, "duration", o.duration, "how long each level sends requests")
 	f.DurationVar(&o.warmup, "warmup", o.warmup, "load at the largest --clients level before the first level, so RSS before/after compares steady states (0: none)")
@@ -256,7 +263,6 @@ func (o *benchServeOptions) serveOptions() (serveOptions, error) {
 	so := newServeOptions()
 	so.engineFlags = o.engineFlags
 	so.autoSize = true // the in-process server sizes itself as serve does
-	so.out = ""        // bench serve's report directory, not the server's
 	seats, _, err := engineSeats(so.maxBatchSize, !so.noOverlap)
 	if err != nil {
 		return serveOptions{}, fmt.Errorf("bench serve: %w", err)

@@ -59,12 +59,24 @@ func TestBenchServeFlagErrors(t *testing.T) {
 		{"prompt len range", []string{"--prompt-len", "uniform:256-16"}, `bench serve: --prompt-len "uniform:256-16": length 256-16 words`},
 		{"prompt len form", []string{"--prompt-len", "32"}, `bench serve: --prompt-len "32": want fixed:N or uniform:MIN-MAX`},
 		{"csv without out", []string{"--csv"}, "bench serve: --csv needs --out DIR"},
+		{"admission", []string{"--admission", "D"}, `bench serve: --admission "D": must be tokens, blocks or pausing`},
+		{"admission reserve", []string{"--admission", "blocks", "--admission-reserve", "-5"}, "bench serve: --admission-reserve -5: policy: reserve -5 tokens: must be ≥ 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runCLI(t, append([]string{"bench", "serve", "--duration", "1s"}, tc.args...)...)
 			require.ErrorContains(t, err, tc.wantErr)
 		})
 	}
+}
+
+// TestBenchServeProgramPolicy: the program policy's flags are engine
+// flags, so the in-process server takes them as serve does.
+func TestBenchServeProgramPolicy(t *testing.T) {
+	out, err := runCLI(t, "bench", "serve", "--duration", "200ms", "--clients", "1", "--warmup", "0s",
+		"--max-tokens", "4", "--workers", "1", "--max-batch-size", "4", "--admission", "blocks", "--admission-reserve", "64")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "admission    blocks for requests with a program id: distinct blocks + reserve 64 per program")
+	require.Contains(t, out, "at most 4 ACTIVE programs")
 }
 
 // TestBenchServeRuns: two short levels on stories260K print the table,

@@ -13,16 +13,16 @@ import (
 	"github.com/turnstile-llm/turnstile/kernels"
 	"github.com/turnstile-llm/turnstile/model"
 	"github.com/turnstile-llm/turnstile/model/gguf"
-	"github.com/turnstile-llm/turnstile/sim"
 )
 
 // engineFlags is the one engine configuration of the CLI, as vLLM's
 // EngineArgs: every command that runs an engine (serve, generate, every
-// bench command) and every command that sizes one (pools, model synth)
-// takes these flags from here. Each flag is registered once (register),
-// its default stated once (defaultEngineFlags) and checked once (validate);
-// a command whose study fixes another default (bench adp's batch of two,
-// bench agentic's simulated device) sets the field before register.
+// bench command) and every command that sizes one (pools) takes these
+// flags from here. Each flag is registered once (register), its default
+// stated once (defaultEngineFlags) and checked once (validate); a command
+// whose study fixes another default (bench adp's batch of two, bench
+// agentic's simulated device) sets the field before register. What a
+// command does with its engine (--out, --seed, --profile) is commandFlags'.
 //
 // validate checks only what the flag itself says (a count must be
 // positive); what the packages check (executor.New, seatpool, the runners,
@@ -39,10 +39,12 @@ type engineFlags struct {
 	kvTokens     int    // KV cache size, tokens; 0: the command's default
 	kvDtype      string // KV cache element type: auto, f32, f16 or bf16 (kvType resolves it)
 	workers      int    // cores the CPU kernels use; 0: GOMAXPROCS
-	seed         uint64
 	noOverlap    bool
-	out          string // the command's output directory; "": none
-	profile      string // the simulated device's cost: a built-in profile's name or a profile.json (simProfile)
+	// admission is the program policy's accounting: tokens, blocks,
+	// pausing (or A, B, C) or none; validate normalizes it. programs are
+	// its parameters (program_flags.go).
+	admission string
+	programs  programFlags
 
 	// maxBatchLimit, when > 0, is the largest --max-batch-size the command
 	// accepts (bench calibrate's decode passes).
@@ -65,10 +67,8 @@ const (
 	flagKVTokens
 	flagKVDtype
 	flagWorkers
-	flagSeed
 	flagNoOverlap
-	flagOut
-	flagProfile
+	flagPrograms
 )
 
 // Defaults of the engine configuration, stated once.
@@ -90,15 +90,11 @@ const (
 	// size) is where reading a run once per group starts to pay for the
 	// extra pass and merge.
 	defaultCascadeMinBlocks = 2
-	defaultSeed             = 1
 	// defaultKVCacheDtype is --kv-cache-dtype's default: the device's own
 	// choice (kvType).
 	defaultKVCacheDtype = kvDtypeAuto
-	// defaultProfile is --profile's default: the profile anchored to a
-	// published H200 benchmark (sim.H200Llama3_8BMeasured). The roofline
-	// profile (sim.ProfileH200Roofline) stays beside it, and reproduces the
-	// campaign tables published before the measured one existed.
-	defaultProfile = sim.ProfileH200Measured
+	// defaultAdmission is --admission's default: the tokens accounting.
+	defaultAdmission = "tokens"
 )
 
 // defaultEngineFlags is the engine configuration before any flag: the one
@@ -106,7 +102,7 @@ const (
 func defaultEngineFlags() engineFlags {
 	return engineFlags{model: defaultModelPath(), dev: deviceOptions{device: "auto", gpuFraction: defaultGPUMemoryFraction},
 		maxBatchSize: defaultMaxBatchSize, maxBatched: defaultMaxBatched, blockSize: defaultBlockSize,
-		cascadeMin: defaultCascadeMinBlocks, seed: defaultSeed, profile: defaultProfile, kvDtype: defaultKVCacheDtype}
+		cascadeMin: defaultCascadeMinBlocks, kvDtype: defaultKVCacheDtype, admission: defaultAdmission, programs: newProgramFlags()}
 }
 
 // defaultModelPath is the stories260K test model when it can be found from
@@ -162,18 +158,11 @@ func (e *engineFlags) register(f *pflag.FlagSet, which engineFlag) {
 	if has(flagWorkers) {
 		f.IntVar(&e.workers, "workers", e.workers, "cores the CPU kernels use (0: GOMAXPROCS)")
 	}
-	if has(flagSeed) {
-		f.Uint64Var(&e.seed, "seed", e.seed, "seed of the command's random draws (sampling, traffic and workloads, weights); the same seed gives the same run")
-	}
 	if has(flagNoOverlap) {
 		f.BoolVar(&e.noOverlap, "no-overlap", e.noOverlap, "run the plain step loop (no overlap scheduling)")
 	}
-	if has(flagOut) {
-		f.StringVar(&e.out, "out", e.out, "directory the command writes its results into, created if missing (\"\": none)")
-	}
-	if has(flagProfile) {
-		f.StringVar(&e.profile, "profile", e.profile, "the simulated device's step cost: a built-in profile ("+
-			strings.Join(sim.BuiltInProfiles(), ", ")+"; see docs/experiments.md) or the profile.json `FILE` that bench calibrate --out DIR writes")
+	if has(flagPrograms) {
+		e.registerPrograms(f)
 	}
 }
 
@@ -190,6 +179,7 @@ func flagsSet(f *pflag.FlagSet) map[string]bool {
 func (e *engineFlags) parsed(f *pflag.FlagSet) {
 	e.set = flagsSet(f)
 	e.dev.fractionSet = e.set["gpu-memory-fraction"]
+	e.programs.set = e.set
 }
 
 // validate checks the flags of the configuration that need no model,
@@ -216,6 +206,9 @@ func (e *engineFlags) validate(command string) error {
 		return fmt.Errorf("%s: --workers %d: must be >= 0", command, e.workers)
 	}
 	if _, err := e.kvType(cuda.BackendCPU); err != nil {
+		return fmt.Errorf("%s: %w", command, err)
+	}
+	if err := e.validatePrograms(); err != nil {
 		return fmt.Errorf("%s: %w", command, err)
 	}
 	return nil

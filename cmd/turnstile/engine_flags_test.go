@@ -70,20 +70,22 @@ func TestEngineFlagsKVType(t *testing.T) {
 	require.Equal(t, "bf16", e.kvDtype)
 }
 
-// TestEngineFlagsRegister: the flags a command selects, with the fields'
-// values as defaults, and parsed records the ones given.
+// TestEngineFlagsRegister: the flags a command selects, engine and
+// command flags apart, with the fields' values as defaults, and parsed
+// records the ones given.
 func TestEngineFlagsRegister(t *testing.T) {
-	e := defaultEngineFlags()
+	e, c := defaultEngineFlags(), defaultCommandFlags()
 	e.maxBatchSize = 2 // a command's own default, set before register
 	f := pflag.NewFlagSet("x", pflag.ContinueOnError)
-	e.register(f, flagMaxBatchSize|flagSeed|flagOut)
+	e.register(f, flagMaxBatchSize)
+	c.register(f, flagSeed|flagOut)
 	require.Nil(t, f.Lookup("model"), "not selected")
 	require.Equal(t, "2", f.Lookup("max-batch-size").DefValue)
 	require.NoError(t, f.Parse([]string{"--seed", "9", "--out", "d"}))
 	e.parsed(f)
 	require.Equal(t, map[string]bool{"seed": true, "out": true}, e.set)
-	require.Equal(t, uint64(9), e.seed)
-	require.Equal(t, "d", e.out)
+	require.Equal(t, uint64(9), c.seed)
+	require.Equal(t, "d", c.out)
 	require.Equal(t, 2, e.maxBatchSize)
 }
 

@@ -17,10 +17,12 @@ import (
 
 // generateOptions are the flags of `turnstile generate`.
 type generateOptions struct {
-	// engineFlags: --model, --device, --workers and --seed (the sampling
-	// seed); generate sizes its KV cache to the one sequence, so it has no
-	// --gpu-memory-fraction.
+	// engineFlags: --model, --device, --cascade-min-blocks,
+	// --kv-cache-dtype and --workers; generate sizes its KV cache to the one
+	// sequence, so it has no --gpu-memory-fraction. commandFlags: --seed
+	// (the sampling seed).
 	engineFlags
+	commandFlags
 	prompt      string
 	n           int
 	temperature float32
@@ -28,11 +30,14 @@ type generateOptions struct {
 	topK        int
 }
 
-// generateEngineFlags are the engine flags generate registers.
-const generateEngineFlags = flagModel | flagDevice | flagCascade | flagKVDtype | flagWorkers | flagSeed
+// The engine and command flags generate registers.
+const (
+	generateEngineFlags  = flagModel | flagDevice | flagCascade | flagKVDtype | flagWorkers
+	generateCommandFlags = flagSeed
+)
 
 func newGenerateCmd() *cobra.Command {
-	o := generateOptions{engineFlags: defaultEngineFlags(), n: 64, topP: 1}
+	o := generateOptions{engineFlags: defaultEngineFlags(), commandFlags: defaultCommandFlags(), n: 64, topP: 1}
 	cmd := &cobra.Command{
 		Use:   "generate --prompt TEXT [-n N]",
 		Short: "Generate text from a prompt and report tokens/s",
@@ -49,7 +54,8 @@ func newGenerateCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	o.register(f, generateEngineFlags)
+	o.engineFlags.register(f, generateEngineFlags)
+	o.commandFlags.register(f, generateCommandFlags)
 	f.StringVar(&o.prompt, "prompt", o.prompt, "prompt text (empty: start from BOS)")
 	f.IntVarP(&o.n, "n", "n", o.n, "tokens to generate (≥ 1)")
 	f.Float32Var(&o.temperature, "temperature", o.temperature, "sampling temperature (0: greedy)")
@@ -93,9 +99,10 @@ func (o generateOptions) validate() error {
 	return nil
 }
 
-// runGenerate loads the model, builds an engine of one seat on the runner
-// of the selected device, submits the prompt and drains its stream. When
-// --device auto chose, one line on errOut says which and why.
+// runGenerate loads the model, builds a deployment of one engine of one
+// seat on the runner of the selected device (buildDeployment), submits the
+// prompt and drains its stream. When --device auto chose, one line on
+// errOut says which and why.
 func runGenerate(out, errOut io.Writer, o generateOptions) error {
 	sel, err := o.selectDevice("generate")
 	if err != nil {
@@ -134,24 +141,17 @@ func runGenerate(out, errOut io.Writer, o generateOptions) error {
 	cfg := o.executorConfig()
 	cfg.MaxBatchSize, cfg.Overlap = 1, false
 	cfg.MaxNumBatchedTokens = min(len(prompt), cfg.MaxNumBatchedTokens)
-	seats, _, err := engineSeats(cfg.MaxBatchSize, cfg.Overlap)
-	if err != nil {
-		return fmt.Errorf("generate: %w", err)
-	}
 	kvType, err := o.kvType(device.Backend)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	r, _, err := newRunner("generate", device, m, runnerSizes{seats: seats, kvBlocks: (total + cfg.BlockSize - 1) / cfg.BlockSize,
-		blockSize: cfg.BlockSize, maxBatchTokens: cfg.MaxNumBatchedTokens, workers: o.workers, kvType: kvType})
+	d, err := buildDeployment(deploymentSpec{command: "generate", model: m, device: device, engine: cfg, dp: 1,
+		runner: runnerSizes{kvBlocks: (total + cfg.BlockSize - 1) / cfg.BlockSize, workers: o.workers, kvType: kvType}})
 	if err != nil {
 		return err
 	}
-	defer r.Close()
-	eng, err := executor.New(cfg, r, tok)
-	if err != nil {
-		return fmt.Errorf("generate: %w", err)
-	}
+	defer d.Close()
+	eng := d.front
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	loop := make(chan error, 1)

@@ -115,7 +115,7 @@ func newModelSynthCmd() *cobra.Command {
 		vocabFrom string
 		out       string
 		format    string
-		e         = defaultEngineFlags() // --seed: the weights' seed
+		cf        = defaultCommandFlags() // --seed: the weights' seed
 	)
 	cmd := &cobra.Command{
 		Use:   "synth",
@@ -149,7 +149,7 @@ func newModelSynthCmd() *cobra.Command {
 				return fmt.Errorf("--vocab-from %s: %w", vocabFrom, err)
 			}
 			c.Vocab = tok.VocabSize()
-			w, err := gguf.SynthLlama(c, t, rand.New(rand.NewPCG(e.seed, 0x7475726e)))
+			w, err := gguf.SynthLlama(c, t, rand.New(rand.NewPCG(cf.seed, 0x7475726e)))
 			if err != nil {
 				return err
 			}
@@ -200,7 +200,7 @@ func newModelSynthCmd() *cobra.Command {
 	fl.IntVar(&c.SlidingWindow, "sliding-window", 0, "attention.sliding_window in tokens (0: none)")
 	fl.StringVar(&typ, "type", "f32", "weight type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k or q6_k (norms stay f32; block types need --dim and --ffn multiples of the block size)")
 	fl.StringVar(&vocabFrom, "vocab-from", "", "GGUF file whose tokenizer metadata is copied")
-	e.register(fl, flagSeed)
+	cf.register(fl, flagSeed)
 	fl.StringVarP(&out, "output", "o", "", "output GGUF file, or directory with --format safetensors")
 	fl.StringVar(&format, "format", "gguf", "gguf (one file) or safetensors (a Hugging Face directory: config.json, model.safetensors, "+
 		"a synthetic byte-level tokenizer of the same vocabulary size, ≥ 259 tokens)")

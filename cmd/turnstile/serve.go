@@ -40,8 +40,6 @@ type serveOptions struct {
 	port         int
 	dp           int
 	selection    cuda.Selection // --device parsed by validate
-	admission    string         // tokens, blocks, pausing (or A, B, C) or none; validate normalizes it
-	programs     programFlags
 	// ablation is the experiment switches (the zero value serves), the one
 	// source of every engine's and the deployment's.
 	ablation   adp.Ablation
@@ -73,58 +71,14 @@ type serveOptions struct {
 // newServeOptions is serve's configuration before any flag: the engine's
 // defaults and the server's, stated once (bench serve starts from it too).
 func newServeOptions() serveOptions {
-	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, admission: "tokens",
-		programs: newProgramFlags(), drain: 30 * time.Second, logFormat: "text", logLevel: "info", getenv: os.Getenv,
-		dpWatchdog: time.Minute, shardMLP: true, readTimeout: server.DefaultReadTimeout, writeTimeout: server.DefaultWriteTimeout,
+	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, drain: 30 * time.Second,
+		logFormat: "text", logLevel: "info", getenv: os.Getenv, dpWatchdog: time.Minute, shardMLP: true, readTimeout: server.DefaultReadTimeout, writeTimeout: server.DefaultWriteTimeout,
 		idleTimeout: server.DefaultIdleTimeout, maxConnections: server.DefaultMaxConnections}
 }
 
 // serveEngineFlags are the engine flags serve registers.
 const serveEngineFlags = flagModel | flagDevice | flagGPUFraction | flagMaxBatchSize | flagMaxBatched | flagBlockSize | flagCascade |
-	flagKVTokens | flagKVDtype | flagWorkers | flagNoOverlap
-
-// programFlags are the program policy's parameters. Those not given on the
-// command line (set) take the accounting's defaults (policy.DefaultConfig); the
-// policy validates them (policy.Config.Validate).
-type programFlags struct {
-	maxActive                                     int // 0: --max-batch-size
-	buffer, reserve                               int
-	actingWeight                                  float64
-	pauseThreshold, pauseTarget, resumeHysteresis float64
-	agingTau, forcedResume, lease                 time.Duration
-	set                                           map[string]bool
-}
-
-// newProgramFlags holds the tokens accounting's defaults, which the flags' help shows.
-func newProgramFlags() programFlags {
-	d := policy.DefaultConfig(policy.TokenAccounting, 1)
-	return programFlags{buffer: d.Buffer, reserve: d.Reserve, actingWeight: d.ActingTokenWeight, pauseThreshold: d.PauseThreshold,
-		pauseTarget: d.PauseTarget, resumeHysteresis: d.ResumeHysteresis, agingTau: d.AgingTau, forcedResume: d.ForcedResume, lease: d.Lease}
-}
-
-// programParam is one program policy flag: its name, its value as given,
-// and how it sets the policy's configuration.
-type programParam struct {
-	name, value string
-	apply       func(*policy.Config)
-}
-
-// params lists the program policy flags in the order they are applied (a
-// threshold before the target and hysteresis it bounds).
-func (p *programFlags) params() []programParam {
-	return []programParam{
-		{"max-active-programs", strconv.Itoa(p.maxActive), func(c *policy.Config) { c.MaxActive = p.maxActive }},
-		{"admission-buffer", strconv.Itoa(p.buffer), func(c *policy.Config) { c.Buffer = p.buffer }},
-		{"admission-reserve", strconv.Itoa(p.reserve), func(c *policy.Config) { c.Reserve = p.reserve }},
-		{"acting-token-weight", fmt.Sprint(p.actingWeight), func(c *policy.Config) { c.ActingTokenWeight = p.actingWeight }},
-		{"pause-threshold", fmt.Sprint(p.pauseThreshold), func(c *policy.Config) { c.PauseThreshold = p.pauseThreshold }},
-		{"pause-target", fmt.Sprint(p.pauseTarget), func(c *policy.Config) { c.PauseTarget = p.pauseTarget }},
-		{"resume-hysteresis", fmt.Sprint(p.resumeHysteresis), func(c *policy.Config) { c.ResumeHysteresis = p.resumeHysteresis }},
-		{"aging-tau", p.agingTau.String(), func(c *policy.Config) { c.AgingTau = p.agingTau }},
-		{"forced-resume", p.forcedResume.String(), func(c *policy.Config) { c.ForcedResume = p.forcedResume }},
-		{"program-lease", p.lease.String(), func(c *policy.Config) { c.Lease = p.lease }},
-	}
-}
+	flagKVTokens | flagKVDtype | flagWorkers | flagNoOverlap | flagPrograms
 
 func newServeCmd() *cobra.Command {
 	o := newServeOptions()
@@ -146,7 +100,6 @@ func newServeCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.parsed(cmd.Flags())
-			o.programs.set = o.set
 			o.autoSize = true
 			if err := o.validate(); err != nil {
 				return err
@@ -167,18 +120,6 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&o.dpWatchdog, "dp-watchdog", o.dpWatchdog, "under mpirun: end the job (naming the rank and collective) when one lockstep iteration takes longer than this; 0 disables")
 	f.BoolVar(&o.shardMLP, "shard-mlp", o.shardMLP, "under mpirun on the CPU: run the MLP tensor-parallel across the ranks (each process holds 1/N of the MLP weights; every rank steps in lockstep)")
 	f.BoolVar(&o.verifyPlacement, "verify-placement", o.verifyPlacement, "debug: every process hashes each iteration's placements and the job stops if any differs")
-	f.StringVar(&o.admission, "admission", o.admission, "program admission for requests with a program id: tokens (each program's tokens + a buffer), blocks (distinct shared KV blocks + a growth reserve), pausing (tokens with pause thresholds), or none; A, B and C name the first three too")
-	p := &o.programs
-	f.IntVar(&p.maxActive, "max-active-programs", p.maxActive, "most programs ACTIVE at once; the others' turns wait (default: --max-batch-size)")
-	f.IntVar(&p.buffer, "admission-buffer", p.buffer, "tokens charged per ACTIVE program under tokens and pausing")
-	f.IntVar(&p.reserve, "admission-reserve", p.reserve, "tokens charged per ACTIVE program under blocks (growth headroom)")
-	f.Float64Var(&p.actingWeight, "acting-token-weight", p.actingWeight, "weight of a program's tokens between turns under tokens and pausing, in [0, 1]")
-	f.Float64Var(&p.pauseThreshold, "pause-threshold", p.pauseThreshold, "pause programs when used exceeds this fraction of the KV capacity (pausing's default: 0.95)")
-	f.Float64Var(&p.pauseTarget, "pause-target", p.pauseTarget, "pause down to this fraction of the KV capacity (pausing's default: 0.80)")
-	f.Float64Var(&p.resumeHysteresis, "resume-hysteresis", p.resumeHysteresis, "resume while used + estimate <= threshold - this (pausing's default: 0.10)")
-	f.DurationVar(&p.agingTau, "aging-tau", p.agingTau, "aging of waiting programs: effective size = tokens / (1 + wait/tau); 0 disables")
-	f.DurationVar(&p.forcedResume, "forced-resume", p.forcedResume, "resume a waiting turn after this long even if it does not fit")
-	f.DurationVar(&p.lease, "program-lease", p.lease, "end a program after this long without a turn (with --admission none, the server forgets its id then)")
 	f.BoolVar(&o.ablation.Engine.ChargeRetiring, "charge-retiring", o.ablation.Engine.ChargeRetiring, "experiments only: charge retiring requests against admission and step budgets (what engines without the retiring rule do)")
 	f.StringArrayVar(&o.apiKeys, "api-key", o.apiKeys, "require 'Authorization: Bearer KEY' (repeatable; each key is its own cache tenant; visible in ps: prefer --api-key-file or "+apiKeyEnv+")")
 	f.StringVar(&o.apiKeyFile, "api-key-file", o.apiKeyFile, "read API keys from this file, one per line (blank lines and lines starting with # are skipped); adds to --api-key and "+apiKeyEnv)
@@ -231,20 +172,6 @@ func (o *serveOptions) validate() error {
 		return err
 	}
 	o.selection = sel
-	// The accounting names are policy's; serve adds only "none" and that
-	// an empty value means the default, tokens.
-	if strings.TrimSpace(o.admission) == "" {
-		o.admission = policy.TokenAccounting.String()
-	} else if strings.EqualFold(strings.TrimSpace(o.admission), "none") {
-		o.admission = "none"
-	} else if a, err := policy.ParseAccounting(o.admission); err != nil {
-		return fmt.Errorf("serve: --admission %q: must be tokens, blocks or pausing (or none): %w", o.admission, err)
-	} else {
-		o.admission = a.String()
-	}
-	if _, err := o.programPolicy(); err != nil {
-		return err
-	}
 	for i, k := range o.apiKeys {
 		if err := checkAPIKey(k, fmt.Sprintf("--api-key #%d", i+1)); err != nil {
 			return err
@@ -300,40 +227,6 @@ func (o *serveOptions) addAPIKeys() error {
 		o.apiKeys = append(o.apiKeys, k)
 	}
 	return nil
-}
-
-// programPolicy is the program policy the flags ask for (nil: none): the
-// accounting's defaults with the parameters given on the command line. The policy
-// validates them (policy.Config.Validate, the one statement of its rules);
-// each given flag is applied and validated in turn, so an error names the
-// flag that made the configuration invalid. MaxActive is
-// --max-active-programs, by default --max-batch-size (one step's
-// sequences).
-func (o *serveOptions) programPolicy() (*policy.Config, error) {
-	if o.admission == "none" {
-		return nil, nil
-	}
-	acc, err := policy.ParseAccounting(o.admission)
-	if err != nil {
-		return nil, fmt.Errorf("serve: --admission: %w", err)
-	}
-	// At most --max-batch-size ACTIVE programs (what the sizing report
-	// says): one step's sequences. 1 here once held every program but the
-	// first waiting behind it.
-	c := policy.DefaultConfig(acc, o.maxBatchSize)
-	for _, p := range o.programs.params() {
-		if !o.programs.set[p.name] {
-			continue
-		}
-		p.apply(&c)
-		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("serve: --%s %s: %w", p.name, p.value, err)
-		}
-	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("serve: --admission %s: %w", o.admission, err)
-	}
-	return &c, nil
 }
 
 func (o *serveOptions) logger(w io.Writer) *slog.Logger {
@@ -402,7 +295,7 @@ func (o *serveOptions) resolve(ctxLen, vocab int, device cuda.Selection) (sizes,
 	s := sizes{seats: seats, headroom: headroom, context: ctxLen, vocab: vocab,
 		batchSeqs: o.maxBatchSize, batchToks: o.maxBatched, overlap: overlap, admission: o.admission, device: device}
 	if s.programs, err = o.programPolicy(); err != nil {
-		return s, err
+		return s, fmt.Errorf("serve: %w", err)
 	}
 	kv := o.kvTokens
 	if kv == 0 && device.Backend != cuda.BackendCUDA {
@@ -441,6 +334,17 @@ func (s *sizes) setKV(blocks, blockSize int, fraction float64) error {
 	}
 	return fmt.Errorf("serve: --kv-cache-tokens %d is less than the model context of %d tokens: a full-length request could never run",
 		s.kvTokens, s.context)
+}
+
+// setRunners records what the deployment's runners say of the KV cache:
+// its element type and bytes, and on CUDA the memory plan, whose KV size
+// is the cache's when --gpu-memory-fraction sized it.
+func (s *sizes) setRunners(d *deployment, fraction float64) error {
+	s.kvDtype, s.kvBytes, s.gpu = d.kvDtype, d.kvBytes, d.gpu
+	if d.gpu != nil && s.blocks == 0 {
+		return s.setKV(d.gpu.KVBlocks, d.gpu.BlockSize, fraction)
+	}
+	return nil
 }
 
 func (s sizes) print(w io.Writer, name, path string) error {
@@ -493,52 +397,20 @@ func (o *serveOptions) readChatTemplate(m *model.Llama) (tmpl, source string, er
 	return "", "fallback format (the model has no chat template)", nil
 }
 
-// runServe loads the model, builds the engine and the server, and serves
-// until ctx ends. ready, when set, is called with the bound address once
-// the server accepts connections.
+// runServe loads the model, builds the deployment (buildDeployment) and
+// the server, and serves until ctx ends. ready, when set, is called with
+// the bound address once the server accepts connections.
 func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready func(addr string)) (err error) {
 	log := o.logger(logOut)
-	// Probe before loading the model: an unusable --device cuda fails fast.
-	device, note, err := o.dev.resolve("serve", o.selection)
+	device, overlapNote, err := o.resolveDevice(log)
 	if err != nil {
 		return err
 	}
-	if note != "" { // auto chose: one line says which device and why
-		if device.Backend == cuda.BackendCPU {
-			log.Warn("device", slog.String("device", device.String()), slog.String("reason", note))
-		} else {
-			log.Info("device", slog.String("device", device.String()), slog.String("reason", note))
-		}
-	}
-	// On the CPU a sharded MLP's collectives run on the cores the loop's
-	// gather spins on: overlapping the two (the gather of step n+1 while
-	// step n's layers exchange rows) oversubscribes them and costs each
-	// exchange a scheduler time slice (measured: ~100× slower decode with
-	// two ranks on two cores). The ranks step without overlap instead.
-	overlapNote := ""
-	if o.acrossProcesses() && o.shardMLP && device.Backend != cuda.BackendCUDA && !o.noOverlap {
-		o.noOverlap = true
-		overlapNote = " (overlap off: on the CPU the sharded MLP's collectives share the cores the gather waits on; --shard-mlp=false keeps overlap)"
-	}
-	if isTerminal(logOut) {
-		if err := warmFile(o.model, logOut); err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-	}
-	lopts := o.llamaOptions(device.Backend)
-	if o.acrossProcesses() && o.shardMLP {
-		// Each process then streams 1/N of the MLP: copying the whole
-		// model into its own memory would undo the shard's saving, so the
-		// weights stay in the file mapping, which the processes of a host
-		// share.
-		lopts.Mmap = true
-	}
-	m, err := model.LoadLlama(o.model, lopts)
+	m, err := o.loadModel(device, logOut)
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return err
 	}
 	defer m.Close()
-	tok := m.Tokenizer()
 	o.servingDefaults(device)
 	sz, err := o.resolve(m.MaxContext(), m.Config().Vocab, device)
 	if err != nil {
@@ -553,141 +425,143 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(o.model), filepath.Ext(o.model))
 	}
-	across := o.acrossProcesses()
-	if o.dp > 1 && !across && device.Backend == cuda.BackendCUDA {
-		return fmt.Errorf("serve: --dp %d on %s: in one process attention-DP ranks run on the CPU runner only; on GPUs run one rank per process: mpirun -np %d turnstile serve --dp %d", o.dp, device, o.dp, o.dp)
-	}
-	// Under mpirun this process is one rank of the deployment: it joins the
-	// MPI world, takes its local rank's GPU, and only process 0 serves HTTP.
-	var world *mpi.World
-	proc, ranksHere := 0, o.dp
-	if across {
-		if world, err = o.openWorld(); err != nil {
-			return err
-		}
-		defer world.Close()
-		proc, ranksHere = world.Rank(), 1
-		device = o.rankDevice(device)
-		sz.device = device
-	}
-	// The sharded MLP's collectives run on the runner's stream while the
-	// gather runs on the loop: its own communicator.
-	var mlpComm *mpi.World
-	if world != nil && o.shardMLP && device.Backend != cuda.BackendCUDA {
-		if mlpComm, err = world.Dup(); err != nil {
-			return fmt.Errorf("serve: the sharded MLP's communicator: %w", err)
-		}
-		defer mlpComm.Close()
-	}
-	workers := o.rankWorkers()
-	kvType, err := o.kvType(device.Backend)
+	spec, err := o.deploymentSpec(m, device, sz, name, log)
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return err
 	}
-	// One engine per attention-DP rank, each with its own runner, KV cache
-	// and seats; executor.New validates each rank's seat pool against its
-	// runner's buffers and its own block-table rows in both directions.
-	engines := make([]*executor.Engine, 0, ranksHere)
-	var dummies []func() error
-	mlpLine := "whole MLP"
-	for range ranksHere {
-		rs := runnerSizes{seats: sz.seats, blockSize: o.blockSize,
-			maxBatchTokens: o.maxBatched, kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: workers, kvType: kvType}
-		if mlpComm != nil {
-			rs.mlp = mlpComm
-		}
-		runner, gpu, err := newRunner("serve", device, m, rs)
-		if err != nil {
-			return err
-		}
-		defer runner.Close()
-		if cpu, ok := runner.(*model.CPURunner); ok {
-			sz.kvDtype, sz.kvBytes = strings.ToLower(cpu.KVType().String()), cpu.KVBytes()
-		}
-		if gpu != nil {
-			sz.kvDtype, sz.kvBytes = gpu.KVType, int64(gpu.KVBytes)
-		}
-		if cpu, ok := runner.(*model.CPURunner); ok && mlpComm != nil {
-			// A rank with nothing to launch still joins every layer's MLP
-			// collectives.
-			dummies = append(dummies, cpu.DummyStep)
-			mlpLine = fmt.Sprintf("MLP shard %d of %d: %.1f KiB of the MLP weights (whole: %.1f KiB)", world.Rank()+1, world.Size(),
-				float64(cpu.MLPWeightBytes())/1024, float64(m.MLPWeightBytes())/1024)
-		}
-		if gpu != nil {
-			sz.gpu = gpu
-			if sz.blocks == 0 { // sized by the runner from --gpu-memory-fraction
-				if err := sz.setKV(gpu.KVBlocks, gpu.BlockSize, o.dev.gpuFraction); err != nil {
-					return err
-				}
-			}
-		}
-		cfg := o.executorConfig()
-		cfg.Ablation, cfg.Model, cfg.Programs = o.ablation.Engine, name, sz.programs
-		eng, err := executor.New(cfg, runner, tok)
-		if err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-		engines = append(engines, eng)
+	d, err := buildDeployment(spec)
+	if err != nil {
+		return err
 	}
-	var eng interface {
-		server.Engine
-		Run(context.Context) error
-		Check() error
-	} = engines[0]
-	if o.dp > 1 {
-		acfg := adp.Config{Ablation: o.ablation,
-			Logf: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }}
-		if world != nil {
-			acfg.Comm, acfg.VerifyPlacement, acfg.Watchdog, acfg.Dummies = world, o.verifyPlacement, o.dpWatchdog, dummies
-			acfg.OnStuck = func(msg string) {
-				log.Error("attention-DP watchdog: ending the job", slog.String("reason", msg), slog.Int("rank", proc))
-				world.Abort(3)
-			}
-		}
-		fe, err := adp.NewFrontend(acfg, engines) // across processes: gathers with every peer
-		if err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-		eng = fe
+	defer d.Close()
+	if err := sz.setRunners(d, o.dev.gpuFraction); err != nil {
+		return err
 	}
-	if world != nil {
+	if d.world != nil {
+		// Under mpirun only process 0 serves HTTP; the others step their
+		// rank with it.
 		host, _ := os.Hostname()
 		line := fmt.Sprintf("host %s, pid %d, device %s, %d kernel workers, KV %d blocks × %d tokens, %d seats, %s",
-			host, os.Getpid(), device, max(workers, 1), sz.blocks, o.blockSize, sz.seats, mlpLine)
-		if proc != 0 {
-			if err := printWorld(world, io.Discard, line, ""); err != nil {
+			host, os.Getpid(), device, max(spec.runner.workers, 1), sz.blocks, o.blockSize, sz.seats, d.mlp)
+		if d.proc != 0 {
+			if err := printWorld(d.world, io.Discard, line, ""); err != nil {
 				return err
 			}
-			return serveRank(eng, world, log)
+			return serveRank(d.front, d.world, log)
 		}
 		defer func() {
 			if err != nil { // a peer may wait in a collective for this process
-				world.Abort(1)
+				d.world.Abort(1)
 			}
 		}()
 		if err := sz.print(out, name, o.model); err != nil {
 			return err
 		}
-		if err := printWorld(world, out, line, overlapNote); err != nil {
+		if err := printWorld(d.world, out, line, overlapNote); err != nil {
 			return err
 		}
 	} else if err := sz.print(out, name, o.model); err != nil {
 		return err
 	}
-	scfg := server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: tok, ChatTemplate: tmpl, StopTokenIDs: m.StopIDs(),
+	if d.grammarOff != nil {
+		log.Warn("structured output off", slog.String("reason", d.grammarOff.Error()))
+	}
+	scfg := server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: m.Tokenizer(), ChatTemplate: tmpl, StopTokenIDs: m.StopIDs(),
 		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, MaxProgramInFlight: sz.maxPrograms,
 		ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: o.idleTimeout, MaxConnections: o.maxConnections,
-		ProgramIdleTTL: o.programs.lease, Logger: log}
-	srv, err := server.New(scfg, eng)
+		ProgramIdleTTL: o.programs.lease, Logger: log, Grammars: d.grammars}
+	srv, err := server.New(scfg, d.front)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if err := o.printServing(out, srv, d.world == nil, spec.runner.workers); err != nil {
+		return err
+	}
+	return o.serveUntil(ctx, srv, d.front, name, log, ready)
+}
+
+// resolveDevice resolves --device before the model loads, so an unusable
+// --device cuda fails fast; when auto chose, one log line says which and
+// why. Under mpirun the device is this process's rank's. On the CPU a
+// sharded MLP turns overlap off; overlapNote says so in the world listing.
+func (o *serveOptions) resolveDevice(log *slog.Logger) (device cuda.Selection, overlapNote string, err error) {
+	device, note, err := o.dev.resolve("serve", o.selection)
+	if err != nil {
+		return device, "", err
+	}
+	if note != "" { // auto chose: one line says which device and why
+		if device.Backend == cuda.BackendCPU {
+			log.Warn("device", slog.String("device", device.String()), slog.String("reason", note))
+		} else {
+			log.Info("device", slog.String("device", device.String()), slog.String("reason", note))
+		}
+	}
+	// On the CPU a sharded MLP's collectives run on the cores the loop's
+	// gather spins on: overlapping the two (the gather of step n+1 while
+	// step n's layers exchange rows) oversubscribes them and costs each
+	// exchange a scheduler time slice (measured: ~100× slower decode with
+	// two ranks on two cores). The ranks step without overlap instead.
+	if o.acrossProcesses() && o.shardMLP && device.Backend != cuda.BackendCUDA && !o.noOverlap {
+		o.noOverlap = true
+		overlapNote = " (overlap off: on the CPU the sharded MLP's collectives share the cores the gather waits on; --shard-mlp=false keeps overlap)"
+	}
+	if o.acrossProcesses() {
+		device = o.rankDevice(device)
+	}
+	return device, overlapNote, nil
+}
+
+// loadModel loads --model for device, first reading the file once with a
+// progress bar when logOut is a terminal.
+func (o *serveOptions) loadModel(device cuda.Selection, logOut io.Writer) (*model.Llama, error) {
+	if isTerminal(logOut) {
+		if err := warmFile(o.model, logOut); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
+	lopts := o.llamaOptions(device.Backend)
+	if o.acrossProcesses() && o.shardMLP {
+		// Each process then streams 1/N of the MLP: copying the whole
+		// model into its own memory would undo the shard's saving, so the
+		// weights stay in the file mapping, which the processes of a host
+		// share.
+		lopts.Mmap = true
+	}
+	m, err := model.LoadLlama(o.model, lopts)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	return m, nil
+}
+
+// deploymentSpec is serve's deployment: --dp ranks of the engine the flags
+// and sizes describe, each with its own runner, KV cache and seats; under
+// mpirun one rank per process.
+func (o *serveOptions) deploymentSpec(m *model.Llama, device cuda.Selection, sz sizes, name string, log *slog.Logger) (deploymentSpec, error) {
+	kvType, err := o.kvType(device.Backend)
+	if err != nil {
+		return deploymentSpec{}, fmt.Errorf("serve: %w", err)
+	}
+	cfg := o.executorConfig()
+	cfg.Model, cfg.Programs = name, sz.programs
+	s := deploymentSpec{command: "serve", model: m, device: device, engine: cfg,
+		runner: runnerSizes{kvBlocks: sz.blocks, fraction: o.dev.gpuFraction, workers: o.rankWorkers(), kvType: kvType},
+		dp:     o.dp, shardMLP: o.shardMLP, ablation: o.ablation, verifyPlacement: o.verifyPlacement, watchdog: o.dpWatchdog, log: log}
+	if o.acrossProcesses() {
+		s.world = o.openWorld
+	}
+	return s, nil
+}
+
+// printServing ends the start-up report: the client bounds, the ranks of
+// an attention-DP deployment in one process (local), and the experiment
+// switch when set.
+func (o *serveOptions) printServing(out io.Writer, srv *server.Server, local bool, workers int) error {
 	if _, err := fmt.Fprintf(out, "  clients      read timeout %v, write timeout %v, idle timeout %v; at most %d connections, %d requests read and parsed at once\n",
 		o.readTimeout, o.writeTimeout, o.idleTimeout, o.maxConnections, srv.MaxParsing()); err != nil {
 		return err
 	}
-	if o.dp > 1 && world == nil {
+	if o.dp > 1 && local {
 		if _, err := fmt.Fprintf(out, "  ranks        %d attention-DP ranks (each: the seats, KV cache and step budget above; %d kernel workers)\n", o.dp, workers); err != nil {
 			return err
 		}
@@ -697,11 +571,17 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 			return err
 		}
 	}
+	return nil
+}
+
+// serveUntil runs eng's loop and serves srv on --host:--port until ctx
+// ends or the engine fails, then drains, stops the engine and checks its
+// accounting.
+func (o *serveOptions) serveUntil(ctx context.Context, srv *server.Server, eng frontEnd, name string, log *slog.Logger, ready func(addr string)) error {
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	defer stopEngine()
 	engDone := make(chan error, 1)
@@ -728,10 +608,10 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	serveErr := srv.Serve(srvCtx, ln, o.drain)
 	stopEngine() // aborts whatever is left and releases every seat and block
 	<-engFailed
-	if err = errors.Join(serveErr, engErr); err != nil {
+	if err := errors.Join(serveErr, engErr); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	if err = eng.Check(); err != nil {
+	if err := eng.Check(); err != nil {
 		return fmt.Errorf("serve: after shutdown: %w", err)
 	}
 	log.Info("stopped")
@@ -742,10 +622,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 // its rank steps with the others until process 0 stops the deployment (its
 // own signals are left to process 0, which drains first); a failure ends
 // the whole job, since the peers may be waiting in a collective for it.
-func serveRank(eng interface {
-	Run(context.Context) error
-	Check() error
-}, world *mpi.World, log *slog.Logger) error {
+func serveRank(eng frontEnd, world *mpi.World, log *slog.Logger) error {
 	log.Debug("rank serving", slog.Int("rank", world.Rank()))
 	err := eng.Run(context.Background())
 	if err == nil {

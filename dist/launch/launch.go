@@ -2,7 +2,9 @@
 // (mpirun, mpiexec, srun with PMIx) and where it sits in the job, from the
 // environment the launcher sets. It needs no MPI library and no cgo, so the
 // command line can decide before loading MPI whether a --dp N run is one process
-// (goroutine ranks) or one rank of N processes.
+// (goroutine ranks) or one rank of N processes. It reads the world rank and
+// size, and the local rank and size on this host, from Open MPI's, PMIx's
+// or PMI's variables; ValidateWorld checks --dp against the world size.
 package launch
 
 import (

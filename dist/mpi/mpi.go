@@ -15,6 +15,15 @@
 // duration of the call only. Every rank must call the same collectives in the
 // same order with matching shapes; a rank that does not leaves its peers
 // waiting, which is why callers need a watchdog and Abort.
+//
+// The collectives are those attention-DP needs across processes: int64
+// allgather, and a patient one (AllgatherInt64Patient) that polls a
+// nonblocking allgather and sleeps, so an idle rank does not spin a core;
+// float32 allgatherv; byte gatherv to a root; byte broadcast; float32
+// all-reduce, reduce-scatter-block and variable reduce-scatter; barrier. A
+// World from Dup has its own lock, for collectives that run concurrently
+// with the world's (the sharded MLP's on the runner's goroutine). Every
+// argument is checked in Go before the call.
 package mpi
 
 /*

@@ -5,7 +5,10 @@
 // or libraries and a machine without NCCL runs everything else; a missing
 // library or symbol is an error naming it.
 //
-// The binding targets NCCL 2.x's C ABI (libnccl.so.2). It imports nothing of
+// The binding targets NCCL 2.x's C ABI (libnccl.so.2), with the prototypes
+// declared here (no nccl.h). A communicator's UniqueID is made by rank 0;
+// broadcasting it (over MPI) is the caller's job. Every argument is checked
+// in Go before the call. It imports nothing of
 // turnstile's: device buffers are CUdeviceptr values and streams CUstream
 // handles, both passed as uintptr (package cuda's DevicePtr converts directly;
 // 0 is the default stream). The caller keeps the CUDA context of the rank's

@@ -1,6 +1,8 @@
 // Package hugemem allocates the large, long-lived buffers of the CPU runner
 // (model weights, the KV cache) outside the Go heap, in anonymous memory
-// advised for transparent huge pages.
+// 2 MiB aligned and advised for transparent huge pages. model.LoadLlama
+// copies the weights a step streams there unless model.LlamaOptions.Mmap
+// keeps them in the file mapping.
 //
 // Why: a decode step streams every weight once and attention reads KV
 // blocks scattered over the cache. With 4 KiB pages each step misses the

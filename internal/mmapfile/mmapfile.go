@@ -1,6 +1,8 @@
-// Package mmapfile maps a whole file read-only into memory, the way both
-// model file formats (GGUF, safetensors) hand out tensor bytes without a
-// copy.
+// Package mmapfile maps a whole file read-only into memory (MAP_SHARED:
+// the processes of a host share its pages), the way both model file
+// formats (GGUF, safetensors) hand out tensor bytes without a copy.
+// Release drops the resident pages of a part of the mapping once a loader
+// has copied what it needs.
 package mmapfile
 
 import (

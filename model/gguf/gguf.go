@@ -1,14 +1,25 @@
 // Package gguf reads and writes GGUF model files (versions 2 and 3): header,
-// typed metadata, tensor descriptors and the memory-mapped tensor data, plus
-// the llama architecture's configuration and the conversions of every
-// tensor type it accepts.
+// typed metadata, tensor descriptors and the tensor data over one read-only
+// memory map, plus the accepted architectures' configuration, shape checks
+// and synthetic models (SynthLlama), and the conversions of every tensor
+// type it accepts.
 //
 // Accepted: GGUF v2 and v3, little-endian; tensor types F32, F16, BF16, the
 // legacy block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K,
 // Q3_K, Q4_K, Q5_K, Q6_K (any other type id is an error naming the tensor,
-// the type and the supported list); architecture
-// "llama" only (GQA or not, separate or tied output matrix, RoPE scaling
-// none or linear). Everything else is rejected with an error that says so.
+// the type and the supported list); architectures llama (Llama 1 to 3 and
+// Mistral: GQA or not, separate or tied output matrix, RoPE scaling none,
+// linear or llama3), qwen2 and qwen3 (Archs; each an ArchSpec). Everything
+// else, other architectures included, is rejected with an error that names
+// it.
+//
+// Fixtures from llama.cpp check the conversions and the forward pass: the
+// repository's testdata/quant holds llama.cpp-quantised tensors and what ggml decodes
+// from them (scripts/make-quant-fixtures.sh), testdata/arch llama.cpp's
+// logits and greedy tokens per architecture (scripts/make-arch-fixtures.sh),
+// and testdata/matrix the same for every weight type × architecture and two
+// llama.cpp mixes (scripts/make-matrix-fixtures.sh, checked by
+// model.TestMatrixMatchesLlamaCpp).
 //
 // Parsing never trusts a length or count from the file: each is bounded by
 // the bytes that remain before anything is allocated, so a malformed file

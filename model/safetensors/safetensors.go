@@ -3,7 +3,10 @@
 // JSON mapping each tensor name to {dtype, shape, data_offsets} (and an
 // optional "__metadata__" of strings), then the raw little-endian tensor
 // bytes, offsets relative to the end of the header. Open memory-maps the
-// file; tensor data is never copied.
+// file read-only; tensor data is never copied. The header's offsets, sizes
+// and overlaps are checked before any tensor is handed out (the parser is
+// fuzzed); a writer makes the format too. It depends on nothing outside
+// the standard library but internal/mmapfile.
 package safetensors
 
 import (

@@ -12,6 +12,9 @@
 // templates), and EscapeSpecial keeps user text embedded in such text from
 // matching.
 //
+// Decoding is incremental and UTF-8-safe (Decoder): bytes of a character
+// split across tokens are held until the token that completes it arrives.
+//
 // The Llama 3 and Qwen3 vocabularies are checked against the reference
 // encoder (transformers.js's tokenizers) on the corpus in
 // testdata/tokenizer; scripts/make-tokenizer-fixtures.sh regenerates the
