@@ -63,6 +63,12 @@ type benchServeOptions struct {
 	slo                    serveload.SLO
 	promptLen              serveload.PromptLen
 	csv                    bool
+	// jsonSchemas is --json-schema: files whose schemas constrain the
+	// requests (responseFormats, read by validate), each client taking
+	// them in turn; ignoreEOSSet is whether --ignore-eos was given.
+	jsonSchemas     []string
+	responseFormats []json.RawMessage
+	ignoreEOSSet    bool
 	// progressOut, when set, gets a progress bar per level (RunE sets it
 	// to stderr when that is a terminal).
 	progressOut io.Writer
@@ -98,6 +104,7 @@ func newBenchServeCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.parsed(cmd.Flags())
 			o.clientsSet = cmd.Flags().Changed("clients")
+			o.ignoreEOSSet = cmd.Flags().Changed("ignore-eos")
 			if errOut := cmd.ErrOrStderr(); isTerminal(errOut) {
 				o.progressOut = errOut
 			}
@@ -127,6 +134,7 @@ func newBenchServeCmd() *cobra.Command {
 	f.StringVar(&o.sloFlag, "slo", o.sloFlag, "goodput's per-request bounds, e.g. ttft:200ms,tpot:50ms,e2e:2s (durations, or bare milliseconds)")
 	f.StringVar(&o.promptLenFlag, "prompt-len", o.promptLenFlag, "prompt length in words: fixed:N or uniform:MIN-MAX, from a 64-word story vocabulary (default: 8 story openings)")
 	f.BoolVar(&o.csv, "csv", o.csv, "also write one row per level to DIR/"+benchServeCSV+" (needs --out)")
+	f.StringSliceVar(&o.jsonSchemas, "json-schema", o.jsonSchemas, "constrain every request to a JSON Schema (structured output, response_format json_schema): FILE holds the schema, or a MaskBench file's {\"schema\", \"tests\"}; several files (repeated or comma-separated) are sent in turn, each client starting at its own; requests then end where their JSON does (--ignore-eos off)")
 	return cmd
 }
 
@@ -199,7 +207,64 @@ func (o *benchServeOptions) validateLoad() error {
 		}
 		o.promptLen = p
 	}
+	return o.readSchemas()
+}
+
+// readSchemas reads --json-schema's files into response_format objects.
+// A constrained request ends where its JSON does, so --ignore-eos, on by
+// default, is off with them, and an explicit --ignore-eos is an error.
+func (o *benchServeOptions) readSchemas() error {
+	if len(o.jsonSchemas) == 0 {
+		return nil
+	}
+	if o.ignoreEOSSet && o.ignoreEOS {
+		return errors.New("bench serve: --ignore-eos with --json-schema: a constrained request ends where its JSON does")
+	}
+	o.ignoreEOS = false
+	o.responseFormats = o.responseFormats[:0]
+	for i, file := range o.jsonSchemas {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("bench serve: --json-schema %s: %w", file, err)
+		}
+		schema, err := benchSchema(data)
+		if err != nil {
+			return fmt.Errorf("bench serve: --json-schema %s: %w", file, err)
+		}
+		rf, err := json.Marshal(map[string]any{"type": "json_schema",
+			"json_schema": map[string]any{"name": fmt.Sprintf("bench_%d", i), "schema": schema}})
+		if err != nil {
+			return fmt.Errorf("bench serve: --json-schema %s: %w", file, err)
+		}
+		o.responseFormats = append(o.responseFormats, rf)
+	}
 	return nil
+}
+
+// benchSchema is a --json-schema file's schema: the whole file, or the
+// "schema" member of a MaskBench file (an object with "schema" and
+// "tests").
+func benchSchema(data []byte) (json.RawMessage, error) {
+	var top any
+	if err := json.Unmarshal(data, &top); err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	switch t := top.(type) {
+	case bool:
+		return data, nil
+	case map[string]any:
+		if _, ok := t["tests"]; ok {
+			var mb struct {
+				Schema json.RawMessage `json:"schema"`
+			}
+			if err := json.Unmarshal(data, &mb); err != nil || len(mb.Schema) == 0 {
+				return nil, errors.New(`a MaskBench file without "schema"`)
+			}
+			return mb.Schema, nil
+		}
+		return data, nil
+	}
+	return nil, fmt.Errorf("a schema is a JSON object or boolean, not %T", top)
 }
 
 // level is one row of the run: closed-loop clients, or an open-loop rate.
@@ -302,6 +367,8 @@ type benchServeReport struct {
 	Prompts        string  `json:"prompt_len,omitempty"`
 	SLO            string  `json:"slo,omitempty"`
 	MaxConcurrency int     `json:"max_concurrency,omitempty"`
+	// JSONSchemas is --json-schema's files.
+	JSONSchemas []string `json:"json_schemas,omitempty"`
 	LoadBefore     float64 `json:"loadavg1_before"`
 	LoadAfter      float64 `json:"loadavg1_after"`
 	// Warmup is the warm-up run (nil when --warmup 0); its errors fail the
@@ -329,7 +396,7 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 	rep := benchServeReport{Model: o.model, Duration: o.duration.String(), MaxRequests: o.maxRequests,
 		MaxTokens: o.maxTokens, IgnoreEOS: o.ignoreEOS, Seed: o.seed, MaxBatchSize: o.maxBatchSize,
 		KVTokens: o.kvTokens, GOMAXPROCS: runtime.GOMAXPROCS(0), Prompts: o.promptLenFlag, SLO: o.slo.String(),
-		MaxConcurrency: o.maxConcurrency}
+		MaxConcurrency: o.maxConcurrency, JSONSchemas: o.jsonSchemas}
 
 	srvCtx, stopServer := context.WithCancel(ctx)
 	defer stopServer()
@@ -428,7 +495,7 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 func (o *benchServeOptions) loadConfig(url string, l level, d time.Duration, label string) serveload.Config {
 	c := serveload.Config{BaseURL: url, Clients: l.clients, Duration: d, MaxRequests: o.maxRequests,
 		MaxTokens: o.maxTokens, IgnoreEOS: o.ignoreEOS, Seed: o.seed, RequestTimeout: o.timeout,
-		PromptLen: o.promptLen, SLO: o.slo}
+		PromptLen: o.promptLen, SLO: o.slo, ResponseFormats: o.responseFormats}
 	if l.rate > 0 {
 		c.RequestRate, c.MaxConcurrency = l.rate, o.maxConcurrency
 	}

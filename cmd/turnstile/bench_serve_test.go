@@ -20,6 +20,14 @@ import (
 func TestBenchServeFlagErrors(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	schemaFile := func(name, body string) string {
+		f := filepath.Join(t.TempDir(), name)
+		require.NoError(t, os.WriteFile(f, []byte(body), 0o644))
+		return f
+	}
+	arraySchema := schemaFile("array.json", `[1, 2]`)
+	mbNoSchema := schemaFile("mb.json", `{"tests": []}`)
+	okSchema := schemaFile("ok.json", `{"type": "object"}`)
 	for _, tc := range []struct {
 		name    string
 		args    []string
@@ -59,6 +67,11 @@ func TestBenchServeFlagErrors(t *testing.T) {
 		{"prompt len range", []string{"--prompt-len", "uniform:256-16"}, `bench serve: --prompt-len "uniform:256-16": length 256-16 words`},
 		{"prompt len form", []string{"--prompt-len", "32"}, `bench serve: --prompt-len "32": want fixed:N or uniform:MIN-MAX`},
 		{"csv without out", []string{"--csv"}, "bench serve: --csv needs --out DIR"},
+		{"schema missing", []string{"--json-schema", "/no/such.json"}, "bench serve: --json-schema /no/such.json: open /no/such.json"},
+		{"schema not JSON", []string{"--json-schema", file}, "bench serve: --json-schema " + file + ": not JSON"},
+		{"schema an array", []string{"--json-schema", arraySchema}, "bench serve: --json-schema " + arraySchema + ": a schema is a JSON object or boolean, not []interface {}"},
+		{"schema maskbench", []string{"--json-schema", mbNoSchema}, "bench serve: --json-schema " + mbNoSchema + `: a MaskBench file without "schema"`},
+		{"schema ignore eos", []string{"--json-schema", okSchema, "--ignore-eos"}, "bench serve: --ignore-eos with --json-schema: a constrained request ends where its JSON does"},
 		{"admission", []string{"--admission", "D"}, `bench serve: --admission "D": must be tokens, blocks or pausing`},
 		{"admission reserve", []string{"--admission", "blocks", "--admission-reserve", "-5"}, "bench serve: --admission-reserve -5: policy: reserve -5 tokens: must be ≥ 0"},
 	} {
@@ -67,6 +80,29 @@ func TestBenchServeFlagErrors(t *testing.T) {
 			require.ErrorContains(t, err, tc.wantErr)
 		})
 	}
+}
+
+// TestBenchServeJSONSchema: --json-schema constrains the in-process
+// server's requests (a MaskBench file and a bare schema, in turn), with
+// --ignore-eos off, and every request succeeds.
+func TestBenchServeJSONSchema(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.json")
+	b := filepath.Join(dir, "b.json")
+	require.NoError(t, os.WriteFile(a, []byte(`{"schema": {"type": "array", "items": {"type": "integer"}}, "tests": []}`), 0o644))
+	require.NoError(t, os.WriteFile(b, []byte(`{"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}`), 0o644))
+	out, err := runCLI(t, "bench", "serve", "--duration", "300ms", "--clients", "2", "--warmup", "0s",
+		"--max-tokens", "8", "--workers", "1", "--json-schema", a+","+b, "--out", dir)
+	require.NoError(t, err, out)
+	data, err := os.ReadFile(filepath.Join(dir, benchServeFile))
+	require.NoError(t, err)
+	var rep benchServeReport
+	require.NoError(t, json.Unmarshal(data, &rep))
+	require.False(t, rep.IgnoreEOS)
+	require.Equal(t, []string{a, b}, rep.JSONSchemas)
+	require.NotEmpty(t, rep.Levels)
+	require.Positive(t, rep.Levels[0].Successes)
+	require.Zero(t, rep.Levels[0].Errors)
 }
 
 // TestBenchServeProgramPolicy: the program policy's flags are engine
