@@ -485,10 +485,11 @@ func (c *jsonCompiler) emitNumber(cj *conj) (*Expr, error) {
 		}
 	}
 	// Since draft 6 an integer is any number with no fraction, 1.0 too
-	// (draft 4 wanted integers written without one). The grammar takes
-	// one zero after the point, as serializers write a float that holds an
-	// integer: more would let a model pad an integer with zeros forever.
-	zeros := integer && cj.draft >= 6
+	// (draft 4 wanted integers written without one). With
+	// IntegerPointZero the grammar takes one zero after the point, as
+	// serializers write a float that holds an integer: more would let a
+	// model pad an integer with zeros forever.
+	zeros := integer && cj.draft >= 6 && c.opt.IntegerPointZero
 	if cj.lo == nil && cj.hi == nil && len(cj.multiples) == 0 && len(cj.notMultiple) == 0 && len(nums) == 0 && !nonInteger {
 		switch {
 		case zeros:

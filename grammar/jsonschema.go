@@ -17,6 +17,13 @@ import (
 type JSONOptions struct {
 	Whitespace Whitespace
 	Limits     Limits
+	// IntegerPointZero lets an integer be written with one ".0" where the
+	// schema's draft counts 1.0 as an integer (6 and later): for checking
+	// instances as a validator does (bench schema, the test suites). Off,
+	// integers are written plainly, as a model should write them (as
+	// OpenAI's and vLLM's structured outputs do): every output is valid
+	// either way.
+	IntegerPointZero bool
 }
 
 // MaxSchemaBytes bounds a schema's size.

@@ -158,7 +158,7 @@ func jstsRunGroup(t *testing.T, vocab *grammar.Vocab, row *jstsRow, grp *jstsGro
 	var g *grammar.Grammar
 	err := jstsCatch(func() error {
 		var err error
-		g, err = grammar.CompileJSONSchema(grp.Schema, grammar.JSONOptions{})
+		g, err = grammar.CompileJSONSchema(grp.Schema, grammar.JSONOptions{IntegerPointZero: true})
 		return err
 	})
 	if err != nil {

@@ -105,3 +105,31 @@ func TestMultipleOf(t *testing.T) {
 }
 
 func testBudget() *budget { return newBudget(DefaultLimits) }
+
+// TestIntegerPointZero: an integer is written plainly unless
+// IntegerPointZero, and then takes one ".0" only from draft 6 on.
+func TestIntegerPointZero(t *testing.T) {
+	v := testVocab(t, "0123456789.-")
+	for _, tc := range []struct {
+		schema    string
+		pointZero bool
+		text      string
+		want      bool
+	}{
+		{`{"type":"integer"}`, false, "12", true},
+		{`{"type":"integer"}`, false, "12.0", false},
+		{`{"type":"integer"}`, true, "12.0", true},
+		{`{"type":"integer"}`, true, "12.00", false},
+		{`{"type":"integer","minimum":3}`, false, "12.0", false},
+		{`{"type":"integer","minimum":3}`, true, "12.0", true},
+		{`{"$schema":"http://json-schema.org/draft-04/schema#","type":"integer"}`, true, "12.0", false},
+		{`{"type":"number","not":{"type":"integer"}}`, false, "12.0", false},
+		{`{"type":"number","not":{"type":"integer"}}`, false, "12.5", true},
+	} {
+		g, err := CompileJSONSchema([]byte(tc.schema), JSONOptions{IntegerPointZero: tc.pointZero})
+		require.NoError(t, err, tc.schema)
+		m := NewMatcher(g, v)
+		got := m.AcceptBytes([]byte(tc.text)) == nil && m.Complete()
+		require.Equal(t, tc.want, got, "%s IntegerPointZero=%v %q", tc.schema, tc.pointZero, tc.text)
+	}
+}

@@ -88,7 +88,7 @@ func runBenchSchema(out, errOut io.Writer, o benchSchemaOptions) error {
 		Dir:     o.schemas,
 		Vocab:   vocab,
 		Encode:  func(s string) []int32 { return tok.Encode(s, false) },
-		Options: grammar.JSONOptions{Whitespace: ws},
+		Options: grammar.JSONOptions{Whitespace: ws, IntegerPointZero: true},
 		Limit:   o.limit,
 	}
 	if o.csvDir != "" {
