@@ -116,6 +116,9 @@ type Config struct {
 	// decoder (executor.Config.Guide) for them. Nil: structured output is
 	// off and requests asking for it get 400.
 	Grammars *guided.Cache
+	// GrammarsOff, with Grammars nil, says why structured output is off
+	// (its 400s say it); nil: "not enabled on this server".
+	GrammarsOff error
 }
 
 // withDefaults fills cfg's zero values.

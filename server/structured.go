@@ -199,6 +199,9 @@ func (s *Server) compileConstraint(ctx context.Context, j *job) *APIError {
 		return nil
 	}
 	if s.cfg.Grammars == nil {
+		if s.cfg.GrammarsOff != nil {
+			return badRequest(c.param, "unsupported", "%s: structured output is off on this server: %v", c.param, s.cfg.GrammarsOff)
+		}
 		return badRequest(c.param, "unsupported", "%s: structured output is not enabled on this server", c.param)
 	}
 	g, err := s.cfg.Grammars.Get(ctx, c.spec)

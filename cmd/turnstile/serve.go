@@ -469,7 +469,7 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	scfg := server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: m.Tokenizer(), ChatTemplate: tmpl, StopTokenIDs: m.StopIDs(),
 		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, MaxProgramInFlight: sz.maxPrograms,
 		ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: o.idleTimeout, MaxConnections: o.maxConnections,
-		ProgramIdleTTL: o.programs.lease, Logger: log, Grammars: d.grammars}
+		ProgramIdleTTL: o.programs.lease, Logger: log, Grammars: d.grammars, GrammarsOff: d.grammarOff}
 	srv, err := server.New(scfg, d.front)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
