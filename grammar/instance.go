@@ -92,11 +92,14 @@ func (w *orderer) value(v any, k func() bool) bool {
 		if key.val != nil {
 			key.state = w.stateKey()
 			if text, ok := w.memo[key]; ok {
-				if text != nil && w.emit(text) && k() {
+				if text == nil {
+					return false
+				}
+				if w.emit(text) && k() {
 					return true
 				}
 				w.undo(mk, mn)
-				return false
+				return w.write(v, k)
 			}
 		}
 		ok := w.write(v, func() bool { return true })
@@ -110,13 +113,19 @@ func (w *orderer) value(v any, k func() bool) bool {
 				w.memo[key] = nil
 			}
 		}
-		if ok {
-			if k() {
-				return true
-			}
-			w.undo(mk, mn)
+		if !ok {
+			return false
 		}
-		return false
+		if k() {
+			return true
+		}
+		// The first order fits v but not what follows: search v's orders
+		// under the continuation.
+		w.undo(mk, mn)
+		if w.steps > maxOrderSteps {
+			return false
+		}
+		return w.write(v, k)
 	}
 	return w.write(v, k)
 }
