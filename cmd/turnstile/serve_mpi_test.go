@@ -241,9 +241,10 @@ func TestServeMPI(t *testing.T) {
 				v, _ := strconv.Atoi(m[1])
 				total += v
 			}
-			// Metrics from other processes are at most metricsEvery stale;
-			// the deployment sends them once more on going idle, so after
-			// the last answer every request is counted where it ran.
+			// A process sends its ranks' metrics with every request's final
+			// output, and process 0 publishes them before it delivers that
+			// output, so once every answer is in, /metrics counts every
+			// request where it ran.
 			require.Equal(t, 2+len(mpiPrompts), total, "every request counted on exactly one rank:\n%s", metrics)
 			j.stop(t)
 		})
