@@ -14,7 +14,10 @@ import (
 
 // metricsEvery is how often a process sends process 0 its ranks' executor
 // metrics while they step (and once more when they go idle): /metrics on
-// process 0 is at most this stale for ranks elsewhere.
+// process 0 is at most this stale for ranks elsewhere. Besides, a process
+// sends them at every gather that carries a request's final output, ahead
+// of it, and process 0 publishes them before it delivers that output: once
+// a client has a response, /metrics counts its request where it ran.
 const metricsEvery = 100 * time.Millisecond
 
 // crossing is the byte wire of a deployment across processes: on process 0
@@ -40,15 +43,16 @@ type crossing struct {
 	// Other processes.
 	forwards map[uint64]*forward
 	outbox   wireBuf
+	deltas   wireBuf       // this poll's output, which follows the metrics in the outbox
+	every    time.Duration // metricsEvery; tests lengthen it
 	sentAt   time.Time
 	unsent   bool // the ranks stepped since their metrics were last sent
 
-	counts  []int
-	inbox   []byte
-	buf     wireBuf
-	msg     bulletin
-	size    []byte // 8 bytes, its own allocation: it is handed to C
-	reports []rankReport
+	counts []int
+	inbox  []byte
+	buf    wireBuf
+	msg    bulletin
+	size   []byte // 8 bytes, its own allocation: it is handed to C
 }
 
 // relayed is a request process 0 placed on another process.
@@ -90,6 +94,7 @@ func (x *crossing) init(proc, procs, perProc int, logf func(format string, args 
 	x.forwards = map[uint64]*forward{}
 	x.counts = make([]int, procs)
 	x.size = make([]byte, 8)
+	x.every = metricsEvery
 }
 
 // nextID numbers a submission (process 0).
@@ -156,44 +161,55 @@ func (x *crossing) stepped() { x.unsent = true }
 // poll moves the output of forwarded requests, and the metrics of ranks
 // (this process's, the first of which is rank first, with local their
 // states at this gather) when due, into the outbox (processes other than
-// 0).
+// 0). The metrics go ahead of the output, and are due whenever a request's
+// final output goes out: process 0 publishes them before it delivers that
+// output, so a client that has its whole response reads /metrics that
+// count its request (submitted and finished) on the rank that served it.
 func (x *crossing) poll(ranks []Rank, first int, local []RankState) {
 	if x.proc == 0 {
 		return
 	}
-	x.pollMetrics(ranks, first, local)
+	x.deltas = x.deltas[:0]
+	ended := false
 	for id, f := range x.forwards {
 		for {
 			dl, ok, err := f.s.TryRecv()
 			if errors.Is(err, io.EOF) {
 				delete(x.forwards, id)
 				f.cancel()
+				ended = true
 				break
 			}
 			if !ok {
 				break
 			}
-			putDelta(&x.outbox, id, &dl)
+			putDelta(&x.deltas, id, &dl)
 			if dl.FinishReason != executor.FinishNone {
 				delete(x.forwards, id)
 				f.cancel()
+				ended = true
 				break
 			}
 		}
 	}
+	x.pollMetrics(ranks, first, local, ended)
+	x.outbox = append(x.outbox, x.deltas...)
 }
 
 // pollMetrics puts the ranks' executor metrics in the outbox when due:
-// every metricsEvery while they have work, and once when they go idle.
-func (x *crossing) pollMetrics(ranks []Rank, first int, local []RankState) {
-	if !x.unsent {
+// at once when a request's final output goes out with them (ended), else
+// every x.every while the ranks have work and once when they go idle. The
+// ranks do not step during the gather, so what they send counts every
+// request whose output this poll read to its end.
+func (x *crossing) pollMetrics(ranks []Rank, first int, local []RankState, ended bool) {
+	if !x.unsent && !ended {
 		return
 	}
 	live := 0
 	for i := range local {
 		live += local[i].Live()
 	}
-	if live > 0 && time.Since(x.sentAt) < metricsEvery {
+	if !ended && live > 0 && time.Since(x.sentAt) < x.every {
 		return
 	}
 	for i, r := range ranks {
@@ -212,11 +228,12 @@ func (x *crossing) pollMetrics(ranks []Rank, first int, local []RankState) {
 
 // gatherOutput brings every process's outbox to process 0 (ps: every
 // process's words at this gather, whose Out sizes each outbox) and
-// delivers it there: output to the relays, refusals, release answers. It
-// returns the rank metrics that arrived (process 0; reused by the next
-// call), those before an error included.
-func (x *crossing) gatherOutput(c Comm, ps []ProcState) ([]rankReport, error) {
-	x.reports = x.reports[:0]
+// delivers it there, record by record in each process's order: rank
+// metrics to report (the deployment publishes them), output to the
+// relays, refusals, release answers. Each process puts its ranks' metrics
+// ahead of its output (poll), so they are published before any output
+// they count reaches a client.
+func (x *crossing) gatherOutput(c Comm, ps []ProcState, report func(rankReport)) error {
 	total := 0
 	for q := range ps {
 		x.counts[q] = ps[q].Out
@@ -226,25 +243,26 @@ func (x *crossing) gatherOutput(c Comm, ps []ProcState) ([]rankReport, error) {
 		x.inbox = resizeBytes(x.inbox, total)
 	}
 	if err := c.GathervBytes(x.outbox, x.counts, x.inbox, 0); err != nil {
-		return nil, fmt.Errorf("adp: output gather: %w", err)
+		return fmt.Errorf("adp: output gather: %w", err)
 	}
 	x.outbox = x.outbox[:0]
 	if x.proc != 0 {
-		return nil, nil
+		return nil
 	}
 	off := 0
 	for q, n := range x.counts {
 		seg := x.inbox[off : off+n]
 		off += n
-		if err := decodeReplies(seg, func(r *reply) error { return x.deliver(q, r) }); err != nil {
-			return x.reports, fmt.Errorf("adp: output of process %d: %w", q, err)
+		if err := decodeReplies(seg, func(r *reply) error { return x.deliver(q, r, report) }); err != nil {
+			return fmt.Errorf("adp: output of process %d: %w", q, err)
 		}
 	}
-	return x.reports, nil
+	return nil
 }
 
-// deliver applies one record from process q (process 0).
-func (x *crossing) deliver(q int, r *reply) error {
+// deliver applies one record from process q (process 0); rank metrics go
+// to report at once, before the records behind them.
+func (x *crossing) deliver(q int, r *reply, report func(rankReport)) error {
 	switch r.kind {
 	case recDelta:
 		rl, ok := x.relays[r.id]
@@ -288,7 +306,7 @@ func (x *crossing) deliver(q int, r *reply) error {
 		if r.rank < x.perProc*q || r.rank >= x.perProc*(q+1) {
 			return fmt.Errorf("adp: process %d sent metrics of rank %d, not one of its own", q, r.rank)
 		}
-		x.reports = append(x.reports, rankReport{rank: r.rank, m: m})
+		report(rankReport{rank: r.rank, m: m})
 	}
 	return nil
 }

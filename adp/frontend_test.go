@@ -17,15 +17,25 @@ import (
 // frontendEngines builds dp engines on simulated runners for a Frontend.
 func frontendEngines(t *testing.T, dp int) []*executor.Engine {
 	t.Helper()
+	return frontendEnginesOverlap(t, dp, true)
+}
+
+// frontendEnginesOverlap is frontendEngines with the engines' overlap set.
+func frontendEnginesOverlap(t *testing.T, dp int, overlap bool) []*executor.Engine {
+	t.Helper()
+	seats := 2 // MaxBatchSize; twice that with overlap (one step in flight)
+	if overlap {
+		seats = 4
+	}
 	var out []*executor.Engine
 	for range dp {
 		vc := clock.NewVirtual(time.Unix(0, 0))
 		r, err := sim.New(sim.Config{
-			Capacity: step.Capacity{Seats: 4, KVBlocks: 64, BlockSize: 4, MaxContext: 128, MaxBatchTokens: 256, Vocab: 258},
+			Capacity: step.Capacity{Seats: seats, KVBlocks: 64, BlockSize: 4, MaxContext: 128, MaxBatchTokens: 256, Vocab: 258},
 			Clock:    vc, Cost: sim.Fixed(stepTime), Seed: 7, EOS: 257, TokenMin: 32, TokenMax: 127,
 		})
 		require.NoError(t, err)
-		e, err := executor.New(executor.Config{MaxBatchSize: 2, Overlap: true, Clock: vc, Model: "m"}, r, byteTok{})
+		e, err := executor.New(executor.Config{MaxBatchSize: 2, Overlap: overlap, Clock: vc, Model: "m"}, r, byteTok{})
 		require.NoError(t, err)
 		out = append(out, e)
 	}

@@ -79,15 +79,15 @@ func (d *Deployment) gather() error {
 }
 
 // gatherOutput brings process 0 the output of requests served elsewhere
-// (bytes in all, as decided; none: no collective).
+// (bytes in all, as decided; none: no collective), and the metrics of
+// their ranks, which it publishes before it delivers the output they
+// count.
 func (d *Deployment) gatherOutput(bytes int) error {
 	if bytes == 0 {
 		return nil
 	}
 	d.wd.enter("the output gather (a peer has not entered it)")
-	reports, err := d.x.gatherOutput(d.comm, d.ps)
-	d.board.report(reports)
-	return err
+	return d.x.gatherOutput(d.comm, d.ps, d.board.report)
 }
 
 // broadcast makes the decided pending requests known to every process:

@@ -99,15 +99,10 @@ func (b *board) publish(m *Metrics) {
 	b.mu.Unlock()
 }
 
-// report records the rank metrics that arrived at process 0.
-func (b *board) report(reports []rankReport) {
-	if len(reports) == 0 {
-		return
-	}
+// report records rank metrics that arrived at process 0.
+func (b *board) report(r rankReport) {
 	b.mu.Lock()
-	for _, r := range reports {
-		b.remote[r.rank] = remoteMetrics{m: r.m, ok: true}
-	}
+	b.remote[r.rank] = remoteMetrics{m: r.m, ok: true}
 	b.mu.Unlock()
 }
 

@@ -147,10 +147,16 @@ type procs struct {
 
 func newProcs(t *testing.T, n int, cfg Config) *procs {
 	t.Helper()
+	return newProcsOf(t, cfg, frontendEngines(t, n))
+}
+
+// newProcsOf is newProcs over the given engines, one process each.
+func newProcsOf(t *testing.T, cfg Config, engines []*executor.Engine) *procs {
+	t.Helper()
+	n := len(engines)
 	p := &procs{g: newGroup(n), fes: make([]*Frontend, n)}
 	var wg sync.WaitGroup
 	errs := make([]error, n)
-	engines := frontendEngines(t, n)
 	for q := range n { // New gathers: every process at once
 		wg.Add(1)
 		go func() {
@@ -260,6 +266,90 @@ func TestProcessesMatchOneProcess(t *testing.T) {
 	require.Equal(t, uint64(ranks[0]), snaps[0].Submitted)
 }
 
+// TestProcessesMetricsCountEndedRequests: when a request served in another
+// process ends, process 0 holds that rank's metrics counting it (submitted
+// and finished) before the client has the end of its stream, however
+// recently the rank's metrics were last sent and though the rank still
+// runs another request: /metrics read after a response counts its request
+// where it ran. Process 0's loop is stepped here, so the check runs between
+// its iterations, as soon as the client could read; rank 1's periodic sends
+// are pushed out of reach, so only the rule under test sends its metrics
+// while it has work.
+func TestProcessesMetricsCountEndedRequests(t *testing.T) {
+	for _, overlap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("overlap=%v", overlap), func(t *testing.T) {
+			p := newProcsOf(t, Config{Router: onRank(1)}, frontendEnginesOverlap(t, 2, overlap))
+			p.fes[1].d.x.every = time.Hour
+			done := make(chan error, 1)
+			go func() { done <- p.fes[1].Run(context.Background()) }()
+			d := p.fes[0].d
+			// A short and a long request on rank 1 at once, then one more.
+			lengths := []int{3, 40, 5}
+			var hs []*Handle
+			for i, n := range lengths[:2] {
+				h, err := d.Submit(testwait.Ctx(t), &executor.Request{PromptTokens: []int32{256, int32(41 + i), 42},
+					MaxTokens: n, IgnoreEOS: true, Params: sampling.DefaultParams()})
+				require.NoError(t, err)
+				hs = append(hs, h)
+			}
+			sts := make([]*executor.Stream, len(lengths))
+			got := make([]executor.Delta, len(lengths))
+			finished := 0
+			for it := 0; finished < len(lengths); it++ {
+				require.Less(t, it, 1000, "every request ends")
+				_, err := d.Step()
+				require.NoError(t, err)
+				ended := 0
+				for i, h := range hs {
+					if sts[i] == nil {
+						if h.Rank() < 0 {
+							continue
+						}
+						require.Equal(t, 1, h.Rank())
+						s, err := h.Wait(testwait.Ctx(t))
+						require.NoError(t, err)
+						sts[i] = s.(*executor.Stream)
+					}
+					for got[i].FinishReason == executor.FinishNone {
+						dl, ok, err := sts[i].TryRecv()
+						if err != nil || !ok {
+							break
+						}
+						got[i].TokenIDs = append(got[i].TokenIDs, dl.TokenIDs...)
+						if got[i].FinishReason = dl.FinishReason; dl.FinishReason != executor.FinishNone {
+							ended++
+						}
+					}
+				}
+				if ended == 0 {
+					continue
+				}
+				finished += ended
+				m := p.fes[0].RankSnapshots()[1]
+				require.Equal(t, uint64(len(hs)), m.Submitted, "rank 1's submissions as process 0 holds them once %d requests ended", finished)
+				require.Equal(t, uint64(finished), m.Finished, "rank 1's finished requests as process 0 holds them once %d requests ended", finished)
+				if len(hs) < len(lengths) {
+					h, err := d.Submit(testwait.Ctx(t), &executor.Request{PromptTokens: []int32{256, 43, 42},
+						MaxTokens: lengths[len(hs)], IgnoreEOS: true, Params: sampling.DefaultParams()})
+					require.NoError(t, err)
+					hs = append(hs, h)
+				}
+			}
+			for i, n := range lengths {
+				require.Equal(t, executor.FinishLength, got[i].FinishReason, "request %d", i)
+				require.Len(t, got[i].TokenIDs, n, "request %d", i)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			require.NoError(t, p.fes[0].Run(ctx), "process 0 stops")
+			require.NoError(t, testwait.Recv(t, done, "process 1's loop to return"))
+			for q, fe := range p.fes {
+				require.NoError(t, fe.Check(), "process %d", q)
+			}
+		})
+	}
+}
+
 // TestProcessesAbortAndRelease: a client that leaves aborts its request
 // on the process that serves it; a program release reaches every process
 // and reports whether any rank knew the program; Submit elsewhere than
@@ -322,13 +412,19 @@ func TestProcessesStopWithInFlight(t *testing.T) {
 		require.NoError(t, err)
 		sts = append(sts, st)
 	}
-	_, err := sts[1].Recv(testwait.Ctx(t))
+	// The first output may already carry the finish (length): the loops
+	// run on while this goroutine waits to be scheduled.
+	first, err := sts[1].Recv(testwait.Ctx(t))
 	require.NoError(t, err)
 	for q, err := range stop() {
 		require.NoError(t, err, "process %d", q)
 	}
 	d, err := sts[1].ReadAll(testwait.Ctx(t))
 	require.NoError(t, err)
+	if first.FinishReason != executor.FinishNone {
+		require.Equal(t, executor.FinishNone, d.FinishReason, "one finish")
+		d.FinishReason = first.FinishReason
+	}
 	require.Contains(t, []executor.FinishReason{executor.FinishAbort, executor.FinishLength}, d.FinishReason)
 }
 
@@ -546,4 +642,69 @@ func TestProcessesIdleOnlyWhenNothingOwed(t *testing.T) {
 		require.NoError(t, d.Check(), "process %d", q)
 		require.NoError(t, d.Close())
 	}
+}
+
+// snapRank is an owingRank whose executor metrics are m.
+type snapRank struct {
+	owingRank
+	m executor.Metrics
+}
+
+func (r *snapRank) Snapshot() executor.Metrics { return r.m }
+
+// outputComm is process 0's end of one output gather of two processes, in
+// which process 1 sends from1.
+type outputComm struct {
+	Local
+	from1 []byte
+}
+
+func (outputComm) Size() int { return 2 }
+
+func (c outputComm) GathervBytes(local []byte, counts []int, all []byte, root int) error {
+	if root != 0 || len(counts) != 2 || counts[0] != len(local) || counts[1] != len(c.from1) || len(all) != len(local)+len(c.from1) {
+		return fmt.Errorf("gatherv of %d and %d bytes (counts %v) into %d", len(local), len(c.from1), counts, len(all))
+	}
+	copy(all, local)
+	copy(all[len(local):], c.from1)
+	return nil
+}
+
+// TestOutputCarriesMetricsAheadOfAnEnd: the gather that brings process 0 a
+// request's final output brings its rank's metrics with it, though the rank
+// still has work and sent its metrics just before, and process 0 publishes
+// them before the client's stream gets that output.
+func TestOutputCarriesMetricsAheadOfAnEnd(t *testing.T) {
+	var x1 crossing // process 1, whose rank (1) serves request 7
+	x1.init(1, 2, 1, nil)
+	x1.forwards[7] = &forward{s: &owingStream{deltas: []executor.Delta{{TokenIDs: []int32{5}, FinishReason: executor.FinishLength}}},
+		cancel: func() {}}
+	x1.sentAt, x1.unsent = time.Now(), true
+	rank := &snapRank{m: executor.Metrics{Submitted: 2, Finished: 1}}
+	x1.poll([]Rank{rank}, 1, []RankState{{Capacity: 2, Active: 1}})
+	require.Empty(t, x1.forwards, "request 7's output is all in the outbox")
+
+	var x0 crossing // process 0, which relays request 7 to its client
+	x0.init(0, 2, 1, nil)
+	x0.last = 7
+	h := &Handle{ctx: context.Background(), req: &executor.Request{Params: sampling.DefaultParams()}, done: make(chan struct{})}
+	st := x0.relay(h, 7, 1).(*executor.Stream)
+	var reports []rankReport
+	err := x0.gatherOutput(outputComm{from1: x1.outbox}, []ProcState{{}, {Out: len(x1.outbox)}}, func(r rankReport) {
+		_, ok, err := st.TryRecv()
+		require.NoError(t, err)
+		require.False(t, ok, "rank metrics are published before the output they count reaches the client")
+		reports = append(reports, r)
+	})
+	require.NoError(t, err)
+	require.Len(t, reports, 1, "rank 1's metrics came with request 7's end")
+	require.Equal(t, 1, reports[0].rank)
+	require.Equal(t, uint64(2), reports[0].m.Submitted)
+	require.Equal(t, uint64(1), reports[0].m.Finished)
+	dl, ok, err := st.TryRecv()
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, executor.FinishLength, dl.FinishReason)
+	require.Equal(t, []int32{5}, dl.TokenIDs)
+	require.NoError(t, x0.check())
 }

@@ -64,8 +64,9 @@ var (
 )
 
 // mpiServe launches np ranks of serve (extra flags appended) under mpirun
-// and waits until process 0 serves; the job is killed at the end of the
-// test if still running. It skips without mpirun (fails under CI=true).
+// and waits until process 0 serves and its world listing is in; the job is
+// killed at the end of the test if still running. It skips without mpirun
+// (fails under CI=true).
 func mpiServe(t *testing.T, np int, extra ...string) *mpiJob {
 	t.Helper()
 	mpirun, err := exec.LookPath("mpirun")
@@ -87,9 +88,13 @@ func mpiServe(t *testing.T, np int, extra ...string) *mpiJob {
 	pr, pw := io.Pipe()
 	j.cmd.Stdout, j.cmd.Stderr = pw, pw
 	require.NoError(t, j.cmd.Start())
+	scanned := make(chan struct{})
 	go func() {
 		err := j.cmd.Wait()
 		_ = pw.Close()
+		// The scanner may still hold the last lines it read: done means
+		// they are in j.out (stop reads process 0's last one).
+		<-scanned
 		j.done <- err
 	}()
 	t.Cleanup(func() {
@@ -98,18 +103,31 @@ func mpiServe(t *testing.T, np int, extra ...string) *mpiJob {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
 	})
+	// Process 0 prints the world (stdout) before it logs that it serves
+	// (stderr), but mpirun forwards each stream on its own, so the serving
+	// line can come first: wait for it and for every rank's line.
 	served := make(chan string, 1)
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
+		url, ranks := "", 0
 		for sc.Scan() {
 			line := sc.Text()
 			j.mu.Lock()
 			j.out.WriteString(line + "\n")
 			j.mu.Unlock()
 			if m := servingRe.FindStringSubmatch(line); m != nil {
-				served <- m[1]
+				url = m[1]
+			}
+			if worldRe.MatchString(line) {
+				ranks++
+			}
+			if url != "" && ranks == np {
+				served <- url
+				url = ""
 			}
 		}
+		_, _ = io.Copy(io.Discard, pr) // after a line too long to scan: mpirun must not block
 	}()
 	select {
 	case j.url = <-served:
@@ -241,9 +259,10 @@ func TestServeMPI(t *testing.T) {
 				v, _ := strconv.Atoi(m[1])
 				total += v
 			}
-			// Metrics from other processes are at most metricsEvery stale;
-			// the deployment sends them once more on going idle, so after
-			// the last answer every request is counted where it ran.
+			// A process sends its ranks' metrics with every request's final
+			// output, and process 0 publishes them before it delivers that
+			// output, so once every answer is in, /metrics counts every
+			// request where it ran.
 			require.Equal(t, 2+len(mpiPrompts), total, "every request counted on exactly one rank:\n%s", metrics)
 			j.stop(t)
 		})
