@@ -11,11 +11,11 @@
 # Environment (defaults in brackets): VOCAB [testdata/models/stories260K.gguf]
 #   (the tokenizer the synthetic model copies: a real model's, such as
 #   llama.cpp's models/ggml-vocab-llama-bpe.gguf, makes masks realistic)
-#   ROUNDS [3]  DURATION [20s]  CLIENTS [16]  MAX_TOKENS [64]  OUT [out/structured-serve]
+#   ROUNDS [3]  REQUESTS [256]  CLIENTS [16]  MAX_TOKENS [64]  OUT [out/structured-serve]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VOCAB=${VOCAB:-$ROOT/testdata/models/stories260K.gguf}
-ROUNDS=${ROUNDS:-3} DURATION=${DURATION:-20s} CLIENTS=${CLIENTS:-16} MAX_TOKENS=${MAX_TOKENS:-64}
+ROUNDS=${ROUNDS:-3} REQUESTS=${REQUESTS:-256} CLIENTS=${CLIENTS:-16} MAX_TOKENS=${MAX_TOKENS:-64}
 OUT=${OUT:-$ROOT/out/structured-serve}
 make -C "$ROOT" -s build model >/dev/null
 TS="$ROOT/bin/turnstile"
@@ -44,7 +44,7 @@ many=$(IFS=,; echo "${files[*]}")
 run() { # name, extra flags...
   local name=$1 dir="$OUT/raw/$1-$r"
   shift
-  "$TS" bench serve --model "$MODEL" --clients "$CLIENTS" --duration "$DURATION" --max-tokens "$MAX_TOKENS" \
+  "$TS" bench serve --model "$MODEL" --clients "$CLIENTS" --duration 30m --max-requests "$REQUESTS" --max-tokens "$MAX_TOKENS" \
     --seed "$r" --out "$dir" "$@" >"$dir.txt" 2>&1 || { echo "structured-serve-bench: $name failed, see $dir.txt" >&2; exit 1; }
   python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["levels"][0]; print(sys.argv[2], l["output_tokens_per_sec"], l["successes"], l["errors"], l["output_tokens"] / max(1, l["successes"]))' \
     "$dir/bench-serve.json" "$name" >>"$OUT/raw/rows-$r.txt"
