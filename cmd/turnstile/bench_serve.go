@@ -364,13 +364,13 @@ type benchServeReport struct {
 	GOMAXPROCS   int    `json:"gomaxprocs"`
 	// Prompts is --prompt-len ("" for the story prompts), SLO --slo ("":
 	// none) and MaxConcurrency the open loop's bound (0: none).
-	Prompts        string  `json:"prompt_len,omitempty"`
-	SLO            string  `json:"slo,omitempty"`
-	MaxConcurrency int     `json:"max_concurrency,omitempty"`
+	Prompts        string `json:"prompt_len,omitempty"`
+	SLO            string `json:"slo,omitempty"`
+	MaxConcurrency int    `json:"max_concurrency,omitempty"`
 	// JSONSchemas is --json-schema's files.
 	JSONSchemas []string `json:"json_schemas,omitempty"`
-	LoadBefore     float64 `json:"loadavg1_before"`
-	LoadAfter      float64 `json:"loadavg1_after"`
+	LoadBefore  float64  `json:"loadavg1_before"`
+	LoadAfter   float64  `json:"loadavg1_after"`
 	// Warmup is the warm-up run (nil when --warmup 0); its errors fail the
 	// run like any level's.
 	Warmup *serveload.Result `json:"warmup,omitempty"`
