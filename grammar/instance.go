@@ -12,25 +12,59 @@ const maxOrderSteps = 200_000
 // strings with only the escapes JSON requires), with object members in an
 // order g accepts, searched with a matcher over the document's bytes. JSON
 // Schema gives member order no meaning, so reordering never changes
-// whether a document is valid. found is false when no order was accepted
-// within the search's budget (then the members keep the document's
-// order).
-func CompactInstance(g *Grammar, v *Vocab, doc []byte) (text []byte, found bool, err error) {
+// whether a document is valid. Unless the outcome is OrderFound, the
+// members keep the document's order.
+func CompactInstance(g *Grammar, v *Vocab, doc []byte) (text []byte, outcome OrderOutcome, err error) {
 	val, err := decodeOrdered(doc)
 	if err != nil {
-		return nil, false, err
+		return nil, OrderNone, err
 	}
-	// First commit to the first order that fits each value (cheap); only
-	// if that fails, search every order, every value's under its
-	// continuation (complete but exponential, so bounded).
-	for _, greedy := range []bool{true, false} {
-		w := &orderer{m: NewMatcher(g, v), greedy: greedy}
+	// First commit to the first order that fits each value (cheap); if
+	// that fails, commit likewise but search a value's orders under its
+	// continuation where its first one dies later; last, search every
+	// order. Each pass has its own budget: the later passes find orders
+	// the earlier miss, and can spend their budget deep in a document
+	// where an earlier pass would have backed out and tried the next
+	// order above.
+	for _, mode := range []orderMode{commitFirst, commitThenSearch, searchAll} {
+		w := &orderer{m: NewMatcher(g, v), mode: mode}
 		if w.value(val, func() bool { return w.m.Complete() }) {
-			return w.buf, true, nil
+			return w.buf, OrderFound, nil
+		}
+		if mode == searchAll && w.steps <= maxOrderSteps {
+			// The complete search ran to its end: no order is accepted.
+			return appendJSON(nil, val), OrderNone, nil
 		}
 	}
-	return appendJSON(nil, val), false, nil
+	return appendJSON(nil, val), OrderUnknown, nil
 }
+
+// OrderOutcome is what CompactInstance's member-order search found.
+type OrderOutcome int
+
+const (
+	// OrderFound: the text is in an order the grammar accepts.
+	OrderFound OrderOutcome = iota
+	// OrderNone: the grammar accepts the document in no member order.
+	OrderNone
+	// OrderUnknown: the search's budget ran out first.
+	OrderUnknown
+)
+
+// orderMode is how an orderer chooses among a value's member orders.
+type orderMode int
+
+const (
+	// commitFirst keeps each value's first order that fits it, whatever
+	// follows.
+	commitFirst orderMode = iota
+	// commitThenSearch keeps the first order too, but when what follows
+	// dies, searches the value's orders under it.
+	commitThenSearch
+	// searchAll searches every order of every value under its
+	// continuation.
+	searchAll
+)
 
 // orderer searches member orders depth first. Each write takes a
 // continuation, the rest of the document: an order that the grammar
@@ -41,11 +75,11 @@ type orderer struct {
 	m     *Matcher
 	buf   []byte
 	steps int
-	// greedy keeps each value's first accepted order whatever follows,
-	// and remembers it by the parses it was written from: the same value
-	// from the same parses is written the same way again (ranking the
-	// members of an object writes their values once more).
-	greedy bool
+	// mode other than searchAll commits to each value's first accepted
+	// order and remembers it by the parses it was written from: the same
+	// value from the same parses is written the same way again (ranking
+	// the members of an object writes their values once more).
+	mode orderMode
 	memo   map[memoKey][]byte
 }
 
@@ -86,7 +120,7 @@ func (w *orderer) undo(k, n int) {
 
 // value writes v and then the rest (k); on failure everything is undone.
 func (w *orderer) value(v any, k func() bool) bool {
-	if w.greedy {
+	if w.mode != searchAll {
 		mk, mn := w.mark()
 		key := memoKey{compositeKey(v), ""}
 		if key.val != nil {
@@ -99,6 +133,9 @@ func (w *orderer) value(v any, k func() bool) bool {
 					return true
 				}
 				w.undo(mk, mn)
+				if w.mode == commitFirst {
+					return false
+				}
 				return w.write(v, k)
 			}
 		}
@@ -122,7 +159,7 @@ func (w *orderer) value(v any, k func() bool) bool {
 		// The first order fits v but not what follows: search v's orders
 		// under the continuation.
 		w.undo(mk, mn)
-		if w.steps > maxOrderSteps {
+		if w.mode == commitFirst || w.steps > maxOrderSteps {
 			return false
 		}
 		return w.write(v, k)

@@ -226,7 +226,7 @@ type jstsResult struct {
 // jstsMatch writes data compactly in a member order g accepts and feeds it
 // to a matcher byte by byte.
 func jstsMatch(g *grammar.Grammar, vocab *grammar.Vocab, data []byte) jstsResult {
-	text, found, err := grammar.CompactInstance(g, vocab, data)
+	text, order, err := grammar.CompactInstance(g, vocab, data)
 	if err != nil {
 		return jstsResult{err: fmt.Errorf("CompactInstance: %w", err)}
 	}
@@ -273,8 +273,11 @@ func jstsMatch(g *grammar.Grammar, vocab *grammar.Vocab, data []byte) jstsResult
 		if err := m.Accept(int32(b)); err != nil {
 			check(i)
 			r.why = fmt.Sprintf("at byte %d %q (after %q)", i, b, text[:i])
-			if !found && bytes.ContainsRune(text, '{') {
-				r.why += "; no member order was accepted, shown in document order"
+			switch order {
+			case grammar.OrderNone:
+				r.why += "; no member order is accepted, shown in document order"
+			case grammar.OrderUnknown:
+				r.why += "; the member-order search ran out of budget, shown in document order"
 			}
 			return r
 		}
@@ -284,7 +287,7 @@ func jstsMatch(g *grammar.Grammar, vocab *grammar.Vocab, data []byte) jstsResult
 		r.why = "at the end: the text is not complete"
 		return r
 	}
-	if !found {
+	if order != grammar.OrderFound {
 		// CompactInstance found no order yet the text was accepted.
 		r.err = fmt.Errorf("CompactInstance found no member order, yet %s is accepted", text)
 		return r

@@ -64,6 +64,7 @@ type simOpts struct {
 	mbs         int
 	programs    *policy.Config // the engine's program policy (nil: none)
 	guided      bool           // structured output: a guided decoder and a grammar cache
+	grammarsOff error          // with guided false: why structured output is off
 }
 
 // newSimEnv serves the sim runner (deterministic tokens among stories260K's
@@ -105,7 +106,7 @@ func newSimEnv(t testing.TB, o simOpts) *env {
 	eng, err := executor.New(cfg, r, tok)
 	require.NoError(t, err)
 	return startEnv(t, eng, tok, Config{Model: testModel, MaxContext: o.maxContext, Tokenizer: tok,
-		ChatTemplate: o.template, APIKeys: o.keys, MaxBodyBytes: o.maxBody, MaxInFlight: o.maxInFlight, Grammars: grammars})
+		ChatTemplate: o.template, APIKeys: o.keys, MaxBodyBytes: o.maxBody, MaxInFlight: o.maxInFlight, Grammars: grammars, GrammarsOff: o.grammarsOff})
 }
 
 // guidedFor builds a guided decoder over tok's vocabulary and a grammar

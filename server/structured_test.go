@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -41,6 +42,17 @@ func TestStructuredOutputErrors(t *testing.T) {
 	checkErrors(t, off, []errCase{
 		{"structured output off", chat, `{` + msgs + `,"response_format":{"type":"json_object"}}`, nil, bad, inv, "response_format", "unsupported"},
 	})
+	// A server told why structured output is off says so in the 400.
+	why := errors.New("the deployment spans processes")
+	offWhy := newSimEnv(t, simOpts{grammarsOff: why})
+	checkErrors(t, offWhy, []errCase{
+		{"structured output off, with the reason", "", `{"prompt":"x","guided_regex":"a+"}`, nil, bad, inv, "guided_regex", "unsupported"},
+	})
+	resp := offWhy.post(t, "/v1/completions", `{"prompt":"x","guided_regex":"a+"}`)
+	var out errorOut
+	decodeJSON(t, resp, &out)
+	require.Contains(t, out.Error.Message, why.Error())
+	require.Contains(t, out.Error.Message, "guided_regex")
 }
 
 // TestStructuredOutputServes: every way of asking for a constraint, on

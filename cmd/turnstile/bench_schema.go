@@ -87,7 +87,7 @@ func runBenchSchema(out, errOut io.Writer, o benchSchemaOptions) error {
 	cfg := schemabench.Config{
 		Dir:     o.schemas,
 		Vocab:   vocab,
-		Encode:  func(s string) []int32 { return tok.Encode(s, false) },
+		Encode:  tok.EncodeContinuation,
 		Options: grammar.JSONOptions{Whitespace: ws, IntegerPointZero: true},
 		Limit:   o.limit,
 	}

@@ -73,13 +73,19 @@ func (m *matcher) at(text string, i int) (id int32, n int) {
 // by piece (no token spans a special one). unescape undoes EscapeSpecial
 // in the text pieces.
 func (t *Tokenizer) encode(text string, addBOS bool, m *matcher, unescape bool) []int32 {
+	return t.encodeFrom(text, addBOS, m, unescape, true)
+}
+
+// encodeFrom is encode; start says text begins the input (an SPM
+// vocabulary's space prefix applies to it).
+func (t *Tokenizer) encodeFrom(text string, addBOS bool, m *matcher, unescape, start bool) []int32 {
 	out := make([]int32, 0, len(text)/2+2)
 	if addBOS && t.bos >= 0 {
 		out = append(out, t.bos)
 	}
 	// SPM prefixes a space to text at the start and after each special
 	// token, as llama.cpp does.
-	first := true
+	first := start
 	for text != "" {
 		at, id, n := m.find(text)
 		frag := text

@@ -301,6 +301,16 @@ func (t *Tokenizer) Encode(text string, addBOS bool) []int32 {
 	return t.encode(text, addBOS, t.plain, false)
 }
 
+// EncodeContinuation tokenizes text as Encode does, but as text that
+// continues a sequence rather than starts one: no BOS, and no space
+// prefix at its start (a SentencePiece vocabulary's add_space_prefix).
+// It is how a model's generated text is tokenized when it follows a
+// prompt, for example a JSON document checked token by token against a
+// grammar.
+func (t *Tokenizer) EncodeContinuation(text string) []int32 {
+	return t.encodeFrom(text, false, t.plain, false, false)
+}
+
 // Decode returns the text of ids. Like llama.cpp, when the vocabulary adds
 // a space prefix the first text-bearing token loses one leading space, so
 // Decode(Encode(s, true)) == s. Invalid UTF-8 becomes U+FFFD.

@@ -369,3 +369,30 @@ func TestGGUFPre(t *testing.T) {
 		require.Equal(t, tc.pieces, pieces(tk, ids), "%s %q", tc.pre, tc.text)
 	}
 }
+
+// TestEncodeContinuation: text that continues a sequence gets no space
+// prefix (SPM) and no BOS; its pieces are exactly its bytes, and a BPE
+// vocabulary, which adds no prefix, encodes it as Encode does.
+func TestEncodeContinuation(t *testing.T) {
+	tk := stories(t)
+	gpt, err := FromGGUF(gpt2File(t, gpt2Merges))
+	require.NoError(t, err)
+	for _, s := range append([]string{`{"a":1,"b":"xy"}`, " leading space", "x"}, texts...) {
+		ids := tk.EncodeContinuation(s)
+		var b []byte
+		for _, id := range ids {
+			require.NotEqual(t, tk.BOS(), id)
+			b = append(b, tk.Piece(id)...)
+		}
+		require.Equal(t, s, string(b), "%q", s)
+		d := tk.NewContinuation()
+		var text strings.Builder
+		for _, id := range ids {
+			text.WriteString(d.Add(id))
+		}
+		text.WriteString(d.Flush())
+		require.Equal(t, s, text.String(), "%q", s)
+		require.Equal(t, gpt.Encode(s, false), gpt.EncodeContinuation(s), "%q", s)
+	}
+	require.Empty(t, tk.EncodeContinuation(""))
+}
