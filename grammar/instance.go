@@ -80,7 +80,7 @@ type orderer struct {
 	// value from the same parses is written the same way again (ranking
 	// the members of an object writes their values once more).
 	mode orderMode
-	memo   map[memoKey][]byte
+	memo map[memoKey][]byte
 }
 
 type memoKey struct {
