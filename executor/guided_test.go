@@ -16,14 +16,7 @@ import (
 // storyVocab is stories260K's vocabulary as the grammar engine sees it.
 func storyVocab(t testing.TB, m *model.Llama) *grammar.Vocab {
 	tok := m.Tokenizer()
-	n := tok.VocabSize()
-	pieces := make([][]byte, n)
-	special := make([]bool, n)
-	for i := range n {
-		pieces[i] = tok.Piece(int32(i))
-		special[i] = tok.IsControl(int32(i))
-	}
-	v, err := grammar.NewVocab(pieces, special, m.StopIDs())
+	v, err := guided.VocabOf(tok, m.StopIDs(), tok.VocabSize())
 	require.NoError(t, err)
 	return v
 }

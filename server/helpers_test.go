@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/turnstile-llm/turnstile/grammar"
 	"github.com/turnstile-llm/turnstile/guided"
 	"io"
 	"net/http"
@@ -113,14 +112,7 @@ func newSimEnv(t testing.TB, o simOpts) *env {
 // cache.
 func guidedFor(t testing.TB, tok *tokenizer.Tokenizer, seats int) (*guided.Decoder, *guided.Cache) {
 	t.Helper()
-	n := tok.VocabSize()
-	pieces := make([][]byte, n)
-	special := make([]bool, n)
-	for i := range n {
-		pieces[i] = tok.Piece(int32(i))
-		special[i] = tok.IsControl(int32(i))
-	}
-	v, err := grammar.NewVocab(pieces, special, []int32{tok.EOS()})
+	v, err := guided.VocabOf(tok, []int32{tok.EOS()}, tok.VocabSize())
 	require.NoError(t, err)
 	d, err := guided.New(seats, v)
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/grammar"
+	"github.com/turnstile-llm/turnstile/guided"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/model/tokenizer"
 )
@@ -26,14 +27,7 @@ func storiesConfig(t *testing.T, dir string) Config {
 	defer f.Close()
 	tok, err := tokenizer.FromGGUF(f)
 	require.NoError(t, err)
-	n := tok.VocabSize()
-	pieces := make([][]byte, n)
-	special := make([]bool, n)
-	for i := range n {
-		pieces[i] = tok.Piece(int32(i))
-		special[i] = tok.IsControl(int32(i))
-	}
-	v, err := grammar.NewVocab(pieces, special, []int32{tok.EOS()})
+	v, err := guided.VocabOf(tok, []int32{tok.EOS()}, tok.VocabSize())
 	require.NoError(t, err)
 	return Config{
 		Dir:     dir,

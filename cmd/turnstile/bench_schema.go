@@ -15,6 +15,7 @@ import (
 	"github.com/turnstile-llm/turnstile/bench/progress"
 	"github.com/turnstile-llm/turnstile/bench/schemabench"
 	"github.com/turnstile-llm/turnstile/grammar"
+	"github.com/turnstile-llm/turnstile/guided"
 	"github.com/turnstile-llm/turnstile/model/gguf"
 	"github.com/turnstile-llm/turnstile/model/tokenizer"
 )
@@ -80,7 +81,7 @@ func runBenchSchema(out, errOut io.Writer, o benchSchemaOptions) error {
 	if err != nil {
 		return fmt.Errorf("%s: --tokenizer %s: %w", command, o.tokenizer, err)
 	}
-	vocab, err := grammarVocab(tok, []int32{tok.EOS()}, tok.VocabSize())
+	vocab, err := guided.VocabOf(tok, []int32{tok.EOS()}, tok.VocabSize())
 	if err != nil {
 		return fmt.Errorf("%s: %w", command, err)
 	}

@@ -139,7 +139,7 @@ func buildDeployment(s deploymentSpec) (d *deployment, err error) {
 		}
 		if vocab == nil && d.grammarOff == nil {
 			// Once per model, as wide as the runner's logits.
-			vocab, d.grammarOff = grammarVocab(tok, s.model.StopIDs(), r.Capacity().Vocab)
+			vocab, d.grammarOff = guided.VocabOf(tok, s.model.StopIDs(), r.Capacity().Vocab)
 		}
 		cfg.Guide = nil
 		if vocab != nil {

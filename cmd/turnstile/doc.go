@@ -33,7 +33,7 @@
 // configuration (a deploymentSpec) it joins the MPI world when launched
 // across processes, opens the sharded MLP's communicator, builds one
 // runner and one engine per rank of this process, each engine with its own
-// guided decoder over the model's one grammar vocabulary (grammarVocab),
+// guided decoder over the model's one grammar vocabulary (guided.VocabOf),
 // the server's grammar cache, and the front end: the engine, or an
 // adp.Frontend over the ranks.
 //
