@@ -923,20 +923,33 @@ func (c *jsonCompiler) negate(cj *conj, s *jsonschema.Schema) error {
 			add(func(cj *conj) { cj.types &= tStr; cj.notFormats = append(cj.notFormats, f) })
 		}
 	}
-	if s.MinLength != nil {
-		n := *s.MinLength
-		add(func(cj *conj) {
-			cj.types &= tStr
-			if n == 0 {
-				cj.never = true
-			}
-			cj.maxLen = minBound(cj.maxLen, n-1)
-		})
+	// negCount adds the negations of a count's bounds (a string's length,
+	// an array's items, an object's properties; field gives the
+	// conjunction's lower and upper bound of it): not (count >= n) is
+	// count <= n-1, which nothing meets when n is 0; not (count <= n) is
+	// count >= n+1.
+	negCount := func(minV, maxV *int, types typeMask, field func(*conj) (lo, hi *int)) {
+		if minV != nil {
+			n := *minV
+			add(func(cj *conj) {
+				cj.types &= types
+				if n == 0 {
+					cj.never = true
+				}
+				_, hi := field(cj)
+				*hi = minBound(*hi, n-1)
+			})
+		}
+		if maxV != nil {
+			n := *maxV
+			add(func(cj *conj) {
+				cj.types &= types
+				lo, _ := field(cj)
+				*lo = max(*lo, n+1)
+			})
+		}
 	}
-	if s.MaxLength != nil {
-		n := *s.MaxLength
-		add(func(cj *conj) { cj.types &= tStr; cj.minLen = max(cj.minLen, n+1) })
-	}
+	negCount(s.MinLength, s.MaxLength, tStr, func(cj *conj) (lo, hi *int) { return &cj.minLen, &cj.maxLen })
 	for _, b := range []struct {
 		v     *big.Rat
 		lower bool
@@ -960,34 +973,8 @@ func (c *jsonCompiler) negate(cj *conj, s *jsonschema.Schema) error {
 		m := s.MultipleOf
 		add(func(cj *conj) { cj.types &= tInt | tNum; cj.notMultiple = append(cj.notMultiple, m) })
 	}
-	if s.MinItems != nil {
-		n := *s.MinItems
-		add(func(cj *conj) {
-			cj.types &= tArr
-			if n == 0 {
-				cj.never = true
-			}
-			cj.maxItems = minBound(cj.maxItems, n-1)
-		})
-	}
-	if s.MaxItems != nil {
-		n := *s.MaxItems
-		add(func(cj *conj) { cj.types &= tArr; cj.minItems = max(cj.minItems, n+1) })
-	}
-	if s.MinProperties != nil {
-		n := *s.MinProperties
-		add(func(cj *conj) {
-			cj.types &= tObj
-			if n == 0 {
-				cj.never = true
-			}
-			cj.maxPro = minBound(cj.maxPro, n-1)
-		})
-	}
-	if s.MaxProperties != nil {
-		n := *s.MaxProperties
-		add(func(cj *conj) { cj.types &= tObj; cj.minProps = max(cj.minProps, n+1) })
-	}
+	negCount(s.MinItems, s.MaxItems, tArr, func(cj *conj) (lo, hi *int) { return &cj.minItems, &cj.maxItems })
+	negCount(s.MinProperties, s.MaxProperties, tObj, func(cj *conj) (lo, hi *int) { return &cj.minProps, &cj.maxPro })
 	for n, ps := range s.Properties {
 		name, sub := n, ps
 		alts = append(alts, alt{
