@@ -130,20 +130,13 @@ var formatDFAs, quotedFormats = func() (map[string]func() (*dfa, error), map[str
 	return plain, quoted
 }()
 
-func formatDFA(name string) (*dfa, error) {
-	f, ok := formatDFAs[name]
-	if !ok {
-		return nil, fmt.Errorf("format %q is not enforced", name)
-	}
-	d, err := f()
-	if err != nil {
-		return nil, fmt.Errorf("format %q: %w", name, err)
-	}
-	return d, nil
-}
+func formatDFA(name string) (*dfa, error) { return buildFormat(formatDFAs, name) }
 
-func quotedFormatDFA(name string) (*dfa, error) {
-	f, ok := quotedFormats[name]
+func quotedFormatDFA(name string) (*dfa, error) { return buildFormat(quotedFormats, name) }
+
+// buildFormat builds format name's automaton from one of the tables.
+func buildFormat(table map[string]func() (*dfa, error), name string) (*dfa, error) {
+	f, ok := table[name]
 	if !ok {
 		return nil, fmt.Errorf("format %q is not enforced", name)
 	}
