@@ -35,6 +35,8 @@ type sharedFields struct {
 	ProgramRelease bool   `json:"program_release"`
 	// Structured output (response_format and vLLM's extensions).
 	constraintFields
+	// Fields refused until implemented (refused.go).
+	refusedShared
 }
 
 type streamOptions struct {
@@ -48,6 +50,7 @@ type completionRequest struct {
 	Logprobs *int            `json:"logprobs"`
 	Echo     bool            `json:"echo"`
 	Suffix   *string         `json:"suffix"`
+	refusedCompletion
 }
 
 // chatRequest is the body of POST /v1/chat/completions.
@@ -57,6 +60,7 @@ type chatRequest struct {
 	MaxCompletionTokens *int          `json:"max_completion_tokens"`
 	Logprobs            bool          `json:"logprobs"`
 	TopLogprobs         *int          `json:"top_logprobs"`
+	refusedChat
 }
 
 // chatMessage is one message; Content is a string, null, or a list of

@@ -338,6 +338,12 @@ func (p *parser) completion(body []byte) (*job, *APIError) {
 	if e := p.checkModel(r.Model); e != nil {
 		return nil, e
 	}
+	if e := r.refusedShared.check(); e != nil {
+		return nil, e
+	}
+	if e := r.refusedCompletion.check(); e != nil {
+		return nil, e
+	}
 	prompts, e := p.prompts(r.Prompt)
 	if e != nil {
 		return nil, e
@@ -370,6 +376,12 @@ func (p *parser) chatCompletion(body []byte) (*job, *APIError) {
 		return nil, e
 	}
 	if e := p.checkModel(r.Model); e != nil {
+		return nil, e
+	}
+	if e := r.refusedShared.check(); e != nil {
+		return nil, e
+	}
+	if e := r.refusedChat.check(); e != nil {
 		return nil, e
 	}
 	msgs, e := p.messages(b.Messages)

@@ -235,6 +235,16 @@ func TestBadInputs(t *testing.T) {
 		{"stop_token_ids outside vocab", "", `{"prompt":"hi","stop_token_ids":[9999]}`, nil, bad, inv, "stop_token_ids", "invalid_value"},
 		{"stream_options without stream", "", `{"prompt":"hi","stream_options":{"include_usage":true}}`, nil, bad, inv, "stream_options", "invalid_value"},
 		{"echo", "", `{"prompt":"hi","echo":true}`, nil, bad, inv, "echo", "unsupported"},
+		// Fields not implemented yet, refused rather than ignored.
+		{"logit_bias", "", `{"prompt":"hi","logit_bias":{"5":100}}`, nil, bad, inv, "logit_bias", "unsupported"},
+		{"best_of 2", "", `{"prompt":"hi","best_of":2}`, nil, bad, inv, "best_of", "unsupported"},
+		{"chat logit_bias", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"logit_bias":{"5":-100}}`, nil, bad, inv, "logit_bias", "unsupported"},
+		{"chat tools", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}`, nil, bad, inv, "tools", "unsupported"},
+		{"chat tool_choice required", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tool_choice":"required"}`, nil, bad, inv, "tool_choice", "unsupported"},
+		{"chat functions", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"functions":[{"name":"f"}]}`, nil, bad, inv, "functions", "unsupported"},
+		{"chat function_call", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"function_call":{"name":"f"}}`, nil, bad, inv, "function_call", "unsupported"},
+		{"chat audio", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"audio":{"voice":"alloy","format":"wav"}}`, nil, bad, inv, "audio", "unsupported"},
+		{"chat modalities audio", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"modalities":["text","audio"]}`, nil, bad, inv, "modalities", "unsupported"},
 		{"invalid UTF-8", "", []byte("{\"prompt\":\"h\xffi\"}"), nil, bad, inv, "", "invalid_utf8"},
 		{"body over limit", "", `{"prompt":"` + strings.Repeat("a", 5000) + `"}`, nil, bad, inv, "", "request_too_large"},
 		{"unknown model", "", `{"model":"gpt-4","prompt":"hi"}`, nil, http.StatusNotFound, inv, "model", "model_not_found"},
@@ -263,6 +273,12 @@ func TestUnknownFieldsIgnored(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	decodeJSON(t, resp, &out)
 	require.Equal(t, 3, out.Usage.CompletionTokens)
+	// The refused fields' values that ask for nothing are accepted.
+	var chat chatResponse
+	resp = e.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"tools":[],"tool_choice":"none","functions":null,"function_call":"auto","modalities":["text"],"logit_bias":{},"audio":null}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	decodeJSON(t, resp, &chat)
+	require.Equal(t, 3, chat.Usage.CompletionTokens)
 }
 
 func TestAuth(t *testing.T) {

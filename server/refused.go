@@ -1,0 +1,104 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// This file refuses the request fields turnstile does not implement yet
+// whose silent omission would change the answer: a client that sends
+// tools expects tool calls, one that sends logit_bias expects its biases.
+// Each is a 400 naming the field; a value that asks for nothing (null,
+// an empty list or object, tool_choice "none" or "auto" without tools,
+// best_of 1, modalities ["text"]) is accepted.
+
+// refusedShared are such fields of both endpoints.
+type refusedShared struct {
+	LogitBias json.RawMessage `json:"logit_bias"`
+}
+
+// refusedCompletion are such fields of /v1/completions.
+type refusedCompletion struct {
+	BestOf json.RawMessage `json:"best_of"`
+}
+
+// refusedChat are such fields of /v1/chat/completions.
+type refusedChat struct {
+	Tools        json.RawMessage `json:"tools"`
+	ToolChoice   json.RawMessage `json:"tool_choice"`
+	Functions    json.RawMessage `json:"functions"`
+	FunctionCall json.RawMessage `json:"function_call"`
+	Audio        json.RawMessage `json:"audio"`
+	Modalities   json.RawMessage `json:"modalities"`
+}
+
+func (r *refusedShared) check() *APIError {
+	if !asksNothing(r.LogitBias, `{}`) {
+		return badRequest("logit_bias", "unsupported", "logit_bias is not supported")
+	}
+	return nil
+}
+
+func (r *refusedCompletion) check() *APIError {
+	if !asksNothing(r.BestOf, `1`) {
+		return badRequest("best_of", "unsupported", "best_of %s is not supported (only 1): ask for n completions instead", compact(r.BestOf))
+	}
+	return nil
+}
+
+func (r *refusedChat) check() *APIError {
+	for _, f := range []struct {
+		name  string
+		v     json.RawMessage
+		empty []string
+	}{
+		{"tools", r.Tools, []string{`[]`}},
+		{"tool_choice", r.ToolChoice, []string{`"none"`, `"auto"`}},
+		{"functions", r.Functions, []string{`[]`}},
+		{"function_call", r.FunctionCall, []string{`"none"`, `"auto"`}},
+		{"audio", r.Audio, nil},
+		{"modalities", r.Modalities, []string{`[]`, `["text"]`}},
+	} {
+		if !asksNothing(f.v, f.empty...) {
+			return badRequest(f.name, "unsupported", "%s %s is not supported yet", f.name, clipValue(compact(f.v)))
+		}
+	}
+	return nil
+}
+
+// asksNothing: v is absent, null, or (compacted) one of empty.
+func asksNothing(v json.RawMessage, empty ...string) bool {
+	c := compact(v)
+	if c == "" || c == "null" {
+		return true
+	}
+	for _, e := range empty {
+		if c == e {
+			return true
+		}
+	}
+	return false
+}
+
+// compact is v without insignificant whitespace (v itself when it is not
+// valid JSON; decode has already refused that).
+func compact(v json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, v); err != nil {
+		return string(v)
+	}
+	return b.String()
+}
+
+// clipValue shortens a value quoted in an error.
+func clipValue(s string) string {
+	n := 80
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
