@@ -69,6 +69,11 @@ type chatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
 	Name    string          `json:"name"`
+	// ToolCalls (an assistant's) and ToolCallID (a tool result's) are
+	// refused until tools are implemented: the chat template would render
+	// the message without them.
+	ToolCalls  json.RawMessage `json:"tool_calls"`
+	ToolCallID json.RawMessage `json:"tool_call_id"`
 }
 
 type contentPart struct {

@@ -484,6 +484,12 @@ func (p *parser) message(i int, elem json.RawMessage) (message, *APIError) {
 		return message{}, badRequest(param+".role", "invalid_value",
 			"%s.role %q: must be one of system, developer, user, assistant, tool", param, m.Role)
 	}
+	if !asksNothing(m.ToolCalls, `[]`) {
+		return message{}, badRequest(param+".tool_calls", "unsupported", "%s.tool_calls is not supported yet", param)
+	}
+	if !asksNothing(m.ToolCallID) {
+		return message{}, badRequest(param+".tool_call_id", "unsupported", "%s.tool_call_id is not supported yet", param)
+	}
 	text, e := messageText(m.Content, param+".content")
 	if e != nil {
 		return message{}, e

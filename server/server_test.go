@@ -244,6 +244,8 @@ func TestBadInputs(t *testing.T) {
 		{"chat functions", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"functions":[{"name":"f"}]}`, nil, bad, inv, "functions", "unsupported"},
 		{"chat function_call", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"function_call":{"name":"f"}}`, nil, bad, inv, "function_call", "unsupported"},
 		{"chat audio", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"audio":{"voice":"alloy","format":"wav"}}`, nil, bad, inv, "audio", "unsupported"},
+		{"chat assistant tool_calls", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`, nil, bad, inv, "messages[1].tool_calls", "unsupported"},
+		{"chat tool_call_id", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"},{"role":"tool","content":"42","tool_call_id":"c1"}]}`, nil, bad, inv, "messages[1].tool_call_id", "unsupported"},
 		{"chat modalities audio", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"modalities":["text","audio"]}`, nil, bad, inv, "modalities", "unsupported"},
 		{"invalid UTF-8", "", []byte("{\"prompt\":\"h\xffi\"}"), nil, bad, inv, "", "invalid_utf8"},
 		{"body over limit", "", `{"prompt":"` + strings.Repeat("a", 5000) + `"}`, nil, bad, inv, "", "request_too_large"},
