@@ -6,9 +6,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/turnstile-llm/turnstile/executor"
+	"github.com/turnstile-llm/turnstile/toolcall"
 )
 
 // answer shapes one job's engine output as OpenAI responses.
@@ -22,15 +24,20 @@ type answer struct {
 	// places frees a choice's in-flight place as soon as its last delta
 	// is read, before the client can see it.
 	places *hold
+	// errs answers failures in the protocol's shape.
+	errs errorStyle
 }
 
-func (s *Server) newAnswer(j *job, places *hold) *answer {
+func (s *Server) newAnswer(j *job, places *hold, pr protocol) *answer {
 	prefix := "cmpl-"
 	if j.chat {
 		prefix = "chatcmpl-"
 	}
+	if pr.idPrefix != "" {
+		prefix = pr.idPrefix
+	}
 	return &answer{j: j, id: newID(prefix), created: time.Now().Unix(), model: s.cfg.Model,
-		tok: s.cfg.Tokenizer, offsets: make([]int, len(j.reqs)), places: places}
+		tok: s.cfg.Tokenizer, offsets: make([]int, len(j.reqs)), places: places, errs: pr.errs}
 }
 
 func jsonEncoder(w io.Writer) *json.Encoder {
@@ -159,35 +166,63 @@ func clientLeft(ctx context.Context) bool {
 	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), errShutdownAbort)
 }
 
-// whole collects every choice and answers one JSON response.
-func (s *Server) whole(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream) {
+// gather reads every choice whole. On a failure it answers the error
+// (or notes that the client left) and returns ok false.
+func (s *Server) gather(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream) ([]executor.Delta, bool) {
 	ds := make([]executor.Delta, len(streams))
 	for i, st := range streams {
 		d, err := st.ReadAll(ctx)
 		if clientLeft(ctx) {
 			clientGone(w) // nobody reads an answer
-			return
+			return nil, false
 		}
 		if err == nil && d.Err != nil {
-			writeError(w, guidedError(d.Err))
-			return
+			a.errs.whole(w, guidedError(d.Err))
+			return nil, false
 		}
 		if err != nil || d.FinishReason == executor.FinishAbort {
-			writeError(w, abortedError())
-			return
+			a.errs.whole(w, abortedError())
+			return nil, false
 		}
 		a.places.free(i)
 		ds[i] = d
 		s.observe(&d)
+	}
+	return ds, true
+}
+
+// whole collects every choice and answers one OpenAI JSON response.
+func (s *Server) whole(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream) {
+	ds, ok := s.gather(ctx, w, a, streams)
+	if !ok {
+		return
 	}
 	u := a.usageOf(ds)
 	if a.j.chat {
 		resp := chatResponse{ID: a.id, Object: "chat.completion", Created: a.created, Model: a.model, Usage: u,
 			Choices: make([]chatChoice, len(ds))}
 		for i := range ds {
+			resp.Choices[i] = chatChoice{Index: i, Logprobs: a.chatLogprobs(&ds[i])}
 			text := ds[i].Text
-			resp.Choices[i] = chatChoice{Index: i, Message: &chatOut{Role: "assistant", Content: &text},
-				Logprobs: a.chatLogprobs(&ds[i]), FinishReason: finishString(ds[i].FinishReason)}
+			if a.j.shape == nil {
+				resp.Choices[i].Message = &chatMessageOut{Role: "assistant", Content: &text}
+				resp.Choices[i].FinishReason = finishString(ds[i].FinishReason)
+				continue
+			}
+			sh, r := shapedWhole(a.j.shape, "call_", text)
+			msg := &chatMessageOut{Role: "assistant"}
+			if r.Content != "" || len(r.Calls) == 0 {
+				msg.Content = &r.Content
+			}
+			if r.Reasoning != "" {
+				msg.ReasoningContent = &r.Reasoning
+			}
+			for _, c := range sh.calls(r) {
+				msg.ToolCalls = append(msg.ToolCalls, chatToolCall{ID: c.ID, Type: "function",
+					Function: chatFunctionCall{Name: c.Name, Arguments: c.Arguments}})
+			}
+			resp.Choices[i].Message = msg
+			resp.Choices[i].FinishReason = finishWith(ds[i].FinishReason, len(r.Calls))
 		}
 		writeJSON(w, resp)
 		return
@@ -214,25 +249,16 @@ type event struct {
 	err error
 }
 
-// stream answers server-sent events: a chunk per delta of any choice as it
-// comes, a final usage chunk when asked, then [DONE]. It returns when every
-// choice finished, or the client is gone (ctx ends; the engine aborts the
-// rest).
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream) {
+// relay runs a stream: it calls on for each delta of any choice as it
+// comes (the last one of a choice has its FinishReason set) and returns
+// every choice's last delta once all finished. On a failure it ends the
+// stream in the protocol's way (or notes that the client left) and returns
+// ok false; an error from on means the client is gone.
+func (s *Server) relay(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream, sse *sseWriter,
+	on func(i int, d *executor.Delta) error) ([]executor.Delta, bool) {
 	events := make(chan event, len(streams))
 	for i, st := range streams {
 		go forward(ctx, i, st, events)
-	}
-	sse := newSSE(w)
-	if a.j.chat {
-		for i := range streams { // the role comes first, as OpenAI sends it
-			empty := ""
-			if sse.send(chatResponse{ID: a.id, Object: "chat.completion.chunk", Created: a.created, Model: a.model,
-				Choices: []chatChoice{{Index: i, Delta: &chatOut{Role: "assistant", Content: &empty}}}}) != nil {
-				clientGone(w)
-				return
-			}
-		}
 	}
 	final := make([]executor.Delta, len(streams))
 	for left := len(streams); left > 0; {
@@ -240,21 +266,21 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a *answer, s
 		select {
 		case ev = <-events:
 		case <-ctx.Done():
-			s.cut(ctx, w, sse)
-			return
+			s.cut(ctx, w, a, sse)
+			return nil, false
 		}
 		if ev.err != nil {
-			s.cut(ctx, w, sse) // ctx ended: the client is gone or the drain deadline passed
-			return
+			s.cut(ctx, w, a, sse) // ctx ended: the client is gone or the drain deadline passed
+			return nil, false
 		}
 		d := &ev.d
 		if d.Err != nil {
 			// The engine ended this choice (its matcher failed): an error
-			// event, as for any failure mid-stream, then [DONE].
-			if sse.send(guidedError(d.Err).body()) != nil || sse.done() != nil {
+			// event, as for any failure mid-stream.
+			if a.errs.inStream(sse, guidedError(d.Err)) != nil {
 				clientGone(w)
 			}
-			return
+			return nil, false
 		}
 		if d.FinishReason != executor.FinishNone {
 			a.places.free(ev.i)
@@ -265,23 +291,73 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a *answer, s
 		if d.Text == "" && len(d.TokenIDs) == 0 && d.FinishReason == executor.FinishNone {
 			continue
 		}
+		if on(ev.i, d) != nil {
+			clientGone(w)
+			return nil, false
+		}
+	}
+	return final, true
+}
+
+// stream answers OpenAI server-sent events: a chunk per delta of any
+// choice as it comes, a final usage chunk when asked, then [DONE]. It
+// returns when every choice finished, or the client is gone (ctx ends; the
+// engine aborts the rest).
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream) {
+	sse := newSSE(w)
+	var shapers []*shaper
+	if a.j.chat {
+		for i := range streams { // the role comes first, as OpenAI sends it
+			empty := ""
+			if sse.send(chatResponse{ID: a.id, Object: "chat.completion.chunk", Created: a.created, Model: a.model,
+				Choices: []chatChoice{{Index: i, Delta: &chatOut{Role: "assistant", Content: &empty}}}}) != nil {
+				clientGone(w)
+				return
+			}
+		}
+		if a.j.shape != nil {
+			shapers = make([]*shaper, len(streams))
+			for i := range shapers {
+				shapers[i] = newShaper(a.j.shape, "call_")
+			}
+		}
+	}
+	final, ok := s.relay(ctx, w, a, streams, sse, func(i int, d *executor.Delta) error {
 		var chunk any
-		if a.j.chat {
+		switch {
+		case shapers != nil:
+			sh := shapers[i]
+			evs := sh.feed(d.Text)
+			finish := finishString(d.FinishReason)
+			if d.FinishReason != executor.FinishNone {
+				evs = append(evs, sh.close()...)
+				finish = finishWith(d.FinishReason, len(sh.ids))
+			}
+			delta := chatDelta(sh, evs)
+			if delta == nil && finish == nil && !a.j.logprobs {
+				return nil // everything held back (a marker may be starting)
+			}
+			if delta == nil {
+				delta = &chatOut{}
+			}
+			chunk = chatResponse{ID: a.id, Object: "chat.completion.chunk", Created: a.created, Model: a.model,
+				Choices: []chatChoice{{Index: i, Delta: delta, Logprobs: a.chatLogprobs(d), FinishReason: finish}}}
+		case a.j.chat:
 			var delta chatOut
 			if d.Text != "" {
 				delta.Content = &d.Text
 			}
 			chunk = chatResponse{ID: a.id, Object: "chat.completion.chunk", Created: a.created, Model: a.model,
-				Choices: []chatChoice{{Index: ev.i, Delta: &delta, Logprobs: a.chatLogprobs(d), FinishReason: finishString(d.FinishReason)}}}
-		} else {
+				Choices: []chatChoice{{Index: i, Delta: &delta, Logprobs: a.chatLogprobs(d), FinishReason: finishString(d.FinishReason)}}}
+		default:
 			chunk = completionResponse{ID: a.id, Object: "text_completion", Created: a.created, Model: a.model,
-				Choices: []completionChoice{{Index: ev.i, Text: d.Text, Logprobs: a.completionLogprobs(ev.i, d),
+				Choices: []completionChoice{{Index: i, Text: d.Text, Logprobs: a.completionLogprobs(i, d),
 					FinishReason: finishString(d.FinishReason)}}}
 		}
-		if sse.send(chunk) != nil {
-			clientGone(w)
-			return
-		}
+		return sse.send(chunk)
+	})
+	if !ok {
+		return
 	}
 	if a.j.includeUsage {
 		u := a.usageOf(final)
@@ -301,15 +377,61 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a *answer, s
 	}
 }
 
+// chatDelta folds parsed events into one chunk's delta: content and
+// reasoning concatenated, and one tool_calls element per call touched (the
+// call's first element carries its id, type and name). nil: nothing.
+func chatDelta(sh *shaper, evs []toolcall.Event) *chatOut {
+	if len(evs) == 0 {
+		return nil
+	}
+	var content, reasoning strings.Builder
+	var calls []chatToolCall
+	at := map[int]int{} // call index → element of calls
+	for _, e := range evs {
+		switch e.Kind {
+		case toolcall.Content:
+			content.WriteString(e.Text)
+		case toolcall.Thinking:
+			reasoning.WriteString(e.Text)
+		case toolcall.CallBegin, toolcall.CallArgs:
+			k, ok := at[e.Call]
+			if !ok {
+				idx := e.Call
+				calls = append(calls, chatToolCall{Index: &idx})
+				k = len(calls) - 1
+				at[e.Call] = k
+			}
+			if e.Kind == toolcall.CallBegin {
+				calls[k].ID, calls[k].Type, calls[k].Function.Name = sh.callID(e.Call), "function", e.Name
+			} else {
+				calls[k].Function.Arguments += e.Text
+			}
+		}
+	}
+	d := &chatOut{ToolCalls: calls}
+	if content.Len() > 0 {
+		c := content.String()
+		d.Content = &c
+	}
+	if reasoning.Len() > 0 {
+		r := reasoning.String()
+		d.ReasoningContent = &r
+	}
+	if d.Content == nil && d.ReasoningContent == nil && len(calls) == 0 {
+		return nil
+	}
+	return d
+}
+
 // cut ends a stream whose context ended: a client that went away is
 // recorded as such; a stream the drain deadline aborted gets an error
 // event and [DONE], so its client knows it was cut.
-func (s *Server) cut(ctx context.Context, w http.ResponseWriter, sse *sseWriter) {
+func (s *Server) cut(ctx context.Context, w http.ResponseWriter, a *answer, sse *sseWriter) {
 	if clientLeft(ctx) {
 		clientGone(w)
 		return
 	}
-	if sse.send(abortedError().body()) != nil || sse.done() != nil {
+	if a.errs.inStream(sse, abortedError()) != nil {
 		clientGone(w)
 	}
 }

@@ -60,6 +60,12 @@ type chatRequest struct {
 	MaxCompletionTokens *int          `json:"max_completion_tokens"`
 	Logprobs            bool          `json:"logprobs"`
 	TopLogprobs         *int          `json:"top_logprobs"`
+	// Tools (chattools.go): tools, tool_choice, parallel_tool_calls, and
+	// the template variables chat_template_kwargs (e.g. enable_thinking).
+	Tools              json.RawMessage `json:"tools"`
+	ToolChoice         json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls  *bool           `json:"parallel_tool_calls"`
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 	refusedChat
 }
 
@@ -69,11 +75,11 @@ type chatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
 	Name    string          `json:"name"`
-	// ToolCalls (an assistant's) and ToolCallID (a tool result's) are
-	// refused until tools are implemented: the chat template would render
-	// the message without them.
-	ToolCalls  json.RawMessage `json:"tool_calls"`
-	ToolCallID json.RawMessage `json:"tool_call_id"`
+	// ToolCalls are an assistant's calls, ToolCallID the call a tool
+	// message answers; ReasoningContent an assistant's reasoning.
+	ToolCalls        json.RawMessage `json:"tool_calls"`
+	ToolCallID       *string         `json:"tool_call_id"`
+	ReasoningContent *string         `json:"reasoning_content"`
 }
 
 type contentPart struct {
@@ -135,16 +141,45 @@ type chatResponse struct {
 }
 
 type chatChoice struct {
-	Index        int           `json:"index"`
-	Message      *chatOut      `json:"message,omitempty"`
-	Delta        *chatOut      `json:"delta,omitempty"`
-	Logprobs     *chatLogprobs `json:"logprobs"`
-	FinishReason *string       `json:"finish_reason"`
+	Index        int             `json:"index"`
+	Message      *chatMessageOut `json:"message,omitempty"`
+	Delta        *chatOut        `json:"delta,omitempty"`
+	Logprobs     *chatLogprobs   `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
 }
 
+// chatOut is a choice's message (whole answers) or delta (chunks). A
+// whole answer always has content (null when the message is only tool
+// calls); a delta omits what it does not carry.
 type chatOut struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string         `json:"role,omitempty"`
+	Content          *string        `json:"content,omitempty"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []chatToolCall `json:"tool_calls,omitempty"`
+}
+
+// chatMessageOut is a whole answer's message: content is null, not
+// absent, when the model only called tools.
+type chatMessageOut struct {
+	Role             string         `json:"role"`
+	Content          *string        `json:"content"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []chatToolCall `json:"tool_calls,omitempty"`
+}
+
+// chatToolCall is a call in a message (id, type and name set; index
+// absent) or a delta's fragment of one (index set; id, type and name only
+// in the call's first fragment).
+type chatToolCall struct {
+	Index    *int             `json:"index,omitempty"`
+	ID       string           `json:"id,omitempty"`
+	Type     string           `json:"type,omitempty"`
+	Function chatFunctionCall `json:"function"`
+}
+
+type chatFunctionCall struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 type chatLogprobs struct {

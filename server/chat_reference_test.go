@@ -61,13 +61,13 @@ func TestChatTemplateReference(t *testing.T) {
 			for i, conv := range convs {
 				want := ref.Renders[i]
 				require.Equal(t, conv.Name, want.Name)
-				text, bos, err := c.render(conv.Messages)
+				text, bos, err := c.render(conv.Messages, nil, nil)
 				require.NoError(t, err, conv.Name)
 				if bos {
 					text = tok.Token(tok.BOS()) + text
 				}
 				require.Equal(t, want.Text, text, "%s: %s", vocab, conv.Name)
-				text, bos, err = c.render(conv.Messages)
+				text, bos, err = c.render(conv.Messages, nil, nil)
 				require.NoError(t, err)
 				require.Equal(t, want.IDs, c.encode(tok, text, bos), "%s: %s", vocab, conv.Name)
 			}

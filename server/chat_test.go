@@ -37,7 +37,7 @@ func TestChatTemplateRender(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := newChatTemplate(tc.src, "<s>", "</s>")
 			require.NoError(t, err)
-			got, bos, err := c.render(tc.msgs)
+			got, bos, err := c.render(tc.msgs, nil, nil)
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				return

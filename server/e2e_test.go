@@ -105,7 +105,7 @@ func TestStoriesChat(t *testing.T) {
 		decodeJSON(t, resp, &out)
 		c, err := newChatTemplate(tmpl, "<s>", "</s>")
 		require.NoError(t, err)
-		rendered, _, err := c.render([]message{{Role: "user", Content: "Tell me a story."}})
+		rendered, _, err := c.render([]message{{Role: "user", Content: "Tell me a story."}}, nil, nil)
 		require.NoError(t, err)
 		ref := greedyReference(t, rendered, 20)
 		require.Equal(t, ref.Text, out.Choices[0].Message.Content)

@@ -79,3 +79,23 @@ func writeError(w http.ResponseWriter, e *APIError) {
 	w.WriteHeader(e.Status)
 	_ = json.NewEncoder(w).Encode(e.body())
 }
+
+// errorStyle answers failures in a protocol's shape: whole, as the HTTP
+// answer, or inside a stream that has begun (ending the stream).
+type errorStyle interface {
+	whole(w http.ResponseWriter, e *APIError)
+	inStream(sse *sseWriter, e *APIError) error
+}
+
+// openAIErrors is OpenAI's: the error body, and in a stream an error event
+// followed by [DONE].
+type openAIErrors struct{}
+
+func (openAIErrors) whole(w http.ResponseWriter, e *APIError) { writeError(w, e) }
+
+func (openAIErrors) inStream(sse *sseWriter, e *APIError) error {
+	if err := sse.send(e.body()); err != nil {
+		return err
+	}
+	return sse.done()
+}

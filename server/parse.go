@@ -128,6 +128,9 @@ type job struct {
 	// constraint is the structured-output constraint, compiled by the
 	// server (compileConstraint) after parsing.
 	constraint *constraint
+	// shape, when set, says how a conversation's output is parsed into
+	// content, reasoning and tool calls; nil: the output is the text.
+	shape *outShape
 }
 
 // parser decodes and validates request bodies. It allocates nothing in the
@@ -388,17 +391,20 @@ func (p *parser) chatCompletion(body []byte) (*job, *APIError) {
 	if e != nil {
 		return nil, e
 	}
-	text, bos, err := p.chat.render(msgs)
-	if err != nil {
-		return nil, badRequest("messages", "invalid_value", "messages: %v", err)
-	}
-	if e := p.checkBytes("messages", "the rendered prompt", len(text)); e != nil {
+	tools, e := openAITools(r.Tools)
+	if e != nil {
 		return nil, e
 	}
-	prompt := p.chat.encode(p.tok, text, bos || p.tok.AddBOS())
-	if len(prompt) == 0 {
-		return nil, badRequest("messages", "invalid_value", "messages: the rendered prompt encodes to no tokens")
+	choice, e := openAIToolChoice(r.ToolChoice, len(tools) > 0)
+	if e != nil {
+		return nil, e
 	}
+	kwargs, e := parseKwargs(r.ChatTemplateKwargs, "chat_template_kwargs")
+	if e != nil {
+		return nil, e
+	}
+	c := &convo{msgs: msgs, tools: tools, choice: choice, parallel: r.ParallelToolCalls == nil || *r.ParallelToolCalls,
+		kwargs: kwargs, msgsParam: "messages", toolsParam: "tools", choiceParam: "tool_choice"}
 	j := &job{chat: true, logprobs: r.Logprobs}
 	if r.TopLogprobs != nil {
 		switch tl := *r.TopLogprobs; {
@@ -413,7 +419,7 @@ func (p *parser) chatCompletion(body []byte) (*job, *APIError) {
 	if r.MaxCompletionTokens != nil {
 		maxTok, param = r.MaxCompletionTokens, "max_completion_tokens"
 	}
-	return p.finish(j, &r.sharedFields, maxTok, param, [][]int32{prompt})
+	return p.convoJob(c, j, &r.sharedFields, maxTok, param)
 }
 
 // decodeStopTokenIDs decodes stop_token_ids (absent or null: none) into f;
@@ -484,17 +490,32 @@ func (p *parser) message(i int, elem json.RawMessage) (message, *APIError) {
 		return message{}, badRequest(param+".role", "invalid_value",
 			"%s.role %q: must be one of system, developer, user, assistant, tool", param, m.Role)
 	}
-	if !asksNothing(m.ToolCalls, `[]`) {
-		return message{}, badRequest(param+".tool_calls", "unsupported", "%s.tool_calls is not supported yet", param)
-	}
-	if !asksNothing(m.ToolCallID) {
-		return message{}, badRequest(param+".tool_call_id", "unsupported", "%s.tool_call_id is not supported yet", param)
-	}
 	text, e := messageText(m.Content, param+".content")
 	if e != nil {
 		return message{}, e
 	}
-	return message{Role: m.Role, Content: text, Name: m.Name}, nil
+	out := message{Role: m.Role, Content: text, Name: m.Name}
+	if present(m.ToolCalls) {
+		if m.Role != "assistant" {
+			return message{}, badRequest(param+".tool_calls", "invalid_value", "%s.tool_calls: only assistant messages make tool calls (role is %s)", param, m.Role)
+		}
+		if out.ToolCalls, e = openAIToolCalls(m.ToolCalls, param+".tool_calls"); e != nil {
+			return message{}, e
+		}
+	}
+	if m.ToolCallID != nil {
+		if m.Role != "tool" {
+			return message{}, badRequest(param+".tool_call_id", "invalid_value", "%s.tool_call_id: only tool messages answer a call (role is %s)", param, m.Role)
+		}
+		out.ToolCallID = *m.ToolCallID
+	}
+	if m.ReasoningContent != nil {
+		if m.Role != "assistant" {
+			return message{}, badRequest(param+".reasoning_content", "invalid_value", "%s.reasoning_content: only assistant messages hold reasoning (role is %s)", param, m.Role)
+		}
+		out.Reasoning = *m.ReasoningContent
+	}
+	return out, nil
 }
 
 // messageText flattens a message's content: a string, null, or a list of

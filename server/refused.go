@@ -8,9 +8,9 @@ import (
 
 // This file refuses the request fields turnstile does not implement yet
 // whose silent omission would change the answer: a client that sends
-// tools expects tool calls, one that sends logit_bias expects its biases.
+// logit_bias expects its biases.
 // Each is a 400 naming the field; a value that asks for nothing (null,
-// an empty list or object, tool_choice "none" or "auto" without tools,
+// an empty list or object, function_call "none" or "auto",
 // best_of 1, modalities ["text"]) is accepted.
 
 // refusedShared are such fields of both endpoints.
@@ -23,10 +23,9 @@ type refusedCompletion struct {
 	BestOf json.RawMessage `json:"best_of"`
 }
 
-// refusedChat are such fields of /v1/chat/completions.
+// refusedChat are such fields of /v1/chat/completions. (functions and
+// function_call are OpenAI's deprecated form of tools.)
 type refusedChat struct {
-	Tools        json.RawMessage `json:"tools"`
-	ToolChoice   json.RawMessage `json:"tool_choice"`
 	Functions    json.RawMessage `json:"functions"`
 	FunctionCall json.RawMessage `json:"function_call"`
 	Audio        json.RawMessage `json:"audio"`
@@ -53,15 +52,17 @@ func (r *refusedChat) check() *APIError {
 		v     json.RawMessage
 		empty []string
 	}{
-		{"tools", r.Tools, []string{`[]`}},
-		{"tool_choice", r.ToolChoice, []string{`"none"`, `"auto"`}},
 		{"functions", r.Functions, []string{`[]`}},
 		{"function_call", r.FunctionCall, []string{`"none"`, `"auto"`}},
 		{"audio", r.Audio, nil},
 		{"modalities", r.Modalities, []string{`[]`, `["text"]`}},
 	} {
 		if !asksNothing(f.v, f.empty...) {
-			return badRequest(f.name, "unsupported", "%s %s is not supported yet", f.name, clipValue(compact(f.v)))
+			hint := ""
+			if f.name == "functions" || f.name == "function_call" {
+				hint = " (use tools and tool_choice)"
+			}
+			return badRequest(f.name, "unsupported", "%s %s is not supported%s", f.name, clipValue(compact(f.v)), hint)
 		}
 	}
 	return nil

@@ -427,12 +427,40 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, start time.Tim
 	return body, nil
 }
 
+// protocol is one endpoint's way of reading a request and writing its
+// answer: every protocol runs the same job machinery in between.
+type protocol struct {
+	// parse decodes and validates a body into a job.
+	parse func(body []byte) (*job, *APIError)
+	// answer writes the submitted job's answer (whole or streamed, as
+	// the job says).
+	answer func(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream)
+	// errs answers failures.
+	errs errorStyle
+	// idPrefix starts the answer's id ("" : OpenAI's cmpl- / chatcmpl-).
+	idPrefix string
+}
+
+// openAI answers OpenAI's completions and chat completions.
+func (s *Server) openAI(parse func([]byte) (*job, *APIError)) protocol {
+	return protocol{parse: parse, answer: s.openAIAnswer, errs: openAIErrors{}}
+}
+
+// openAIAnswer writes an OpenAI answer, streamed or whole.
+func (s *Server) openAIAnswer(ctx context.Context, w http.ResponseWriter, a *answer, streams []*executor.Stream) {
+	if a.j.stream {
+		s.stream(ctx, w, a, streams)
+	} else {
+		s.whole(ctx, w, a, streams)
+	}
+}
+
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	s.serveJob(w, r, s.parse.completion)
+	s.serveJob(w, r, s.openAI(s.parse.completion))
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	s.serveJob(w, r, s.parse.chatCompletion)
+	s.serveJob(w, r, s.openAI(s.parse.chatCompletion))
 }
 
 // readJob authenticates, reads and parses one request, holding a parsing
@@ -481,13 +509,13 @@ func (s *Server) readJob(w http.ResponseWriter, r *http.Request, parse func([]by
 
 // serveJob authenticates, parses and admits one request, submits its
 // choices and answers them (streamed or whole).
-func (s *Server) serveJob(w http.ResponseWriter, r *http.Request, parse func([]byte) (*job, *APIError)) {
+func (s *Server) serveJob(w http.ResponseWriter, r *http.Request, pr protocol) {
 	if s.draining.Load() {
-		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Type: errUnavailable, Code: "shutting_down",
+		pr.errs.whole(w, &APIError{Status: http.StatusServiceUnavailable, Type: errUnavailable, Code: "shutting_down",
 			Message: "the server is shutting down"})
 		return
 	}
-	j, e := s.readJob(w, r, parse)
+	j, e := s.readJob(w, r, pr.parse)
 	if e == nil && j != nil {
 		// Compiled after the parsing place is given back: it may take
 		// longer than reading and parsing (a cached grammar is instant).
@@ -498,7 +526,7 @@ func (s *Server) serveJob(w http.ResponseWriter, r *http.Request, parse func([]b
 	}
 	switch {
 	case e != nil:
-		writeError(w, e)
+		pr.errs.whole(w, e)
 		return
 	case j == nil:
 		clientGone(w)
@@ -510,7 +538,7 @@ func (s *Server) serveJob(w http.ResponseWriter, r *http.Request, parse func([]b
 	}
 	h, ok := b.hold(len(j.reqs))
 	if !ok {
-		writeError(w, &APIError{Status: http.StatusTooManyRequests, Type: errRateLimit, Code: "queue_full", RetryAfter: 1,
+		pr.errs.whole(w, &APIError{Status: http.StatusTooManyRequests, Type: errRateLimit, Code: "queue_full", RetryAfter: 1,
 			Message: fmt.Sprintf("the server has %d %s in flight; retry later", b.max, what)})
 		return
 	}
@@ -530,7 +558,7 @@ func (s *Server) serveJob(w http.ResponseWriter, r *http.Request, parse func([]b
 		st, err := s.eng.Submit(ctx, &j.reqs[i])
 		if err != nil {
 			cancel(nil) // aborts the choices already submitted
-			writeError(w, submitError(err))
+			pr.errs.whole(w, submitError(err))
 			return
 		}
 		streams[i] = st
@@ -538,12 +566,8 @@ func (s *Server) serveJob(w http.ResponseWriter, r *http.Request, parse func([]b
 		// with the choice, even while this handler is still writing.
 		go h.freeWhen(i, st.Ended(), ctx.Done())
 	}
-	a := s.newAnswer(j, h)
-	if j.stream {
-		s.stream(ctx, w, a, streams)
-	} else {
-		s.whole(ctx, w, a, streams)
-	}
+	a := s.newAnswer(j, h, pr)
+	pr.answer(ctx, w, a, streams)
 }
 
 // applyHeaders merges the program and tenant headers into j.

@@ -63,6 +63,13 @@ type constraintFields struct {
 type constraint struct {
 	spec  guided.Spec
 	param string
+	// optional: without the grammar engine the request runs unconstrained
+	// (tool_choice auto: the model chooses anyway, and its calls are
+	// parsed from the text).
+	optional bool
+	// rename, when set, rewrites a grammar error's message into the
+	// request's field names.
+	rename func(string) string
 }
 
 // constraint parses the structured-output fields: at most one source of
@@ -74,7 +81,7 @@ func parseConstraint(f *constraintFields) (*constraint, *APIError) {
 		switch rf.Type {
 		case "text":
 		case "json_object":
-			add(&constraint{guided.Spec{Kind: guided.JSONObject}, "response_format"})
+			add(&constraint{spec: guided.Spec{Kind: guided.JSONObject}, param: "response_format"})
 		case "json_schema":
 			js := rf.JSONSchema
 			if js == nil {
@@ -84,7 +91,7 @@ func parseConstraint(f *constraintFields) (*constraint, *APIError) {
 			if e != nil {
 				return nil, e
 			}
-			add(&constraint{guided.Spec{Kind: guided.JSONSchema, Source: src}, "response_format.json_schema.schema"})
+			add(&constraint{spec: guided.Spec{Kind: guided.JSONSchema, Source: src}, param: "response_format.json_schema.schema"})
 		case "":
 			return nil, badRequest("response_format.type", "invalid_value", "response_format.type is missing (text, json_object or json_schema)")
 		default:
@@ -109,19 +116,19 @@ func parseConstraint(f *constraintFields) (*constraint, *APIError) {
 			if e != nil {
 				return nil, e
 			}
-			add(&constraint{guided.Spec{Kind: guided.JSONSchema, Source: src}, "structured_outputs.json"})
+			add(&constraint{spec: guided.Spec{Kind: guided.JSONSchema, Source: src}, param: "structured_outputs.json"})
 		}
 		if so.Regex != nil {
-			add(&constraint{guided.Spec{Kind: guided.Regex, Source: *so.Regex}, "structured_outputs.regex"})
+			add(&constraint{spec: guided.Spec{Kind: guided.Regex, Source: *so.Regex}, param: "structured_outputs.regex"})
 		}
 		if so.Choice != nil {
-			add(&constraint{guided.Spec{Kind: guided.Choice, Choices: so.Choice}, "structured_outputs.choice"})
+			add(&constraint{spec: guided.Spec{Kind: guided.Choice, Choices: so.Choice}, param: "structured_outputs.choice"})
 		}
 		if so.Grammar != nil {
-			add(&constraint{guided.Spec{Kind: guided.GBNF, Source: *so.Grammar}, "structured_outputs.grammar"})
+			add(&constraint{spec: guided.Spec{Kind: guided.GBNF, Source: *so.Grammar}, param: "structured_outputs.grammar"})
 		}
 		if so.JSONObject != nil && *so.JSONObject {
-			add(&constraint{guided.Spec{Kind: guided.JSONObject}, "structured_outputs.json_object"})
+			add(&constraint{spec: guided.Spec{Kind: guided.JSONObject}, param: "structured_outputs.json_object"})
 		}
 	}
 	if present(f.GuidedJSON) {
@@ -129,16 +136,16 @@ func parseConstraint(f *constraintFields) (*constraint, *APIError) {
 		if e != nil {
 			return nil, e
 		}
-		add(&constraint{guided.Spec{Kind: guided.JSONSchema, Source: src}, "guided_json"})
+		add(&constraint{spec: guided.Spec{Kind: guided.JSONSchema, Source: src}, param: "guided_json"})
 	}
 	if f.GuidedRegex != nil {
-		add(&constraint{guided.Spec{Kind: guided.Regex, Source: *f.GuidedRegex}, "guided_regex"})
+		add(&constraint{spec: guided.Spec{Kind: guided.Regex, Source: *f.GuidedRegex}, param: "guided_regex"})
 	}
 	if f.GuidedChoice != nil {
-		add(&constraint{guided.Spec{Kind: guided.Choice, Choices: f.GuidedChoice}, "guided_choice"})
+		add(&constraint{spec: guided.Spec{Kind: guided.Choice, Choices: f.GuidedChoice}, param: "guided_choice"})
 	}
 	if f.GuidedGrammar != nil {
-		add(&constraint{guided.Spec{Kind: guided.GBNF, Source: *f.GuidedGrammar}, "guided_grammar"})
+		add(&constraint{spec: guided.Spec{Kind: guided.GBNF, Source: *f.GuidedGrammar}, param: "guided_grammar"})
 	}
 	if p := f.GuidedWhitespacePattern; p != nil && *p != "" {
 		return nil, badRequest("guided_whitespace_pattern", "unsupported", "guided_whitespace_pattern is not supported")
@@ -199,6 +206,9 @@ func (s *Server) compileConstraint(ctx context.Context, j *job) *APIError {
 		return nil
 	}
 	if s.cfg.Grammars == nil {
+		if c.optional {
+			return nil
+		}
 		if s.cfg.GrammarsOff != nil {
 			return badRequest(c.param, "unsupported", "%s: structured output is off on this server: %v", c.param, s.cfg.GrammarsOff)
 		}
@@ -216,7 +226,11 @@ func (s *Server) compileConstraint(ctx context.Context, j *job) *APIError {
 		case grammar.IsTooLarge(err):
 			code = "too_large"
 		}
-		return badRequest(c.param, code, "%s: %v", c.param, err)
+		msg := err.Error()
+		if c.rename != nil {
+			msg = c.rename(msg)
+		}
+		return badRequest(c.param, code, "%s: %s", c.param, msg)
 	}
 	for i := range j.reqs {
 		if j.reqs[i].IgnoreEOS {

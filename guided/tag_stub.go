@@ -1,0 +1,4 @@
+package guided
+
+// TEMPORARY STUB until branch tag merges; deleted at merge.
+const StructuralTag Kind = 100
