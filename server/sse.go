@@ -41,6 +41,22 @@ func (s *sseWriter) send(v any) error {
 	return s.flush()
 }
 
+// sendEvent writes v as one named event ("event: name" then its data
+// line), as the Responses and Anthropic Messages streams are typed.
+func (s *sseWriter) sendEvent(name string, v any) error {
+	s.buf.Reset()
+	s.buf.WriteString("event: ")
+	s.buf.WriteString(name)
+	s.buf.WriteString("\ndata: ")
+	enc := json.NewEncoder(&s.buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("sse: encode: %w", err)
+	}
+	s.buf.WriteByte('\n')
+	return s.flush()
+}
+
 // done writes the terminating "data: [DONE]" event.
 func (s *sseWriter) done() error {
 	s.buf.Reset()
