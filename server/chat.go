@@ -106,6 +106,9 @@ func newChatTemplate(src, bos, eos string) (*chatTemplate, error) {
 const (
 	probeTool = "probe_function"
 	probeArgs = `{"probe_argument": 1}`
+	// probeID is nine letters and digits: Mistral's templates refuse
+	// other call ids.
+	probeID = "probe0001"
 )
 
 // detectSyntax renders a conversation with and without an assistant tool
@@ -114,7 +117,7 @@ const (
 func (c *chatTemplate) detectSyntax() (toolcall.Syntax, bool) {
 	tools := []toolDef{{Name: probeTool, Description: "probe", Parameters: json.RawMessage(`{"type": "object", "properties": {"probe_argument": {"type": "integer"}}}`)}}
 	user := message{Role: "user", Content: "probe"}
-	with := []message{user, {Role: "assistant", ToolCalls: []toolCall{{ID: "call_probe", Name: probeTool, Arguments: probeArgs}}}}
+	with := []message{user, {Role: "assistant", ToolCalls: []toolCall{{ID: probeID, Name: probeTool, Arguments: probeArgs}}}}
 	without := []message{user, {Role: "assistant"}}
 	a, errA := c.renderTemplate(with, tools, nil, false)
 	b, errB := c.renderTemplate(without, tools, nil, false)

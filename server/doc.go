@@ -71,6 +71,38 @@
 //	User: Hi!
 //	Assistant:
 //
+// # Tools and reasoning
+//
+// tools (function tools with JSON Schema parameters), tool_choice (none,
+// auto, required or a named function) and parallel_tool_calls reach the
+// model through its chat template: the tools variable, an assistant's
+// tool_calls with arguments as objects (members in the client's order) and
+// tool messages with tool_call_id. How the model writes a call (Hermes'
+// <tool_call> tags for Qwen, Llama 3.1's JSON, Mistral's [TOOL_CALLS]) is
+// read off the template at start-up by rendering a conversation with and
+// without a call (package toolcall knows the syntaxes). A template without
+// tool support gets the fallback: the tools described in the system
+// message, calls written as <tool_call> JSON in the assistant's content,
+// tool results rendered in the template's tool role.
+//
+// required and a named function are enforced by the guided decoder: a
+// structural-tag grammar of the model's call syntax around each tool's
+// parameter schema; auto lets the model write text and constrains a call
+// from its opening marker on; parallel_tool_calls false bounds the grammar
+// to one call, so generation stops after it. Without the grammar engine
+// (structured output off), auto is parsed only and required or named is a
+// 400. The output is parsed back into message.tool_calls (ids unique per
+// call) with finish_reason "tool_calls"; streamed, the first delta of a
+// call carries index, id, type and name, later ones argument fragments,
+// and text that may begin a call marker is held back until decided.
+//
+// Templates that mark reasoning with <think>…</think> (Qwen3, DeepSeek-R1)
+// return it as reasoning_content, apart from content, including when the
+// template opens the block in the prompt; a JSON-schema constraint or a
+// tool grammar applies after the reasoning ends. chat_template_kwargs
+// passes template variables (enable_thinking: false turns Qwen3's thinking
+// off).
+//
 // # Programs and tenants
 //
 // The X-Program-Id header or program_id field tags a request with its
