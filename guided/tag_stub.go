@@ -1,4 +1,0 @@
-package guided
-
-// TEMPORARY STUB until branch tag merges; deleted at merge.
-const StructuralTag Kind = 100
