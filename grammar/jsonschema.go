@@ -44,29 +44,58 @@ func CompileJSONSchema(schema []byte, opt JSONOptions) (*Grammar, error) {
 	if opt.Limits.States <= 0 {
 		opt.Limits = DefaultLimits
 	}
-	if len(schema) > MaxSchemaBytes {
-		return nil, fmt.Errorf("schema has %d bytes, more than the limit of %d: %w", len(schema), MaxSchemaBytes, errTooLarge)
-	}
-	raw, err := decodeOrdered(schema)
-	if err != nil {
-		return nil, fmt.Errorf("schema is not valid JSON: %w", err)
-	}
-	root, err := LoadSchema(schema)
+	doc, err := parseSchema(schema)
 	if err != nil {
 		return nil, err
 	}
-	c := newJSONCompiler(opt, raw)
-	r := c.b.Declare("root")
-	e, err := c.compileList([]sref{{s: root}})
+	var b Builder
+	c := newJSONCompiler(opt, &b, newBudget(opt.Limits))
+	r := b.Declare("root")
+	e, err := c.compileDoc(doc)
 	if err != nil {
 		return nil, err
 	}
-	c.b.Define(r, e)
-	g, err := c.b.buildWith(r, opt.Limits, c.bud)
+	b.Define(r, e)
+	g, err := b.buildWith(r, opt.Limits, c.bud)
 	if err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
 	}
 	return g, nil
+}
+
+// schemaDoc is a schema document read and checked: the ordered tree
+// (decodeOrdered's) for property order, and the loaded schema.
+type schemaDoc struct {
+	raw  any
+	root *jsonschema.Schema
+}
+
+// parseSchema checks a schema's size, decodes it keeping member order and
+// loads it (LoadSchema), with CompileJSONSchema's errors.
+func parseSchema(schema []byte) (schemaDoc, error) {
+	if len(schema) > MaxSchemaBytes {
+		return schemaDoc{}, fmt.Errorf("schema has %d bytes, more than the limit of %d: %w", len(schema), MaxSchemaBytes, errTooLarge)
+	}
+	raw, err := decodeOrdered(schema)
+	if err != nil {
+		return schemaDoc{}, fmt.Errorf("schema is not valid JSON: %w", err)
+	}
+	root, err := LoadSchema(schema)
+	if err != nil {
+		return schemaDoc{}, err
+	}
+	return schemaDoc{raw, root}, nil
+}
+
+// compileDoc compiles one schema document into c's builder and returns
+// the expression of the JSON texts that satisfy it. One compiler may
+// compile several documents into one grammar (a structural tag's): the
+// rules it shares (any value, strings, formats, indentation) are declared
+// once, and a schema's own rules are keyed by its loaded nodes, which no
+// two documents share.
+func (c *jsonCompiler) compileDoc(doc schemaDoc) (*Expr, error) {
+	c.raw = doc.raw
+	return c.compileList([]sref{{s: doc.root}})
 }
 
 // LoadSchema checks a JSON Schema against its metaschema and resolves its
@@ -294,9 +323,10 @@ func newConj() *conj {
 }
 
 type jsonCompiler struct {
-	b       Builder
-	opt     JSONOptions
-	ws      *Expr
+	b   *Builder
+	opt JSONOptions
+	ws  *Expr
+	// raw is the ordered tree of the document being compiled.
 	raw     any
 	rules   map[*jsonschema.Schema]*ruleUse
 	active  map[*jsonschema.Schema]bool
@@ -314,17 +344,19 @@ type ruleUse struct {
 	uses    int
 }
 
-func newJSONCompiler(opt JSONOptions, raw any) *jsonCompiler {
+// newJSONCompiler makes a compiler that declares its rules in b and spends
+// bud (the whole grammar's budget).
+func newJSONCompiler(opt JSONOptions, b *Builder, bud *budget) *jsonCompiler {
 	c := &jsonCompiler{
+		b:       b,
 		opt:     opt,
-		raw:     raw,
 		rules:   map[*jsonschema.Schema]*ruleUse{},
 		active:  map[*jsonschema.Schema]bool{},
 		merging: map[*jsonschema.Schema]bool{},
 		shared:  map[string]RuleID{},
-		bud:     newBudget(opt.Limits),
+		bud:     bud,
 	}
-	c.ws = opt.Whitespace.expr(&c.b)
+	c.ws = opt.Whitespace.expr(b)
 	return c
 }
 

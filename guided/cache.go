@@ -23,6 +23,10 @@ const (
 	Regex                      // guided_regex: the whole output matches
 	Choice                     // guided_choice: the output is one of Choices
 	GBNF                       // guided_grammar: llama.cpp's GBNF
+	// StructuralTag is free text and tagged JSON values (tool calls):
+	// structured_outputs.structural_tag, in grammar.ParseStructuralTag's
+	// JSON form.
+	StructuralTag
 )
 
 func (k Kind) String() string {
@@ -37,6 +41,8 @@ func (k Kind) String() string {
 		return "choice"
 	case GBNF:
 		return "grammar"
+	case StructuralTag:
+		return "structural_tag"
 	}
 	return fmt.Sprintf("kind(%d)", k)
 }
@@ -44,10 +50,12 @@ func (k Kind) String() string {
 // Spec is one request's constraint.
 type Spec struct {
 	Kind Kind
-	// Source is the schema (JSON), the regular expression or the grammar.
+	// Source is the schema (JSON), the regular expression, the grammar or
+	// the structural tag (JSON, grammar.ParseStructuralTag's form).
 	Source  string
 	Choices []string
-	// Whitespace is the JSON kinds' policy between tokens.
+	// Whitespace is the JSON kinds' policy between tokens (a structural
+	// tag's: inside its JSON values).
 	Whitespace grammar.Whitespace
 }
 
@@ -82,6 +90,12 @@ func Compile(s Spec, lim grammar.Limits) (*grammar.Grammar, error) {
 		return grammar.CompileChoices(s.Choices, lim)
 	case GBNF:
 		return grammar.CompileGBNF(s.Source, lim)
+	case StructuralTag:
+		t, err := grammar.ParseStructuralTag([]byte(s.Source))
+		if err != nil {
+			return nil, err
+		}
+		return grammar.CompileStructuralTag(t, grammar.JSONOptions{Whitespace: s.Whitespace, Limits: lim})
 	}
 	return nil, fmt.Errorf("guided: unknown constraint kind %d", s.Kind)
 }

@@ -5,7 +5,8 @@
 // requests. It knows grammars and seats, not HTTP or the step loop.
 //
 // A request's constraint is a Spec (a JSON Schema, any JSON object, a
-// regular expression, a list of choices or a GBNF grammar). The server
+// regular expression, a list of choices, a GBNF grammar or a structural
+// tag: free text and tagged JSON values, as tool calls are). The server
 // compiles it through a Cache before submitting the request, on the
 // request's goroutine, so a slow or failing compilation costs that request
 // alone (and becomes a 400 naming the field); at most a few compile at

@@ -153,6 +153,7 @@ func TestCompileKinds(t *testing.T) {
 		{Spec{Kind: Regex, Source: `[a-c]{2}`}, "ab", "ad"},
 		{Spec{Kind: Choice, Choices: []string{"red", "green"}}, "green", "blue"},
 		{Spec{Kind: GBNF, Source: `root ::= "x" [0-9]+`}, "x12", "y"},
+		{Spec{Kind: StructuralTag, Source: `{"type":"structural_tag","structures":[{"begin":"<f>","schema":{"type":"integer"},"end":"</f>"}],"triggers":["<f"]}`}, "a <f>12</f> b", "<f>x</f>"},
 	} {
 		t.Run(tc.spec.Kind.String(), func(t *testing.T) {
 			g, err := Compile(tc.spec, grammar.DefaultLimits)
@@ -167,4 +168,48 @@ func TestCompileKinds(t *testing.T) {
 	}
 	_, err := Compile(Spec{Kind: 99}, grammar.DefaultLimits)
 	require.ErrorContains(t, err, "unknown constraint kind 99")
+}
+
+// TestStructuralTagSpec: a tool-call tag compiles from its JSON, the
+// whitespace policy reaches the JSON inside the calls, and a bad tag's
+// error names the field.
+func TestStructuralTagSpec(t *testing.T) {
+	tag := grammar.StructuralTag{
+		Structures: []grammar.TagStructure{{
+			Begin:  "<tool_call>\n{\"name\": \"add\", \"arguments\": ",
+			Schema: []byte(`{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`),
+			End:    "}\n</tool_call>",
+		}},
+		Triggers: []string{"<tool_call>"},
+		Text:     grammar.TagTextBefore,
+		Max:      1,
+	}
+	require.Equal(t, "structural_tag", StructuralTag.String())
+	call := func(args string) string {
+		return "I'll add.\n<tool_call>\n{\"name\": \"add\", \"arguments\": " + args + "}\n</tool_call>"
+	}
+	for _, tc := range []struct {
+		ws   grammar.Whitespace
+		text string
+		ok   bool
+	}{
+		{grammar.WhitespaceBounded, call(`{"a": 1}`), true},
+		{grammar.WhitespaceCompact, call(`{"a":1}`), true},
+		{grammar.WhitespaceCompact, call(`{"a": 1}`), false},
+		{grammar.WhitespaceBounded, call(`{"a":"1"}`), false},
+		{grammar.WhitespaceBounded, call(`{"a":1}`) + "\nmore text", false},
+	} {
+		g, err := Compile(Spec{Kind: StructuralTag, Source: string(tag.JSON()), Whitespace: tc.ws}, grammar.DefaultLimits)
+		require.NoError(t, err)
+		m := grammar.NewMatcher(g, byteVocab(t))
+		err = m.AcceptBytes([]byte(tc.text))
+		require.Equal(t, tc.ok, err == nil && m.Complete(), "%q: %v", tc.text, err)
+	}
+
+	c, err := NewCache(DefaultCacheConfig)
+	require.NoError(t, err)
+	_, err = c.Get(context.Background(), Spec{Kind: StructuralTag, Source: `{"structures":[{"begin":"<f>","end":"</f>"}],"triggers":["<g"]}`})
+	require.ErrorContains(t, err, "structures[0].begin")
+	_, err = c.Get(context.Background(), Spec{Kind: StructuralTag, Source: `{"structures":[],"tools":[]}`})
+	require.ErrorContains(t, err, `unknown member "tools"`)
 }
