@@ -140,7 +140,8 @@ type Parser struct {
 	args    string
 	hasArgs bool
 	argKey  string
-	begun   bool // CallBegin was emitted for the current call
+	begun   bool   // CallBegin was emitted for the current call
+	apend   []byte // whitespace in streamed arguments not yet followed by a token
 
 	out []Event
 	cur Event  // the event being built; merged runs of one kind
@@ -270,6 +271,7 @@ func (p *Parser) abandon() {
 func (p *Parser) resetCall() {
 	p.raw, p.key, p.nkeys, p.comma = p.raw[:0], "", 0, false
 	p.name, p.hasName, p.args, p.hasArgs, p.argKey, p.begun = "", false, "", false, "", false
+	p.apend = p.apend[:0]
 }
 
 // begin emits CallBegin: from here the call stands whatever follows.
@@ -543,7 +545,14 @@ func (p *Parser) value(c byte) {
 		return
 	}
 	if p.mode == vStream {
-		p.emit(CallArgs, p.calls-1, []byte{c})
+		if isWS(c) {
+			// Held until more follows, so arguments cut short still end
+			// trimmed.
+			p.apend = append(p.apend, c)
+		} else {
+			p.emit(CallArgs, p.calls-1, p.apend, []byte{c})
+			p.apend = p.apend[:0]
+		}
 	} else {
 		p.buf = append(p.buf, c)
 		p.raw = append(p.raw, c)
