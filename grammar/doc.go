@@ -1,5 +1,6 @@
 // Package grammar is structured output's grammar engine: it compiles JSON
-// Schema, regular expressions, lists of choices and GBNF grammars into a
+// Schema, regular expressions, lists of choices, GBNF grammars and
+// structural tags (free text and tagged JSON values: tool calls) into a
 // Grammar, and a Matcher follows one generation through it, giving the
 // mask of tokens allowed at each step. It is cgo-free and knows nothing of
 // HTTP or the engine.

@@ -128,11 +128,29 @@ func CompileStructuralTag(t StructuralTag, opt JSONOptions) (*Grammar, error) {
 	switch t.Text {
 	case TagTextAnywhere:
 		text := GraphExpr(textGraph(t.Triggers))
-		body = Seq(text, Repeat(Seq(st, text), t.Min, hi))
+		if hi < 0 || hi == 1 {
+			// Inline, so that the text and the Begins determinize
+			// together: one parse, which a read trigger moves into a Begin.
+			body = Seq(text, Repeat(Seq(st, text), t.Min, hi))
+			break
+		}
+		// A bound above one would copy every Begin per structure; a call
+		// costs one state, at the price of a second parse while a trigger
+		// is read (text, or the start of a structure).
+		body = Seq(text, Repeat(Seq(Ref(b.Rule("structure", st)), text), t.Min, hi))
 	case TagTextBefore:
-		body = Seq(GraphExpr(textGraph(t.Triggers)), tagItems(st, t.Min, hi))
+		// The first structure inline, so that the text and the Begins
+		// determinize together (a trigger read ends the text); the others
+		// follow whitespace only and call one shared rule, so a large Max
+		// costs a few states per structure instead of a copy of every Begin.
+		rest := st
+		if hi != 1 {
+			rest = Ref(b.Rule("structure", st))
+		}
+		body = Seq(GraphExpr(textGraph(t.Triggers)), tagItems(st, rest, t.Min, hi))
 	case TagTextNone:
-		body = tagItems(st, t.Min, hi)
+		r := Ref(b.Rule("structure", st))
+		body = tagItems(r, r, t.Min, hi)
 	}
 	if t.ReasoningEnd != "" {
 		body = Seq(GraphExpr(textGraph([]string{t.ReasoningEnd})), Lit(t.ReasoningEnd), body)
@@ -158,15 +176,16 @@ func CompileStructuralTag(t StructuralTag, opt JSONOptions) (*Grammar, error) {
 	return g, nil
 }
 
-// tagItems is lo to hi (hi < 0: no bound) structures st separated by
-// optional whitespace.
-func tagItems(st *Expr, lo, hi int) *Expr {
+// tagItems is lo to hi (hi < 0: no bound) structures separated by
+// optional whitespace: first is the first structure's expression, st the
+// others' (the same language).
+func tagItems(first, st *Expr, lo, hi int) *Expr {
 	ws := Star(bytesExpr(setOf(' ', '\t', '\n')))
 	restHi := -1
 	if hi > 0 {
 		restHi = hi - 1
 	}
-	some := Seq(st, Repeat(Seq(ws, st), max(lo-1, 0), restHi))
+	some := Seq(first, Repeat(Seq(ws, st), max(lo-1, 0), restHi))
 	if lo == 0 {
 		return Alt(Empty(), some)
 	}

@@ -89,6 +89,10 @@ func TestStructuralTagAccept(t *testing.T) {
 		{"schema of the other tool", hermesTag(TagTextAnywhere, 0, 0), call("get_weather", `{"a":1,"b":2}`), false, false},
 		{"anywhere max 1: second call", hermesTag(TagTextAnywhere, 0, 1), weather + " " + add, false, false},
 		{"anywhere max 1: text after", hermesTag(TagTextAnywhere, 0, 1), weather + " bye", true, true},
+		{"anywhere max 2: two calls", hermesTag(TagTextAnywhere, 0, 2), "a" + weather + "b<tool" + add + "c", true, true},
+		{"anywhere max 2: then a trigger prefix", hermesTag(TagTextAnywhere, 0, 2), weather + add + "<tool_call", true, true},
+		{"anywhere max 2: third call", hermesTag(TagTextAnywhere, 0, 2), weather + add + "<tool_call>", false, false},
+		{"anywhere min 2 max 3: one", hermesTag(TagTextAnywhere, 2, 3), "x" + weather + "y", true, false},
 		{"anywhere min 1: text only", hermesTag(TagTextAnywhere, 1, 0), "no calls", true, false},
 
 		{"before: text then call", hermesTag(TagTextBefore, 0, 1), "Sure.\n" + add, true, true},
@@ -259,6 +263,7 @@ func TestStructuralTagWalks(t *testing.T) {
 	}{
 		{"anywhere", hermesTag(TagTextAnywhere, 0, 0)},
 		{"anywhere1-2", hermesTag(TagTextAnywhere, 1, 2)},
+		{"anywhere0-3", hermesTag(TagTextAnywhere, 0, 3)},
 		{"before", hermesTag(TagTextBefore, 0, 1)},
 		{"none", hermesTag(TagTextNone, 1, 3)},
 		{"reasoning", reasoning},
@@ -271,11 +276,14 @@ func TestStructuralTagWalks(t *testing.T) {
 			mask := make([]uint64, v.MaskWords())
 			stop := v.Stops()[0]
 			complete, calls := 0, 0
-			for range 400 {
+			for walk := range 400 {
 				m := NewMatcher(g, v)
 				var text bytes.Buffer
 				for range 400 {
 					require.NoError(t, m.FillMask(mask))
+					if walk < 10 {
+						require.Equal(t, maskIDs(bruteMask(m), v), maskIDs(mask, v), "after %q", text.String())
+					}
 					var ids []int32
 					weights, total := []int{}, 0
 					forBits(mask, func(id int32) {
