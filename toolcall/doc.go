@@ -32,12 +32,14 @@
 // inside an argument string does not end the call. Arguments written before
 // the name are kept and emitted with CallBegin when the call's syntax ends.
 //
-// A call not begun that turns out not to be a call (malformed JSON, no name
-// or no arguments, a missing close tag, the output ending) becomes content
-// exactly as written, and reading resumes at the byte that broke it. A
-// begun call cannot be taken back: it keeps the arguments it got (cut short
-// if the output ended or its JSON broke), and the text after its arguments
-// up to where its syntax broke becomes content.
+// A call ends with its object's '}'; a close tag (hermes' </tool_call>) is
+// read when it follows and not required. A call not begun that turns out
+// not to be a call (malformed JSON, no name or no arguments, the output
+// ending) becomes content exactly as written, and reading resumes at the
+// byte that broke it. A begun call cannot be taken back: it keeps the
+// arguments it got (cut short if the output ended or its JSON broke; whitespace
+// at the cut is dropped), and the text after its arguments up to where its
+// object broke becomes content.
 //
 // # The invariant
 //
@@ -60,6 +62,7 @@
 //
 // With Reasoning.Open set, an output that starts (after whitespace) with
 // Open is reasoning until Close; with StartsInside it is reasoning from the
-// start until Close, and all reasoning if Close never comes. Calls are only
+// start until Close (an Open written anyway at the start is dropped), and
+// all reasoning if Close never comes. Calls are only
 // looked for after reasoning ends.
 package toolcall
