@@ -23,14 +23,14 @@
 // # Streaming and held-back text
 //
 // The parser reads bytes and decides each as soon as it can; what it cannot
-// decide yet is held back, never emitted and taken back: a suffix that may
+// decide yet is held back rather than emitted and taken back: a suffix that may
 // be the start of a marker (<think>, </think>, a tag), a run of whitespace
 // (content is trimmed around calls, see below), and a call from its start
 // until its name is known and its arguments' value starts. At that point
 // CallBegin is emitted and the arguments stream as CallArgs fragments; a
 // JSON scanner follows strings, escapes and nesting, so a marker or a brace
 // inside an argument string does not end the call. Arguments written before
-// the name are kept and emitted with CallBegin when the call's syntax ends.
+// the name are kept and emitted with CallBegin when the call's object ends.
 //
 // A call ends with its object's '}'; a close tag (hermes' </tool_call>) is
 // read when it follows and not required. A call not begun that turns out
