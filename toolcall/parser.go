@@ -16,7 +16,8 @@ type Reasoning struct {
 	Open, Close string // "<think>", "</think>"
 	// StartsInside: the prompt already opened the block (the template ended
 	// the prompt with Open), so output is reasoning until Close, and all of
-	// it when Close never comes.
+	// it when Close never comes. An Open the model writes anyway at the
+	// start is dropped.
 	StartsInside bool
 }
 
@@ -98,7 +99,7 @@ const (
 	sValue                     // after ':': a value starts
 	sValueScan                 // in a value (vmode says what becomes of it)
 	sAfterMember               // ',' or '}'
-	sCloseTag                  // after the object: the close tag (hermes)
+	sCloseTag                  // after a call's object: its optional close tag (hermes)
 	sArrNext                   // after an element of mistral's array: ',' or ']'
 )
 
@@ -154,10 +155,10 @@ type Parser struct {
 func NewParser(syntax *Syntax, r Reasoning) *Parser {
 	p := &Parser{syn: syntax, r: r, st: sText, dropWS: true}
 	switch {
-	case r.StartsInside:
-		p.st = sThink
 	case r.Open != "":
 		p.st = sStart
+	case r.StartsInside:
+		p.st = sThink
 	}
 	return p
 }
@@ -179,7 +180,11 @@ func (p *Parser) Feed(text string) []Event {
 func (p *Parser) Close() []Event {
 	switch p.st {
 	case sStart:
-		p.addText(Content, p.r.Open[:p.matched])
+		if p.r.StartsInside {
+			p.addText(Thinking, p.r.Open[:p.matched])
+		} else {
+			p.addText(Content, p.r.Open[:p.matched])
+		}
 	case sThink:
 		p.addText(Thinking, p.r.Close[:p.matched])
 	case sText:
@@ -298,9 +303,12 @@ func (p *Parser) complete() {
 	p.buf = p.buf[:0]
 	p.resetCall()
 	p.dropWS, p.sepOK = true, true
-	if p.syn.array {
+	switch {
+	case p.syn.array:
 		p.st = sArrNext
-	} else {
+	case p.syn.closeTag != "":
+		p.st, p.matched = sCloseTag, 0
+	default:
 		p.st = sText
 	}
 }
@@ -318,6 +326,9 @@ func (p *Parser) step(c byte) {
 		default:
 			held := open[:p.matched] + string([]byte{c})
 			p.st, p.matched = sText, 0
+			if p.r.StartsInside {
+				p.st = sThink
+			}
 			p.replay(held)
 		}
 	case sThink:
@@ -365,7 +376,7 @@ func (p *Parser) step(c byte) {
 			p.st = sKeyStr
 		case c == '}' && p.nkeys == 0 && !p.comma:
 			p.buf = append(p.buf, c)
-			p.objectEnd()
+			p.complete() // the object's '}' ends the call
 			return
 		default:
 			p.fail(c)
@@ -414,7 +425,7 @@ func (p *Parser) step(c byte) {
 			p.st, p.comma = sKey, true
 		case c == '}':
 			p.buf = append(p.buf, c)
-			p.objectEnd()
+			p.complete() // the object's '}' ends the call
 			return
 		default:
 			p.fail(c)
@@ -422,19 +433,21 @@ func (p *Parser) step(c byte) {
 		}
 		p.buf = append(p.buf, c)
 	case sCloseTag:
+		// The call is complete; its close tag is expected but not needed.
+		// Anything else is read again as text (the whitespace before it is
+		// dropped after a call, a partial tag may start another call).
 		tag := p.syn.closeTag
 		switch {
 		case p.matched == 0 && isWS(c):
 		case c == tag[p.matched]:
 			if p.matched++; p.matched == len(tag) {
-				p.matched = 0
-				p.buf = append(p.buf, c) // content if the call fails here
-				p.complete()
+				p.st, p.matched, p.buf = sText, 0, p.buf[:0]
 				return
 			}
 		default:
-			p.matched = 0
-			p.fail(c)
+			held := string(p.buf) + string([]byte{c})
+			p.st, p.matched, p.buf = sText, 0, p.buf[:0]
+			p.replay(held)
 			return
 		}
 		p.buf = append(p.buf, c)
@@ -578,13 +591,4 @@ func (p *Parser) valueEnd(r jres) {
 	case vCapture:
 		p.args = string(p.raw)
 	}
-}
-
-// objectEnd follows a call's closing '}'.
-func (p *Parser) objectEnd() {
-	if p.syn.closeTag != "" {
-		p.st, p.matched = sCloseTag, 0
-		return
-	}
-	p.complete()
 }

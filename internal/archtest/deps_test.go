@@ -78,6 +78,16 @@ func TestCoreLinksNoCgo(t *testing.T) {
 	}
 }
 
+// TestToolcallLeaf: the tool-call parser imports only the standard
+// library (no cgo), so the server and its tests use it without anything of
+// the engine's.
+func TestToolcallLeaf(t *testing.T) {
+	for _, d := range goListDeps(t, "toolcall") {
+		require.True(t, d.Standard || d.ImportPath == module+"toolcall", "toolcall links %s: it imports only the standard library", d.ImportPath)
+		require.True(t, len(d.CgoFiles) == 0 || d.Standard, "toolcall links cgo package %s", d.ImportPath)
+	}
+}
+
 // TestDistLeaves: the MPI and NCCL bindings and the launch detection import
 // nothing of ours but the shared loader (internal/dl), and the launch
 // detection links no cgo, so the command can read the launch before it
