@@ -221,18 +221,27 @@ func TestChatToolCallsEnforced(t *testing.T) {
 					var out chatToolsOut
 					decodeJSON(t, resp, &out)
 					ch := out.Choices[0]
-					require.Equal(t, "tool_calls", ch.FinishReason, "content %v", ch.Message.Content)
+					if tc.one {
+						require.Equal(t, "tool_calls", ch.FinishReason, "content %q calls %+v", deref(ch.Message.Content), ch.Message.ToolCalls)
+					} else {
+						// Random sampling may go on calling until max_tokens;
+						// the calls it completed are whole.
+						require.Contains(t, []string{"tool_calls", "length"}, ch.FinishReason)
+					}
 					require.NotEmpty(t, ch.Message.ToolCalls)
 					if tc.one || template == "llama3.1" {
 						require.Len(t, ch.Message.ToolCalls, 1)
 					}
 					ids := map[string]bool{}
-					for _, c := range ch.Message.ToolCalls {
+					for k, c := range ch.Message.ToolCalls {
 						require.Equal(t, "function", c.Type)
 						require.False(t, ids[c.ID], "ids are unique")
 						ids[c.ID] = true
 						if tc.only != "" {
 							require.Equal(t, tc.only, c.Function.Name)
+						}
+						if ch.FinishReason == "length" && k == len(ch.Message.ToolCalls)-1 {
+							continue // cut short: its arguments end where the output did
 						}
 						sch, err := grammar.LoadSchema([]byte(schemas[c.Function.Name]))
 						require.NoError(t, err, c.Function.Name)
@@ -281,7 +290,7 @@ func TestChatToolCallsEnforced(t *testing.T) {
 							}
 						}
 					}
-					require.Equal(t, "tool_calls", finish)
+					require.Equal(t, ch.FinishReason, finish)
 					require.Len(t, calls, len(ch.Message.ToolCalls))
 					for k, c := range calls {
 						require.Equal(t, ch.Message.ToolCalls[k].Function.Name, c.name)
@@ -332,4 +341,11 @@ func hfTokenizer(t testing.TB, name string) *tokenizer.Tokenizer {
 	tok, err := tokenizer.FromHFJSON(js, config)
 	require.NoError(t, err)
 	return tok
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }
