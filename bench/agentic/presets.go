@@ -2,6 +2,7 @@ package agentic
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/turnstile-llm/turnstile/bench/report"
@@ -11,10 +12,22 @@ import (
 const (
 	PresetSeed000 = "seed000" // seed 000 at its scale, for the simulated device
 	PresetSmall   = "small"   // 1/64 of its token lengths, for the CPU runner and stories260K
+	// PresetToolLoop is an agent whose turns are short tool loops, for the
+	// simulated device; PresetToolLoopSmall is it at 1/16 of its token
+	// lengths, for the CPU runner and stories260K.
+	PresetToolLoop      = "tool-loop"
+	PresetToolLoopSmall = "tool-loop-small"
 )
+
+// PresetNames lists the presets PresetNamed knows.
+func PresetNames() []string {
+	return []string{PresetSeed000, PresetSmall, PresetToolLoop, PresetToolLoopSmall}
+}
 
 // Preset holds every workload and engine parameter a campaign preset sets.
 type Preset struct {
+	// Turns is the inference calls per program.
+	Turns                                   int
 	ContextTokens, OutputTokens, ToolTokens int
 	ToolWait, Jitter, Phase                 time.Duration
 	Deadline                                time.Duration // per batch, virtual time
@@ -44,15 +57,23 @@ type Preset struct {
 func PresetNamed(name string) (Preset, error) {
 	switch name {
 	case PresetSeed000:
-		return Preset{ContextTokens: 16384, OutputTokens: 256, ToolTokens: 384, ToolWait: time.Second, Jitter: 5 * time.Millisecond,
+		return Preset{Turns: 3, ContextTokens: 16384, OutputTokens: 256, ToolTokens: 384, ToolWait: time.Second, Jitter: 5 * time.Millisecond,
 			Deadline: 240 * time.Second, BlockSize: 16, KVBlocks: 29296,
 			MaxBatchTokens: 8192, MaxContext: 32768, Scale: 1, CalibrationSeed: 520, ValidationSeed: 700}, nil
 	case PresetSmall:
-		return Preset{ContextTokens: 256, OutputTokens: 4, ToolTokens: 6, ToolWait: time.Second / 30, Jitter: 5 * time.Millisecond / 30,
+		return Preset{Turns: 3, ContextTokens: 256, OutputTokens: 4, ToolTokens: 6, ToolWait: time.Second / 30, Jitter: 5 * time.Millisecond / 30,
 			Deadline: 240 * time.Second / 30, BlockSize: 16, KVBlocks: 457,
 			MaxBatchTokens: 512, MaxContext: 512, Scale: 1.0 / 64, CalibrationSeed: 520, ValidationSeed: 700}, nil
+	case PresetToolLoop:
+		return Preset{Turns: 10, ContextTokens: 4096, OutputTokens: 24, ToolTokens: 48, ToolWait: 250 * time.Millisecond,
+			Jitter: 25 * time.Millisecond, Deadline: 240 * time.Second, BlockSize: 16, KVBlocks: 7400,
+			MaxBatchTokens: 8192, MaxContext: 32768, Scale: 1, CalibrationSeed: 520, ValidationSeed: 700}, nil
+	case PresetToolLoopSmall:
+		return Preset{Turns: 10, ContextTokens: 256, OutputTokens: 2, ToolTokens: 3, ToolWait: 250 * time.Millisecond / 30,
+			Jitter: 25 * time.Millisecond / 30, Deadline: 240 * time.Second / 30, BlockSize: 16, KVBlocks: 459,
+			MaxBatchTokens: 512, MaxContext: 512, Scale: 1.0 / 16, CalibrationSeed: 520, ValidationSeed: 700}, nil
 	}
-	return Preset{}, fmt.Errorf("--preset %q: want %s or %s", name, PresetSeed000, PresetSmall)
+	return Preset{}, fmt.Errorf("--preset %q: want one of %s", name, strings.Join(PresetNames(), ", "))
 }
 
 // Goal is one of seed 000's goals for arm B against arm A at the primary

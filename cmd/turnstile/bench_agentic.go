@@ -56,7 +56,7 @@ const (
 )
 
 func newBenchAgenticCmd() *cobra.Command {
-	o := benchAgenticOptions{engineFlags: defaultEngineFlags(), commandFlags: defaultCommandFlags(), programs: 32, turns: 3, blocks: 12, secondary: 3, calibrate: true,
+	o := benchAgenticOptions{engineFlags: defaultEngineFlags(), commandFlags: defaultCommandFlags(), programs: 32, turns: 0, blocks: 12, secondary: 3, calibrate: true,
 		samplingSeed: 1, bootSeed: stats.DefaultSeed}
 	o.dev.device, o.out = simDevice, "out/bench-agentic"
 	o.blockSize, o.maxBatched = 0, 0 // the preset's
@@ -65,7 +65,7 @@ func newBenchAgenticCmd() *cobra.Command {
 		p            agentic.Preset
 	)
 	cmd := &cobra.Command{
-		Use:   "agentic [--arms A,B,C] [--share 0,0.5,0.9] [--programs 32] [--turns 3] [--device sim|cpu|sim,cpu] [--out DIR]",
+		Use:   "agentic [--arms A,B,C] [--share 0,0.5,0.9] [--programs 32] [--turns N] [--preset NAME] [--device sim|cpu|sim,cpu] [--out DIR]",
 		Short: "Seed 000's A/B/C program-admission campaign on the simulated device or the CPU runner",
 		Long: "agentic runs seed 000's campaign: arms A (Σ tokens + buffer), B (distinct blocks + growth reserve) and\n" +
 			"C (A with pause/resume thresholds) on paired blocks of agentic programs. Calibration runs every B and C\n" +
@@ -78,7 +78,9 @@ func newBenchAgenticCmd() *cobra.Command {
 			"runner on stories260K, its measured step times spent on the virtual clock (tool waits cost no wall time); --device sim,cpu runs\n" +
 			"both on the same workload and prints the simulator's prediction beside the CPU measurement.\n" +
 			"Presets: seed000 (the study's scale; default for sim) and small (1/64 of the token lengths, default when\n" +
-			"the CPU runner is used). Rows are written to DIR/<device>/rows.csv as they complete.",
+			"the CPU runner is used): 3 long turns; tool-loop (a 4,096-token context whose shared part stands for the system\n" +
+			"prompt and tool list, then 10 short turns of 24 output and 48 tool tokens, 250 ms tool waits) and tool-loop-small\n" +
+			"(1/16 of its token lengths, for the CPU runner). Rows are written to DIR/<device>/rows.csv as they complete.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.parsed(cmd.Flags())
@@ -105,8 +107,8 @@ func newBenchAgenticCmd() *cobra.Command {
 	f.StringSliceVar(&arms, "arms", []string{"A", "B", "C"}, "arms to run (A is the reference and required)")
 	f.StringSliceVar(&shares, "share", []string{"0", "0.5", "0.9"}, "validation sharing levels in [0, 1]; the last is primary")
 	f.IntVar(&o.programs, "programs", o.programs, "programs per batch")
-	f.IntVar(&o.turns, "turns", o.turns, "inference calls per program")
-	f.StringVar(&o.preset, "preset", o.preset, "seed000 or small (default: seed000 for sim, small with cpu)")
+	f.IntVar(&o.turns, "turns", o.turns, "inference calls per program (default: the preset's)")
+	f.StringVar(&o.preset, "preset", o.preset, "seed000, small, tool-loop or tool-loop-small (default: seed000 for sim, small with cpu)")
 	f.IntVar(&p.ContextTokens, "context-tokens", 0, "turn-0 prompt tokens (default: the preset's)")
 	f.IntVar(&p.OutputTokens, "output-tokens", 0, "tokens generated per turn")
 	f.IntVar(&p.ToolTokens, "tool-tokens", 0, "tool-output tokens appended after each non-final turn")
@@ -181,6 +183,9 @@ func (o *benchAgenticOptions) resolvePreset(flags agentic.Preset) error {
 			*f.dst = f.src
 		}
 	}
+	if !o.set["turns"] {
+		o.turns = p.Turns
+	}
 	o.p = p
 	return nil
 }
@@ -220,7 +225,7 @@ func (o *benchAgenticOptions) validate() error {
 	if o.stepFixed < 0 {
 		return fmt.Errorf("--step-fixed %v: must be ≥ 0", o.stepFixed)
 	}
-	if need := p.ContextTokens + o.turns*p.OutputTokens + (o.turns-1)*p.ToolTokens; need > p.MaxContext && o.preset == agentic.PresetSeed000 {
+	if need := p.ContextTokens + o.turns*p.OutputTokens + (o.turns-1)*p.ToolTokens; need > p.MaxContext && !slices.Contains(o.devices, "cpu") {
 		return fmt.Errorf("a program reaches %d tokens, past the engine's %d-token context", need, p.MaxContext)
 	}
 	return nil

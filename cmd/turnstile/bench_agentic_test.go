@@ -98,3 +98,39 @@ func TestBenchAgenticPrediction(t *testing.T) {
 	require.Positive(t, i, out)
 	require.Contains(t, out[i:], "B/A    throughput")
 }
+
+// TestBenchAgenticToolLoop runs the tool-loop workload, scaled down, on the
+// simulated device and the CPU runner: the preset sets 10 short turns
+// (--turns overrides it), and B admits every program at 90% sharing where
+// A admits fewer.
+func TestBenchAgenticToolLoop(t *testing.T) {
+	dir := t.TempDir()
+	out, err := runCLI(t, "bench", "agentic", "--preset", "tool-loop-small", "--device", "sim,cpu", "--arms", "A,B", "--programs", "8",
+		"--share", "0,0.9", "--blocks", "1", "--secondary-blocks", "1", "--calibrate=false", "--kv-blocks", "115", "--out", dir)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "preset tool-loop-small, runner sim,cpu, 8 programs × 10 turns, context 256, output 2, tool 3 tokens")
+	for _, runner := range []string{"sim", "cpu"} {
+		f, err := os.Open(filepath.Join(dir, runner, "rows.csv"))
+		require.NoError(t, err)
+		rows, err := report.ReadCSV(f)
+		f.Close()
+		require.NoError(t, err)
+		require.Len(t, rows, 4, runner)
+		for _, r := range rows {
+			require.Equal(t, report.Pass, r.Audit, r.RowID)
+			require.Equal(t, 8, r.Completed, r.RowID)
+			// A admits at most 7 (7 × 262 ≤ 1,840 < 8 × 262; fewer on
+			// the CPU when programs grow before the last is admitted).
+			if r.Share == 0.9 && r.Arm == "B" {
+				require.Equal(t, 8, r.M.PeakActivePrograms, "%s %s", runner, r.RowID)
+			} else if r.Arm == "A" {
+				require.LessOrEqual(t, r.M.PeakActivePrograms, 7, "%s %s", runner, r.RowID)
+			}
+		}
+	}
+
+	out, err = runCLI(t, "bench", "agentic", "--preset", "tool-loop-small", "--arms", "A", "--programs", "4", "--turns", "2",
+		"--share", "0", "--blocks", "1", "--calibrate=false", "--kv-blocks", "64", "--out", "")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "4 programs × 2 turns")
+}

@@ -93,8 +93,10 @@ const (
 	// defaultKVCacheDtype is --kv-cache-dtype's default: the device's own
 	// choice (kvType).
 	defaultKVCacheDtype = kvDtypeAuto
-	// defaultAdmission is --admission's default: the tokens accounting.
-	defaultAdmission = "tokens"
+	// defaultAdmission is --admission's default: the blocks accounting,
+	// chosen from bench agentic's measurements (admissionDefaultWhy,
+	// docs/experiments.md).
+	defaultAdmission = "blocks"
 )
 
 // defaultEngineFlags is the engine configuration before any flag: the one

@@ -25,9 +25,22 @@ type programFlags struct {
 	set                                           map[string]bool
 }
 
-// newProgramFlags holds the tokens accounting's defaults, which the flags' help shows.
+// admissionDefaultWhy is the rule --admission's default follows, with the
+// measurements behind it (docs/experiments.md, "Choosing serve's default
+// admission"), for the flag's help.
+const admissionDefaultWhy = "blocks is the default because, with its 512-token reserve, it matched or beat tokens without sharing and " +
+	"was far better with it: in bench agentic --calibrate=false on the simulated H200 (seed 000's and the tool-loop workloads) B/A " +
+	"throughput was 1.024–1.025 and P95 0.976–0.977 at 0% sharing, 1.575–1.788 and 0.560–0.635 at 90%, and on the CPU runner, " +
+	"scaled down, throughput 0.98–1.12 (a tie within its noise) at 0% and 1.55–1.71 at 90% (docs/experiments.md)"
+
+// newProgramFlags holds the default accounting's defaults (defaultAdmission),
+// which the flags' help shows.
 func newProgramFlags() programFlags {
-	d := policy.DefaultConfig(policy.TokenAccounting, 1)
+	acc, err := policy.ParseAccounting(defaultAdmission)
+	if err != nil {
+		panic(err) // defaultAdmission is a constant
+	}
+	d := policy.DefaultConfig(acc, 1)
 	return programFlags{buffer: d.Buffer, reserve: d.Reserve, actingWeight: d.ActingTokenWeight, pauseThreshold: d.PauseThreshold,
 		pauseTarget: d.PauseTarget, resumeHysteresis: d.ResumeHysteresis, agingTau: d.AgingTau, forcedResume: d.ForcedResume, lease: d.Lease}
 }
@@ -59,7 +72,7 @@ func (p *programFlags) params() []programParam {
 // registerPrograms adds --admission and the program policy's parameters
 // to f (flagPrograms).
 func (e *engineFlags) registerPrograms(f *pflag.FlagSet) {
-	f.StringVar(&e.admission, "admission", e.admission, "program admission for requests with a program id: tokens (each program's tokens + a buffer), blocks (distinct shared KV blocks + a growth reserve), pausing (tokens with pause thresholds), or none; A, B and C name the first three too")
+	f.StringVar(&e.admission, "admission", e.admission, "program admission for requests with a program id: tokens (each program's tokens + a buffer), blocks (distinct shared KV blocks + a growth reserve), pausing (tokens with pause thresholds), or none; A, B and C name the first three too. "+admissionDefaultWhy)
 	p := &e.programs
 	f.IntVar(&p.maxActive, "max-active-programs", p.maxActive, "most programs ACTIVE at once; the others' turns wait (default: --max-batch-size)")
 	f.IntVar(&p.buffer, "admission-buffer", p.buffer, "tokens charged per ACTIVE program under tokens and pausing")
@@ -77,9 +90,9 @@ func (e *engineFlags) registerPrograms(f *pflag.FlagSet) {
 // the flags ask for.
 func (e *engineFlags) validatePrograms() error {
 	// The accounting names are policy's; the CLI adds only "none" and that
-	// an empty value means the default, tokens.
+	// an empty value means the default (defaultAdmission).
 	if strings.TrimSpace(e.admission) == "" {
-		e.admission = policy.TokenAccounting.String()
+		e.admission = defaultAdmission
 	} else if strings.EqualFold(strings.TrimSpace(e.admission), "none") {
 		e.admission = "none"
 	} else if a, err := policy.ParseAccounting(e.admission); err != nil {

@@ -86,7 +86,7 @@ func TestServeProgramPolicy(t *testing.T) {
 	}{
 		{"none", nil, func(t *testing.T, c *policy.Config) { require.Nil(t, c) }},
 		{"", nil, func(t *testing.T, c *policy.Config) {
-			require.Equal(t, policy.DefaultConfig(policy.TokenAccounting, 4), *c, "default: tokens with its defaults")
+			require.Equal(t, policy.DefaultConfig(policy.BlockAccounting, 4), *c, "default: blocks with its defaults")
 		}},
 		{"c", map[string]bool{"pause-target": true, "program-lease": true}, func(t *testing.T, c *policy.Config) {
 			want := policy.DefaultConfig(policy.PausingAccounting, 4)
@@ -147,7 +147,7 @@ func TestServeGreedyMatchesGenerate(t *testing.T) {
 	// stories260K: 5 layers × K and V × 8192 positions × 4 kv heads × 8 dims × 2 bytes (auto: f16).
 	require.Contains(t, out.String(), "KV cache     512 blocks × 16 tokens = 8192 tokens, f16, 5.0 MiB")
 	require.Contains(t, out.String(), "queue bound  32 requests")
-	require.Contains(t, out.String(), "admission    tokens for requests with a program id: tokens × acting weight 1 + buffer 100 per program, of 8192 tokens; at most 4 ACTIVE programs")
+	require.Contains(t, out.String(), "admission    blocks for requests with a program id: distinct blocks + reserve 512 per program, of 8192 tokens; at most 4 ACTIVE programs")
 
 	resp, err := http.Get(url + "/health")
 	require.NoError(t, err)
