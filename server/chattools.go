@@ -219,6 +219,18 @@ type tagJSON struct {
 	ReasoningEnd string          `json:"reasoning_end,omitempty"`
 }
 
+// marshal writes t as JSON, markers unescaped ("<tool_call>", not
+// "\u003ctool_call\u003e").
+func (t tagJSON) marshal() (string, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(t); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(b.String(), "\n"), nil
+}
+
 type tagStructJSON struct {
 	Begin  string          `json:"begin"`
 	Schema json.RawMessage `json:"schema"`
@@ -268,11 +280,11 @@ func toolConstraint(c *convo, s *toolcall.Syntax, reasoningEnd string) (*constra
 		// place between structures.
 		t.Max = 1
 	}
-	src, err := json.Marshal(t)
+	src, err := t.marshal()
 	if err != nil {
 		return nil, badRequest(c.toolsParam, "invalid_value", "%s: %v", c.toolsParam, err)
 	}
-	return &constraint{spec: guided.Spec{Kind: guided.StructuralTag, Source: string(src)}, param: c.toolsParam,
+	return &constraint{spec: guided.Spec{Kind: guided.StructuralTag, Source: src}, param: c.toolsParam,
 		optional: c.choice.Mode == toolsAuto, rename: structureNames(c.toolsParam, toolIndex)}, nil
 }
 
@@ -298,9 +310,9 @@ func structureNames(param string, toolIndex []int) func(string) string {
 func afterReasoning(c *constraint, reasoningEnd string) *constraint {
 	t := tagJSON{Type: "structural_tag", Structures: []tagStructJSON{{Schema: json.RawMessage(c.spec.Source)}},
 		Triggers: []string{}, Text: "none", Min: 1, Max: 1, ReasoningEnd: reasoningEnd}
-	src, err := json.Marshal(t)
+	src, err := t.marshal()
 	if err != nil {
 		return c // the schema is JSON (parseConstraint checked); cannot fail
 	}
-	return &constraint{spec: guided.Spec{Kind: guided.StructuralTag, Source: string(src), Whitespace: c.spec.Whitespace}, param: c.param}
+	return &constraint{spec: guided.Spec{Kind: guided.StructuralTag, Source: src, Whitespace: c.spec.Whitespace}, param: c.param}
 }

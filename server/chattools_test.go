@@ -47,8 +47,10 @@ func TestToolSyntaxFromTemplate(t *testing.T) {
 		{"qwen3", "hermes", true, true},
 		{"qwen2.5", "hermes", true, false},
 		{"llama3.1", "llama3", true, false},
-		{"llama3", "fallback", false, false}, // Llama 3.0: no tool support
-		{"", "fallback", false, false},       // the fallback format
+		{"mistral-nemo", "mistral", true, false},
+		{"deepseek-r1", "fallback", false, true}, // reasoning, its own tool format (not one toolcall knows)
+		{"llama3", "fallback", false, false},     // Llama 3.0: no tool support
+		{"", "fallback", false, false},           // the fallback format
 	}
 	for _, tc := range cases {
 		t.Run(tc.template, func(t *testing.T) {
@@ -348,4 +350,41 @@ func deref(s *string) string {
 		return "<nil>"
 	}
 	return *s
+}
+
+// TestReasoningShape: a template that opens <think> in the prompt starts
+// the output inside reasoning; Qwen3 with enable_thinking false closes the
+// block in the prompt, so a constraint needs no reasoning prefix; with
+// thinking on, a JSON schema applies after </think>.
+func TestReasoningShape(t *testing.T) {
+	tok := storiesTokenizer(t)
+	cases := []struct {
+		template, extra string
+		inside          bool
+		tag             bool // the schema became a structural tag after the reasoning
+	}{
+		{"deepseek-r1", `,"chat_template_kwargs":{"enable_thinking":true},"response_format":{"type":"json_object"}`, true, false},
+		{"deepseek-r1", `,"response_format":{"type":"json_object"}`, false, false}, // llama.cpp's copy closes the block unless enable_thinking
+		{"qwen3", `,"response_format":{"type":"json_schema","json_schema":{"name":"p","schema":` + personSchema + `}}`, false, true},
+		{"qwen3", `,"chat_template_kwargs":{"enable_thinking":false},"response_format":{"type":"json_schema","json_schema":{"name":"p","schema":` + personSchema + `}}`, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.template+tc.extra, func(t *testing.T) {
+			c, err := newChatTemplate(readTemplate(t, tc.template), "<s>", "</s>")
+			require.NoError(t, err)
+			p := &parser{tok: tok, chat: c, lim: limits{model: testModel, maxContext: 4096, vocab: tok.VocabSize(), maxN: 4, maxChoices: 4}}
+			j, e := p.chatCompletion([]byte(`{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4` + tc.extra + `}`))
+			require.Nil(t, e)
+			require.NotNil(t, j.shape)
+			require.Equal(t, thinkClose, j.shape.reasoning.Close)
+			require.Equal(t, tc.inside, j.shape.reasoning.StartsInside)
+			require.NotNil(t, j.constraint)
+			if tc.tag {
+				require.Equal(t, guided.StructuralTag, j.constraint.spec.Kind)
+				require.Contains(t, j.constraint.spec.Source, `"reasoning_end":"</think>"`)
+			} else {
+				require.NotEqual(t, guided.StructuralTag, j.constraint.spec.Kind)
+			}
+		})
+	}
 }

@@ -20,7 +20,20 @@ type shaper struct {
 // newShaper parses by o; idPrefix starts call ids ("call_", "fc_",
 // "toolu_").
 func newShaper(o *outShape, idPrefix string) *shaper {
-	return &shaper{p: toolcall.NewParser(o.syntax, o.reasoning), idPrefix: idPrefix}
+	s := &shaper{p: toolcall.NewParser(o.syntax, o.reasoning), idPrefix: idPrefix}
+	if o.syntax != nil && o.syntax.Name == "mistral" {
+		s.idPrefix = "" // Mistral's templates take nine letters and digits only
+	}
+	return s
+}
+
+// newCallID is a call id: idPrefix and 26 random letters and digits, or,
+// without a prefix, nine (Mistral's form).
+func (s *shaper) newCallID() string {
+	if s.idPrefix == "" {
+		return rand.Text()[:9]
+	}
+	return s.idPrefix + rand.Text()
 }
 
 // feed parses the next text and returns the events it decided.
@@ -37,7 +50,7 @@ func (s *shaper) note(evs []toolcall.Event) []toolcall.Event {
 	for _, e := range evs {
 		if e.Kind == toolcall.CallBegin {
 			for len(s.ids) <= e.Call {
-				s.ids = append(s.ids, s.idPrefix+rand.Text())
+				s.ids = append(s.ids, s.newCallID())
 			}
 		}
 	}

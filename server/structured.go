@@ -105,8 +105,6 @@ func parseConstraint(f *constraintFields) (*constraint, *APIError) {
 			return nil, badRequest("structured_outputs.disable_additional_properties", "unsupported", "structured_outputs.disable_additional_properties is not supported: say additionalProperties: false in the schema")
 		case so.WhitespacePattern != nil && *so.WhitespacePattern != "":
 			return nil, badRequest("structured_outputs.whitespace_pattern", "unsupported", "structured_outputs.whitespace_pattern is not supported (disable_any_whitespace gives compact JSON)")
-		case len(bytes.TrimSpace(so.StructuralTag)) > 0 && string(bytes.TrimSpace(so.StructuralTag)) != "null":
-			return nil, badRequest("structured_outputs.structural_tag", "unsupported", "structured_outputs.structural_tag is not supported")
 		}
 		if so.DisableAnyWhitespace {
 			ws = grammar.WhitespaceCompact
@@ -126,6 +124,16 @@ func parseConstraint(f *constraintFields) (*constraint, *APIError) {
 		}
 		if so.Grammar != nil {
 			add(&constraint{spec: guided.Spec{Kind: guided.GBNF, Source: *so.Grammar}, param: "structured_outputs.grammar"})
+		}
+		if present(so.StructuralTag) {
+			// vLLM sends xgrammar's structural tag as JSON text; an object
+			// is taken as well. grammar.ParseStructuralTag checks it when
+			// the cache compiles it, so errors name its members.
+			src, e := schemaSource(so.StructuralTag, "structured_outputs.structural_tag", true)
+			if e != nil {
+				return nil, e
+			}
+			add(&constraint{spec: guided.Spec{Kind: guided.StructuralTag, Source: src}, param: "structured_outputs.structural_tag"})
 		}
 		if so.JSONObject != nil && *so.JSONObject {
 			add(&constraint{spec: guided.Spec{Kind: guided.JSONObject}, param: "structured_outputs.json_object"})

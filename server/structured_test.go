@@ -34,7 +34,8 @@ func TestStructuredOutputErrors(t *testing.T) {
 		{"bad grammar", "", `{"prompt":"x","guided_grammar":"root := \"a\""}`, nil, bad, inv, "guided_grammar", "invalid_value"},
 		{"guided_json not JSON text", "", `{"prompt":"x","guided_json":"{not json"}`, nil, bad, inv, "guided_json", "invalid_value"},
 		{"whitespace pattern", "", `{"prompt":"x","guided_json":{},"guided_whitespace_pattern":"[ ]*"}`, nil, bad, inv, "guided_whitespace_pattern", "unsupported"},
-		{"structural tag", "", `{"prompt":"x","structured_outputs":{"structural_tag":"{}"}}`, nil, bad, inv, "structured_outputs.structural_tag", "unsupported"},
+		{"structural tag without structures", "", `{"prompt":"x","structured_outputs":{"structural_tag":"{}"}}`, nil, bad, inv, "structured_outputs.structural_tag", "invalid_value"},
+		{"structural tag unknown member", "", `{"prompt":"x","structured_outputs":{"structural_tag":{"structures":[{"begin":"<a>","end":"</a>","stop":1}],"triggers":["<a>"]}}}`, nil, bad, inv, "structured_outputs.structural_tag", "invalid_value"},
 		{"ignore_eos", "", `{"prompt":"x","guided_regex":"a+","ignore_eos":true}`, nil, bad, inv, "ignore_eos", "invalid_value"},
 		{"too large", "", `{"prompt":"x","guided_json":{"type":"array","minItems":1000000}}`, nil, bad, inv, "guided_json", "too_large"},
 	})
@@ -83,6 +84,8 @@ func TestStructuredOutputServes(t *testing.T) {
 		{"guided_regex", `"guided_regex":"(yes|no) [0-9]{1,3}"`, compile(guided.Spec{Kind: guided.Regex, Source: "(yes|no) [0-9]{1,3}"})},
 		{"guided_choice", `"guided_choice":["red","green","blue"]`, compile(guided.Spec{Kind: guided.Choice, Choices: []string{"red", "green", "blue"}})},
 		{"guided_grammar", `"guided_grammar":"root ::= \"x\" [a-c]+ \".\""`, compile(guided.Spec{Kind: guided.GBNF, Source: `root ::= "x" [a-c]+ "."`})},
+		{"structured_outputs structural_tag", `"structured_outputs":{"structural_tag":` + mustQuote(weatherTag) + `}`,
+			compile(guided.Spec{Kind: guided.StructuralTag, Source: weatherTag})},
 		{"structured_outputs choice", `"structured_outputs":{"choice":["up","down"]},"guided_decoding_backend":"xgrammar"`, compile(guided.Spec{Kind: guided.Choice, Choices: []string{"up", "down"}})},
 	}
 	for _, tc := range cases {
@@ -121,6 +124,9 @@ func TestStructuredOutputServes(t *testing.T) {
 	require.Equal(t, float64(len(cases)-1), value(t, fams, "turnstile_grammar_compiles_total"), "one compile per distinct constraint (two cases share one)")
 	require.Positive(t, value(t, fams, "turnstile_grammar_compile_seconds_total"))
 }
+
+// weatherTag is xgrammar's structural tag format, as vLLM passes it.
+const weatherTag = `{"type":"structural_tag","structures":[{"begin":"<function=w>","schema":{"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":9}},"required":["n"],"additionalProperties":false},"end":"</function>"}],"triggers":["<function="]}`
 
 func mustQuote(s string) string {
 	b, _ := json.Marshal(s)
