@@ -158,6 +158,15 @@ func (p *parser) convoJob(c *convo, j *job, f *sharedFields, maxTok *int, param 
 			return nil, badRequest(own.param, "invalid_value", "%s and %s both constrain the output: give one (or tool_choice none)", c.toolsParam, own.param)
 		}
 	}
+	// Tools are rendered into the prompt: like message content, they are
+	// bounded before rendering costs time and memory in proportion.
+	toolBytes := 0
+	for _, t := range c.tools {
+		toolBytes += len(t.Name) + len(t.Description) + len(t.Parameters)
+	}
+	if e := p.checkBytes(c.toolsParam, "the tools", toolBytes); e != nil {
+		return nil, e
+	}
 	text, bos, err := p.chat.render(c.msgs, c.tools, c.kwargs)
 	if err != nil {
 		return nil, badRequest(c.msgsParam, "invalid_value", "%s: %v", c.msgsParam, err)
