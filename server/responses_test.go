@@ -19,6 +19,7 @@ import (
 	"github.com/turnstile-llm/turnstile/guided"
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/internal/testwait"
+	"github.com/turnstile-llm/turnstile/toolcall"
 )
 
 // recEngine records the program id of every request it is given.
@@ -571,4 +572,67 @@ func TestResponsesConfig(t *testing.T) {
 		_, err := New(cfg, &recEngine{})
 		require.ErrorContains(t, err, "Responses")
 	}
+}
+
+// TestRespBuilderShaped: reasoning, content and a tool call become the
+// same output items whole and streamed, the stream's events in the
+// documented order; a failure mid-stream sends error and response.failed.
+func TestRespBuilderShaped(t *testing.T) {
+	hermes, ok := toolcall.Known("hermes")
+	require.True(t, ok)
+	shape := &outShape{syntax: &hermes, reasoning: toolcall.Reasoning{Open: thinkOpen, Close: thinkClose}}
+	j := &job{shape: shape, resp: &respTurn{id: "resp_x", chain: "c", echo: respObject{ID: "resp_x", Object: "response"}}}
+	text := "<think>plan</think>Sure.<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"
+	items := func(b *respBuilder) string {
+		var out []map[string]any
+		raw, err := json.Marshal(b.items)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(raw, &out))
+		for _, it := range out {
+			delete(it, "id") // random per answer
+			if id, ok := it["call_id"].(string); ok {
+				require.True(t, strings.HasPrefix(id, "call_"), id)
+				it["call_id"] = "call_"
+			}
+		}
+		s, err := json.Marshal(out)
+		require.NoError(t, err)
+		return string(s)
+	}
+	whole := newRespBuilder(j, nil)
+	require.NoError(t, whole.feed(text, true))
+	require.NoError(t, whole.finish("completed"))
+	rec := httptest.NewRecorder()
+	sse := newSSE(rec)
+	st := newRespBuilder(j, sse)
+	for i, piece := range []string{text[:7], text[7:30], text[30:]} {
+		require.NoError(t, st.feed(piece, i == 2))
+	}
+	require.NoError(t, st.finish("completed"))
+	require.JSONEq(t, items(whole), items(st))
+	m := whole.assistant()
+	require.Equal(t, "Sure.", m.Content)
+	require.Equal(t, "plan", m.Reasoning)
+	require.Len(t, m.ToolCalls, 1)
+	require.Equal(t, "f", m.ToolCalls[0].Name)
+	require.JSONEq(t, `{"a": 1}`, m.ToolCalls[0].Arguments)
+
+	rs := &respStream{b: st}
+	require.NoError(t, rs.inStream(sse, abortedError()))
+	res := rec.Result()
+	evs := readRespEvents(t, res)
+	var names []string
+	for _, ev := range evs {
+		names = append(names, strings.TrimPrefix(ev.name, "response."))
+	}
+	require.Equal(t, []string{
+		"output_item.added", "content_part.added", "reasoning_text.delta", "reasoning_text.done", "content_part.done", "output_item.done",
+		"output_item.added", "content_part.added", "output_text.delta", "output_text.done", "content_part.done", "output_item.done",
+		"output_item.added", "function_call_arguments.delta", "function_call_arguments.done", "output_item.done",
+		"error", "failed",
+	}, names)
+	failed := evs[len(evs)-1].data["response"].(map[string]any)
+	require.Equal(t, "failed", failed["status"])
+	require.Equal(t, "server_error", failed["error"].(map[string]any)["code"])
+	require.Equal(t, "aborted", evs[len(evs)-2].data["code"])
 }
