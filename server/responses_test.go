@@ -2,11 +2,15 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -635,4 +639,54 @@ func TestRespBuilderShaped(t *testing.T) {
 	require.Equal(t, "failed", failed["status"])
 	require.Equal(t, "server_error", failed["error"].(map[string]any)["code"])
 	require.Equal(t, "aborted", evs[len(evs)-2].data["code"])
+}
+
+// TestOpenAINodeResponses drives /v1/responses with the official OpenAI
+// Node.js client, whose stream helper rebuilds the response from the
+// events and fails on any it cannot place.
+func TestOpenAINodeResponses(t *testing.T) {
+	dir := openaiNode(t)
+	node, err := exec.LookPath("node")
+	require.NoError(t, err, "npm is installed but node is not")
+	script, err := os.ReadFile(filepath.Join("testdata", "openai-node", "responses.mjs"))
+	require.NoError(t, err)
+	run := t.TempDir()
+	require.NoError(t, os.Symlink(filepath.Join(dir, "node_modules"), filepath.Join(run, "node_modules")))
+	require.NoError(t, os.WriteFile(filepath.Join(run, "responses.mjs"), script, 0o644))
+	e, _ := newRespEnv(t, func(c *Config) { c.APIKeys = []string{"sk-test"} })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "responses.mjs")
+	cmd.Dir = run
+	cmd.Env = append(os.Environ(), "TURNSTILE_URL="+e.ts.URL+"/v1", "TURNSTILE_KEY=sk-test", "TURNSTILE_MODEL="+testModel)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "responses.mjs: %s", stderr.String())
+	var got struct {
+		First struct {
+			ID, Status, Text string
+		}
+		Streamed struct {
+			Text, Deltas, Status, First, Last string
+		}
+		Second struct {
+			Previous string
+			Cached   int
+		}
+		Retrieved, Deleted bool
+		AfterDelete        int
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &got), "client output: %s", stdout.String())
+	require.NotEmpty(t, got.First.Text)
+	require.Equal(t, got.First.Text, got.Streamed.Text)
+	require.Equal(t, got.First.Text, got.Streamed.Deltas)
+	require.Equal(t, got.First.Status, got.Streamed.Status)
+	require.Equal(t, "response.created", got.Streamed.First)
+	require.Contains(t, []string{"response.completed", "response.incomplete"}, got.Streamed.Last)
+	require.Equal(t, got.First.ID, got.Second.Previous)
+	require.Positive(t, got.Second.Cached)
+	require.True(t, got.Retrieved)
+	require.True(t, got.Deleted)
+	require.Equal(t, 404, got.AfterDelete)
 }
