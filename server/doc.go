@@ -6,6 +6,9 @@
 //
 //	POST   /v1/completions       prompt: string, [string], [token ids] or [[token ids]]
 //	POST   /v1/chat/completions  messages rendered by the chat template
+//	POST   /v1/responses         OpenAI's Responses API (see below)
+//	GET    /v1/responses/{id}    a stored response
+//	DELETE /v1/responses/{id}    delete a stored response
 //	GET    /v1/models            the one served model
 //	DELETE /v1/programs/{id}     end an agentic program
 //	GET    /health               200 while serving, 503 while draining
@@ -114,6 +117,69 @@
 // choices of a request with a program id run one after another. cache_salt
 // keeps prefix caches apart; with API keys every key adds its own salt, so
 // tenants never share KV blocks.
+//
+// # Responses
+//
+// POST /v1/responses serves the subset of OpenAI's Responses API the
+// official clients and the OpenAI Agents SDK send. input is a string (one
+// user message) or a list of items: messages ({role, content} with or
+// without "type": "message"; roles user, assistant, system, developer;
+// content a string or input_text/output_text parts), function_call items
+// (joined, in order, to the assistant message before them),
+// function_call_output items (tool messages answering a call by call_id)
+// and reasoning items, whose text (reasoning_text content, else the
+// summary's text) becomes the next assistant message's reasoning; an
+// encrypted_content is dropped. instructions is a system message first, for
+// this turn only: it is not carried to the responses that continue this
+// one, as OpenAI documents. Also served: tools (flat function tools; other
+// types are 400 naming tools[i].type), tool_choice, parallel_tool_calls,
+// text.format (text, json_object, json_schema: the constraint of chat's
+// response_format, errors naming text.format), max_output_tokens,
+// temperature, top_p, stream, store (default true), previous_response_id,
+// metadata (stored and echoed), user, truncation "disabled" (auto is 400),
+// reasoning.effort (none and minimal turn a thinking template's
+// enable_thinking off). include values that ask for items turnstile never
+// makes are accepted, the others (reasoning.encrypted_content,
+// message.output_text.logprobs) are 400; service_tier, safety_identifier
+// and prompt_cache_key (OpenAI's routing hint; the prefix cache needs none)
+// are accepted and ignored; background, conversation, prompt,
+// max_tool_calls and top_logprobs are 400. n is always 1.
+//
+// The answer is a response object whose output holds a reasoning item
+// (when the model reasoned), a message (when it wrote text, or did nothing
+// else) and a function_call per call, status "completed" or "incomplete"
+// (incomplete_details.reason max_output_tokens). Streamed, it is OpenAI's
+// typed events with sequence numbers: response.created,
+// response.in_progress, per item output_item.added, content_part.added,
+// output_text.delta (reasoning_text.delta; function_call_arguments.delta
+// for calls), the matching .done events, output_item.done, then
+// response.completed or response.incomplete carrying the whole response; no
+// [DONE]. A failure mid-stream sends an error event and response.failed;
+// one before the stream began is OpenAI's JSON error body.
+//
+// A completed response is stored unless store is false: GET
+// /v1/responses/{id} returns it, DELETE removes it, and
+// previous_response_id continues it: the new turn's conversation is the
+// stored one (its input and output) followed by the new input. The turns
+// of a chain run as one agentic program, "resp-chain-" and the chain's
+// first response id (or the first turn's X-Program-Id; a later turn's
+// X-Program-Id must agree), so the admission policy sees one program and
+// each turn's prompt starts with the previous turn's prompt and output,
+// whose KV blocks the prefix cache reuses. When the chain's last stored
+// response goes (deleted, evicted or expired) and none of its turns is in
+// flight, its program is released, as DELETE /v1/programs/{id} would; a
+// chain that was never stored is released when its turn ends. The store
+// holds at most Config.ResponsesMax responses and
+// Config.ResponsesMaxBytes bytes (each response is charged its JSON and
+// its whole conversation's text, which the responses of a chain share in
+// memory, so the bound is an upper bound on what is held), evicting the
+// least recently used first; a response unused (neither read nor
+// continued) for Config.ResponsesTTL expires, checked at every store
+// operation. A response larger than the byte bound alone is answered but
+// not stored. An unknown, evicted or expired previous_response_id is 404
+// previous_response_not_found; GET and DELETE of such an id are 404
+// response_not_found. /metrics exports turnstile_responses_stored and
+// turnstile_responses_stored_bytes.
 //
 // # Lifecycle
 //

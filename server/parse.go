@@ -131,6 +131,9 @@ type job struct {
 	// shape, when set, says how a conversation's output is parsed into
 	// content, reasoning and tool calls; nil: the output is the text.
 	shape *outShape
+	// resp is a Responses turn's own state (its id, chain and
+	// conversation, the response object's request part); nil elsewhere.
+	resp *respTurn
 }
 
 // parser decodes and validates request bodies. It allocates nothing in the

@@ -119,6 +119,14 @@ type Config struct {
 	// GrammarsOff, with Grammars nil, says why structured output is off
 	// (its 400s say it); nil: "not enabled on this server".
 	GrammarsOff error
+	// The store of /v1/responses (respstore.go): at most ResponsesMax
+	// responses (0: DefaultResponsesMax) of at most ResponsesMaxBytes in
+	// all (0: DefaultResponsesMaxBytes), the least recently used evicted
+	// first; a response unused for ResponsesTTL expires (0:
+	// DefaultResponsesTTL).
+	ResponsesMax      int
+	ResponsesMaxBytes int64
+	ResponsesTTL      time.Duration
 }
 
 // withDefaults fills cfg's zero values.
@@ -150,6 +158,13 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
+	if cfg.ResponsesMax == 0 {
+		cfg.ResponsesMax = DefaultResponsesMax
+	}
+	if cfg.ResponsesMaxBytes == 0 {
+		cfg.ResponsesMaxBytes = DefaultResponsesMaxBytes
+	}
+	def(&cfg.ResponsesTTL, DefaultResponsesTTL)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -164,8 +179,10 @@ type Server struct {
 	keys    *keyring
 	progs   *programs
 	metrics *metrics
-	log     *slog.Logger
-	mux     *http.ServeMux
+	// responses stores /v1/responses answers (store: true).
+	responses *respStore
+	log       *slog.Logger
+	mux       *http.ServeMux
 
 	// plain and program bound the engine requests in flight: those
 	// without and with a program id.
@@ -198,6 +215,9 @@ func New(cfg Config, eng Engine) (*Server, error) {
 	case cfg.ReadTimeout < 0 || cfg.WriteTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ProgramIdleTTL < 0:
 		return nil, fmt.Errorf("server: ReadTimeout %v, WriteTimeout %v, IdleTimeout %v and ProgramIdleTTL %v must be >= 0",
 			cfg.ReadTimeout, cfg.WriteTimeout, cfg.IdleTimeout, cfg.ProgramIdleTTL)
+	case cfg.ResponsesMax < 0 || cfg.ResponsesMaxBytes < 0 || cfg.ResponsesTTL < 0:
+		return nil, fmt.Errorf("server: ResponsesMax %d, ResponsesMaxBytes %d and ResponsesTTL %v must be >= 0",
+			cfg.ResponsesMax, cfg.ResponsesMaxBytes, cfg.ResponsesTTL)
 	}
 	cfg = cfg.withDefaults()
 	tok := cfg.Tokenizer
@@ -216,17 +236,22 @@ func New(cfg Config, eng Engine) (*Server, error) {
 			maxN: cfg.MaxN, maxChoices: min(cfg.MaxInFlight, cfg.MaxProgramInFlight),
 		}},
 	}
+	s.responses = newRespStore(cfg.ResponsesMax, cfg.ResponsesMaxBytes, cfg.ResponsesTTL, cfg.Clock, s.releaseChain)
 	s.metrics = newMetrics(eng, s.progs, cfg.Grammars)
+	s.metrics.reg.MustRegister(newRespStoreCollector(s.responses))
 	s.mux = http.NewServeMux()
 	s.route("POST /v1/completions", "completions", s.handleCompletions)
 	s.route("POST /v1/chat/completions", "chat", s.handleChat)
 	s.route("GET /v1/models", "models", s.handleModels)
+	s.route("POST /v1/responses", "responses", s.handleResponses)
+	s.route("GET /v1/responses/{id}", "responses", s.handleGetResponse)
+	s.route("DELETE /v1/responses/{id}", "responses", s.handleDeleteResponse)
 	s.route("DELETE /v1/programs/{id}", "programs", s.handleDeleteProgram)
 	s.route("GET /health", "health", s.handleHealth)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	// Everything else is answered as JSON too: 405 for a known path with
 	// another method, else 404.
-	allow := map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET",
+	allow := map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/responses": "POST", "/v1/models": "GET",
 		"/health": "GET", "/metrics": "GET"}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if m, ok := allow[r.URL.Path]; ok {
@@ -308,7 +333,7 @@ func (s *Server) route(pattern, endpoint string, h http.HandlerFunc) {
 			code = sw.outcome
 		}
 		s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
-		if code < 300 && (endpoint == "completions" || endpoint == "chat") {
+		if code < 300 && (endpoint == "completions" || endpoint == "chat" || (endpoint == "responses" && r.Method == http.MethodPost)) {
 			s.metrics.latency.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
 		}
 		msg := "request"

@@ -52,9 +52,13 @@ type serveOptions struct {
 	// The server's client bounds (server.Config; 0 takes its defaults).
 	readTimeout, writeTimeout, idleTimeout time.Duration
 	maxConnections                         int
-	drain                                  time.Duration
-	logFormat                              string
-	logLevel                               string
+	// The /v1/responses store's bounds (server.Config.Responses*).
+	responsesMax      int
+	responsesMaxBytes int64
+	responsesTTL      time.Duration
+	drain             time.Duration
+	logFormat         string
+	logLevel          string
 	// getenv reads the launcher's environment (os.Getenv; tests fake it);
 	// launch is what it said (checkLaunch).
 	getenv func(string) string
@@ -73,7 +77,8 @@ type serveOptions struct {
 func newServeOptions() serveOptions {
 	return serveOptions{engineFlags: defaultEngineFlags(), host: "127.0.0.1", port: 8080, dp: 1, drain: 30 * time.Second,
 		logFormat: "text", logLevel: "info", getenv: os.Getenv, dpWatchdog: time.Minute, shardMLP: true, readTimeout: server.DefaultReadTimeout, writeTimeout: server.DefaultWriteTimeout,
-		idleTimeout: server.DefaultIdleTimeout, maxConnections: server.DefaultMaxConnections}
+		idleTimeout: server.DefaultIdleTimeout, maxConnections: server.DefaultMaxConnections,
+		responsesMax: server.DefaultResponsesMax, responsesMaxBytes: server.DefaultResponsesMaxBytes, responsesTTL: server.DefaultResponsesTTL}
 }
 
 // serveEngineFlags are the engine flags serve registers.
@@ -88,7 +93,7 @@ func newServeCmd() *cobra.Command {
 		Long: "serve loads a llama GGUF model (stories260K by default) on the CPU or CUDA runner\n" +
 			"(--device), prints the resolved device and sizes (seats, KV blocks and tokens, batch\n" +
 			"budgets; on CUDA the GPU memory plan) after validating them, and\n" +
-			"serves /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics until\n" +
+			"serves /v1/completions, /v1/chat/completions, /v1/responses, /v1/models, /health and /metrics until\n" +
 			"SIGINT or SIGTERM; then it stops accepting, lets requests in flight finish for up to\n" +
 			"--drain-timeout, aborts the rest and exits 0.\n\n" +
 			"Sizing on the CPU, unless given: --max-batch-size is 8 sequences per core (--workers, else\n" +
@@ -129,6 +134,9 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&o.writeTimeout, "write-timeout", o.writeTimeout, "longest one write of an answer may wait on the client (every event of a stream): a client that reads nothing for this long is dropped and its requests aborted")
 	f.DurationVar(&o.idleTimeout, "idle-timeout", o.idleTimeout, "longest a keep-alive connection waits for its next request")
 	f.IntVar(&o.maxConnections, "max-connections", o.maxConnections, "most client connections open at once; more wait in the listen backlog")
+	f.IntVar(&o.responsesMax, "responses-max", o.responsesMax, "most stored /v1/responses answers (store: true) kept for GET and previous_response_id; the least recently used are evicted first")
+	f.Int64Var(&o.responsesMaxBytes, "responses-max-bytes", o.responsesMaxBytes, "most bytes the stored /v1/responses answers take (each charged its JSON and whole conversation); the least recently used are evicted first")
+	f.DurationVar(&o.responsesTTL, "responses-ttl", o.responsesTTL, "a stored /v1/responses answer unused (neither read nor continued) this long expires")
 	f.DurationVar(&o.drain, "drain-timeout", o.drain, "on SIGINT/SIGTERM, how long requests in flight may finish")
 	f.StringVar(&o.logFormat, "log-format", o.logFormat, "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "log level: debug, info, warn or error")
@@ -157,6 +165,9 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("serve: --idle-timeout %v: must be > 0", o.idleTimeout)
 	case o.maxConnections < 1:
 		return fmt.Errorf("serve: --max-connections %d: must be >= 1", o.maxConnections)
+	case o.responsesMax < 1 || o.responsesMaxBytes < 1 || o.responsesTTL <= 0:
+		return fmt.Errorf("serve: --responses-max %d, --responses-max-bytes %d and --responses-ttl %v: must be > 0",
+			o.responsesMax, o.responsesMaxBytes, o.responsesTTL)
 	case o.drain < 0:
 		return fmt.Errorf("serve: --drain-timeout %v: must be >= 0", o.drain)
 	case o.dpWatchdog < 0:
@@ -469,7 +480,8 @@ func runServe(ctx context.Context, o serveOptions, out, logOut io.Writer, ready 
 	scfg := server.Config{Model: name, MaxContext: m.MaxContext(), Tokenizer: m.Tokenizer(), ChatTemplate: tmpl, StopTokenIDs: m.StopIDs(),
 		APIKeys: o.apiKeys, MaxInFlight: sz.maxQueue, MaxProgramInFlight: sz.maxPrograms,
 		ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: o.idleTimeout, MaxConnections: o.maxConnections,
-		ProgramIdleTTL: o.programs.lease, Logger: log, Grammars: d.grammars, GrammarsOff: d.grammarOff}
+		ProgramIdleTTL: o.programs.lease, Logger: log, Grammars: d.grammars, GrammarsOff: d.grammarOff,
+		ResponsesMax: o.responsesMax, ResponsesMaxBytes: o.responsesMaxBytes, ResponsesTTL: o.responsesTTL}
 	srv, err := server.New(scfg, d.front)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
