@@ -220,6 +220,8 @@ func New(cfg Config, eng Engine) (*Server, error) {
 	s.mux = http.NewServeMux()
 	s.route("POST /v1/completions", "completions", s.handleCompletions)
 	s.route("POST /v1/chat/completions", "chat", s.handleChat)
+	s.route("POST /v1/messages", "messages", s.handleMessages)
+	s.route("POST /v1/messages/count_tokens", "count_tokens", s.handleCountTokens)
 	s.route("GET /v1/models", "models", s.handleModels)
 	s.route("DELETE /v1/programs/{id}", "programs", s.handleDeleteProgram)
 	s.route("GET /health", "health", s.handleHealth)
@@ -227,15 +229,20 @@ func New(cfg Config, eng Engine) (*Server, error) {
 	// Everything else is answered as JSON too: 405 for a known path with
 	// another method, else 404.
 	allow := map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET",
+		"/v1/messages": "POST", "/v1/messages/count_tokens": "POST",
 		"/health": "GET", "/metrics": "GET"}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		var errs errorStyle = openAIErrors{}
+		if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+			errs = anthropicErrors{}
+		}
 		if m, ok := allow[r.URL.Path]; ok {
 			w.Header().Set("Allow", m)
-			writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: errInvalidRequest, Code: "method_not_allowed",
+			errs.whole(w, &APIError{Status: http.StatusMethodNotAllowed, Type: errInvalidRequest, Code: "method_not_allowed",
 				Message: fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, m)})
 			return
 		}
-		writeError(w, &APIError{Status: http.StatusNotFound, Type: errInvalidRequest, Code: "not_found",
+		errs.whole(w, &APIError{Status: http.StatusNotFound, Type: errInvalidRequest, Code: "not_found",
 			Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 	})
 	return s, nil
@@ -308,7 +315,7 @@ func (s *Server) route(pattern, endpoint string, h http.HandlerFunc) {
 			code = sw.outcome
 		}
 		s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
-		if code < 300 && (endpoint == "completions" || endpoint == "chat") {
+		if code < 300 && (endpoint == "completions" || endpoint == "chat" || endpoint == "messages") {
 			s.metrics.latency.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
 		}
 		msg := "request"
