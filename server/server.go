@@ -222,6 +222,8 @@ func New(cfg Config, eng Engine) (*Server, error) {
 	s.route("POST /v1/chat/completions", "chat", s.handleChat)
 	s.route("POST /v1/messages", "messages", s.handleMessages)
 	s.route("POST /v1/messages/count_tokens", "count_tokens", s.handleCountTokens)
+	s.route("POST /tokenize", "tokenize", s.handleTokenize)
+	s.route("POST /detokenize", "detokenize", s.handleDetokenize)
 	s.route("GET /v1/models", "models", s.handleModels)
 	s.route("DELETE /v1/programs/{id}", "programs", s.handleDeleteProgram)
 	s.route("GET /health", "health", s.handleHealth)
@@ -229,7 +231,7 @@ func New(cfg Config, eng Engine) (*Server, error) {
 	// Everything else is answered as JSON too: 405 for a known path with
 	// another method, else 404.
 	allow := map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET",
-		"/v1/messages": "POST", "/v1/messages/count_tokens": "POST",
+		"/v1/messages": "POST", "/v1/messages/count_tokens": "POST", "/tokenize": "POST", "/detokenize": "POST",
 		"/health": "GET", "/metrics": "GET"}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		var errs errorStyle = openAIErrors{}
