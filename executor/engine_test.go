@@ -446,12 +446,13 @@ func TestStopConditions(t *testing.T) {
 		wantText   string
 		wantTokens int
 		reason     FinishReason
+		stopString string
 	}{
-		{"stop string excluded", Request{Prompt: "stop test", Stop: []string{stop}, Params: p}, string(text[:cut]), cut + 2, FinishStop},
-		{"stop token id", Request{Prompt: "stop test", StopTokenIDs: []int32{exp[4]}, Params: p}, "", 0, FinishStop},
-		{"max tokens", Request{Prompt: "stop test", MaxTokens: 5, Params: p}, string(text[:5]), 5, FinishLength},
-		{"eos", Request{Prompt: "stop test", Params: p}, string(text[:39]), 40, FinishStop},
-		{"ignore eos runs to context", Request{Prompt: "stop test", IgnoreEOS: true, Params: p}, "", 256 - len(prompt), FinishLength},
+		{"stop string excluded", Request{Prompt: "stop test", Stop: []string{"zzz", stop}, Params: p}, string(text[:cut]), cut + 2, FinishStop, stop},
+		{"stop token id", Request{Prompt: "stop test", StopTokenIDs: []int32{exp[4]}, Params: p}, "", 0, FinishStop, ""},
+		{"max tokens", Request{Prompt: "stop test", MaxTokens: 5, Params: p}, string(text[:5]), 5, FinishLength, ""},
+		{"eos", Request{Prompt: "stop test", Params: p}, string(text[:39]), 40, FinishStop, ""},
+		{"ignore eos runs to context", Request{Prompt: "stop test", IgnoreEOS: true, Params: p}, "", 256 - len(prompt), FinishLength, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -460,6 +461,7 @@ func TestStopConditions(t *testing.T) {
 			s.drive(t, 2000)
 			d := readAll(t, st)
 			require.Equal(t, tc.reason, d.FinishReason)
+			require.Equal(t, tc.stopString, d.StopString, "the stop string that ended the output")
 			if tc.name == "stop token id" {
 				first := indexOf32(exp, exp[4])
 				require.Equal(t, exp[:first+1], d.TokenIDs)

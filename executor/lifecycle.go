@@ -82,7 +82,11 @@ func (e *Engine) end(s *seq, reason FinishReason) {
 	if reason != FinishStop {
 		tail = s.out.text.flush()
 	}
-	s.out.stream.end(tail, reason, s.out.usage)
+	stop := ""
+	if reason == FinishStop {
+		stop = s.out.text.matched
+	}
+	s.out.stream.end(tail, reason, s.out.usage, stop)
 	if s.stopWatch != nil {
 		s.stopWatch()
 	}

@@ -15,11 +15,14 @@ import (
 type textMatcher struct {
 	stops   [][]byte
 	pending []byte // decoded, not yet emitted
+	// matched is the stop string add found ("" until one is found).
+	matched string
 }
 
 func (m *textMatcher) reset(stops []string) {
 	m.pending = m.pending[:0]
 	m.stops = m.stops[:0]
+	m.matched = ""
 	for _, s := range stops {
 		m.stops = append(m.stops, []byte(s))
 	}
@@ -30,7 +33,8 @@ func (m *textMatcher) reset(stops []string) {
 // emitted bytes end where the stop string begins and the rest is dropped.
 func (m *textMatcher) add(piece []byte) (emit []byte, stopped bool) {
 	m.pending = append(m.pending, piece...)
-	if cut := m.firstStop(); cut >= 0 {
+	if cut, k := m.firstStop(); cut >= 0 {
+		m.matched = string(m.stops[k])
 		emit = m.pending[:cut]
 		m.pending = m.pending[:0]
 		return emit, true
@@ -63,15 +67,17 @@ func (m *textMatcher) flush() []byte {
 	return out
 }
 
-// firstStop is the earliest index in pending where any stop string starts, or -1.
-func (m *textMatcher) firstStop() int {
-	best := -1
-	for _, s := range m.stops {
+// firstStop is the earliest index in pending where any stop string starts,
+// or -1, and which stop string starts there (the first listed of those
+// that do).
+func (m *textMatcher) firstStop() (at, which int) {
+	best, which := -1, -1
+	for k, s := range m.stops {
 		if i := bytes.Index(m.pending, s); i >= 0 && (best < 0 || i < best) {
-			best = i
+			best, which = i, k
 		}
 	}
-	return best
+	return best, which
 }
 
 // holdBack is how many trailing bytes of pending must wait: the longest

@@ -36,6 +36,11 @@ type Delta struct {
 	// FinishReason is set on the last delta, together with Usage.
 	FinishReason FinishReason
 	Usage        Usage
+	// StopString, on a last delta with FinishStop, is the stop string
+	// (Request.Stop) whose match ended the output; "" when EOS or a stop
+	// token ended it. (adp's wire codec does not carry it: a stream
+	// relayed from another process reports "".)
+	StopString string
 	// Err, on a last delta with FinishAbort, is why the engine ended the
 	// request itself (a structured-output matcher that failed), nil when a
 	// client or shutdown aborted it.
@@ -58,6 +63,7 @@ type Stream struct {
 	topN   int
 	finish FinishReason
 	usage  Usage
+	stop   string // the stop string that ended the output
 	err    error
 	final  bool // the last delta was delivered
 	notify chan struct{}
@@ -138,7 +144,7 @@ func (s *Stream) TryRecv() (d Delta, ok bool, err error) {
 	}
 	s.text, s.ids, s.lps, s.tops = s.text[:0], s.ids[:0], s.lps[:0], s.tops[:0]
 	if s.finish != FinishNone {
-		d.FinishReason, d.Usage, d.Err = s.finish, s.usage, s.err
+		d.FinishReason, d.Usage, d.Err, d.StopString = s.finish, s.usage, s.err, s.stop
 		s.final = true
 	}
 	return d, true, nil
@@ -161,7 +167,7 @@ func (s *Stream) ReadAll(ctx context.Context) (Delta, error) {
 		all.TokenIDs = append(all.TokenIDs, d.TokenIDs...)
 		all.Logprobs = append(all.Logprobs, d.Logprobs...)
 		all.TopLogprobs = append(all.TopLogprobs, d.TopLogprobs...)
-		all.FinishReason, all.Usage, all.Err = d.FinishReason, d.Usage, d.Err
+		all.FinishReason, all.Usage, all.Err, all.StopString = d.FinishReason, d.Usage, d.Err, d.StopString
 	}
 }
 
@@ -208,10 +214,14 @@ func (s *Stream) fail(err error) {
 	s.mu.Unlock()
 }
 
-// end records the finish; the next Recv returns it.
-func (s *Stream) end(text []byte, reason FinishReason, u Usage) {
+// end records the finish (and the stop string that ended the output, if
+// one did); the next Recv returns it.
+func (s *Stream) end(text []byte, reason FinishReason, u Usage, stop string) {
 	s.mu.Lock()
 	s.text = append(s.text, text...)
+	if s.finish == FinishNone {
+		s.stop = stop
+	}
 	s.finishLocked(reason, u)
 	s.mu.Unlock()
 	s.wake()
@@ -267,6 +277,9 @@ func (s *Stream) Relay(d Delta) error {
 				s.tops = append(s.tops, TokenLogprob{Token: -1})
 			}
 		}
+	}
+	if s.finish == FinishNone && d.FinishReason != FinishNone {
+		s.stop = d.StopString
 	}
 	s.finishLocked(d.FinishReason, d.Usage)
 	s.mu.Unlock()

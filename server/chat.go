@@ -154,6 +154,12 @@ var fallbackRoles = map[string]string{
 // described in a system message, calls written in the fallback syntax and
 // results as the template renders the tool role (see toolPreamble).
 func (c *chatTemplate) render(msgs []message, tools []toolDef, kwargs map[string]any) (text string, bos bool, err error) {
+	return c.renderCue(msgs, tools, kwargs, true)
+}
+
+// renderCue is render, ending with the assistant's cue only when cue
+// (add_generation_prompt).
+func (c *chatTemplate) renderCue(msgs []message, tools []toolDef, kwargs map[string]any, cue bool) (text string, bos bool, err error) {
 	if !c.nativeTools && (len(tools) > 0 || hasToolTurns(msgs)) {
 		msgs = c.fallbackTools(msgs, tools)
 		tools = nil
@@ -166,10 +172,12 @@ func (c *chatTemplate) render(msgs []message, tools []toolDef, kwargs map[string
 			b.WriteString(m.Content)
 			b.WriteByte('\n')
 		}
-		b.WriteString("Assistant:")
+		if cue {
+			b.WriteString("Assistant:")
+		}
 		return b.String(), false, nil
 	}
-	out, err := c.renderTemplate(msgs, tools, kwargs, true)
+	out, err := c.renderTemplate(msgs, tools, kwargs, cue)
 	if err != nil {
 		return "", false, err
 	}

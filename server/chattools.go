@@ -139,24 +139,15 @@ func openAIToolCalls(raw json.RawMessage, at string) ([]toolCall, *APIError) {
 	return calls, e
 }
 
-// convoJob builds a conversation's job: it checks the tools and the
-// message sequence, renders the prompt, attaches the tool grammar (or the
-// request's own constraint) and the output's shape, then finishes the job
-// with the shared fields f.
-func (p *parser) convoJob(c *convo, j *job, f *sharedFields, maxTok *int, param string) (*job, *APIError) {
+// renderConvo checks c's tools and message sequence, renders its prompt
+// (ending with the assistant's cue when cue) and encodes it as the chat
+// endpoints submit it. It returns the tokens and the rendered text.
+func (p *parser) renderConvo(c *convo, cue bool) ([]int32, string, *APIError) {
 	if e := c.checkTools(); e != nil {
-		return nil, e
+		return nil, "", e
 	}
 	if e := c.checkSequence(); e != nil {
-		return nil, e
-	}
-	if len(c.tools) > 0 && c.choice.Mode != toolsNone {
-		if own, e := parseConstraint(&f.constraintFields); e != nil || own != nil {
-			if e != nil {
-				return nil, e
-			}
-			return nil, badRequest(own.param, "invalid_value", "%s and %s both constrain the output: give one (or tool_choice none)", c.toolsParam, own.param)
-		}
+		return nil, "", e
 	}
 	// Tools are rendered into the prompt: like message content, they are
 	// bounded before rendering costs time and memory in proportion.
@@ -165,18 +156,38 @@ func (p *parser) convoJob(c *convo, j *job, f *sharedFields, maxTok *int, param 
 		toolBytes += len(t.Name) + len(t.Description) + len(t.Parameters)
 	}
 	if e := p.checkBytes(c.toolsParam, "the tools", toolBytes); e != nil {
-		return nil, e
+		return nil, "", e
 	}
-	text, bos, err := p.chat.render(c.msgs, c.tools, c.kwargs)
+	text, bos, err := p.chat.renderCue(c.msgs, c.tools, c.kwargs, cue)
 	if err != nil {
-		return nil, badRequest(c.msgsParam, "invalid_value", "%s: %v", c.msgsParam, err)
+		return nil, "", badRequest(c.msgsParam, "invalid_value", "%s: %v", c.msgsParam, err)
 	}
 	if e := p.checkBytes(c.msgsParam, "the rendered prompt", len(text)); e != nil {
-		return nil, e
+		return nil, "", e
 	}
 	prompt := p.chat.encode(p.tok, text, bos || p.tok.AddBOS())
 	if len(prompt) == 0 {
-		return nil, badRequest(c.msgsParam, "invalid_value", "%s: the rendered prompt encodes to no tokens", c.msgsParam)
+		return nil, "", badRequest(c.msgsParam, "invalid_value", "%s: the rendered prompt encodes to no tokens", c.msgsParam)
+	}
+	return prompt, text, nil
+}
+
+// convoJob builds a conversation's job: it checks the tools and the
+// message sequence, renders the prompt, attaches the tool grammar (or the
+// request's own constraint) and the output's shape, then finishes the job
+// with the shared fields f.
+func (p *parser) convoJob(c *convo, j *job, f *sharedFields, maxTok *int, param string) (*job, *APIError) {
+	if len(c.tools) > 0 && c.choice.Mode != toolsNone {
+		if own, e := parseConstraint(&f.constraintFields); e != nil || own != nil {
+			if e != nil {
+				return nil, e
+			}
+			return nil, badRequest(own.param, "invalid_value", "%s and %s both constrain the output: give one (or tool_choice none)", c.toolsParam, own.param)
+		}
+	}
+	prompt, text, e := p.renderConvo(c, true)
+	if e != nil {
+		return nil, e
 	}
 	shape := &outShape{}
 	thinking := false
@@ -192,7 +203,7 @@ func (p *parser) convoJob(c *convo, j *job, f *sharedFields, maxTok *int, param 
 		s := p.chat.syntax
 		shape.syntax = &s
 	}
-	j, e := p.finish(j, f, maxTok, param, [][]int32{prompt})
+	j, e = p.finish(j, f, maxTok, param, [][]int32{prompt})
 	if e != nil {
 		return nil, e
 	}

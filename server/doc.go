@@ -1,4 +1,5 @@
-// Package server is turnstile's OpenAI-compatible HTTP API: it parses and
+// Package server is turnstile's OpenAI-compatible HTTP API (with
+// Anthropic's Messages API and vLLM's tokenizer endpoints): it parses and
 // validates requests, submits them to the engine through the Engine
 // interface it defines, and answers JSON or server-sent events.
 //
@@ -9,6 +10,10 @@
 //	POST   /v1/responses         OpenAI's Responses API (see below)
 //	GET    /v1/responses/{id}    a stored response
 //	DELETE /v1/responses/{id}    delete a stored response
+//	POST   /v1/messages          Anthropic's Messages API (messages_answer.go)
+//	POST   /v1/messages/count_tokens  the Messages request's prompt tokens
+//	POST   /tokenize             vLLM's: a prompt or chat messages to token ids
+//	POST   /detokenize           vLLM's: token ids to text
 //	GET    /v1/models            the one served model
 //	DELETE /v1/programs/{id}     end an agentic program
 //	GET    /health               200 while serving, 503 while draining
@@ -25,6 +30,53 @@
 // OpenAI does. Absent sampling fields take OpenAI's defaults (temperature
 // 1, top_p 1); absent max_tokens means up to the model's context.
 //
+// # Anthropic's Messages API
+//
+// POST /v1/messages maps Anthropic's request onto the conversation chat
+// completions renders (convo): system (a string or text blocks) first;
+// a user message's tool_result blocks become tool messages answering
+// tool_use_id, placed before its other text (is_error: true prefixes the
+// result's text with "Error: ", as templates render results as text); an
+// assistant's tool_use blocks become its calls (the input's JSON as the
+// arguments), its thinking blocks its reasoning; redacted_thinking is
+// accepted and dropped (Anthropic's encrypted reasoning no other model
+// reads). Image, document and other non-text blocks, tools of a type other
+// than custom (Anthropic's server tools), and a final assistant message
+// (a prefill, which the template would render as a finished turn) are 400
+// unsupported naming the field. max_tokens is required; temperature is in
+// [0, 1] (Anthropic's range); tool_choice auto, any, tool and none map to
+// auto, required, named and none, disable_parallel_tool_use allows one
+// call; thinking {type: enabled|disabled} sets the template variable
+// enable_thinking, and budget_tokens is validated as Anthropic does
+// (≥ 1024, < max_tokens) but not enforced: only max_tokens bounds the
+// reasoning. The answer's blocks are thinking (signature ""), text and
+// tool_use (ids toolu_…); stop_reason is tool_use when the output called
+// tools, max_tokens at the length limit, stop_sequence with the matched
+// string (executor.Delta.StopString) or end_turn. usage.input_tokens are
+// the prompt tokens not read from the prefix cache, which
+// cache_read_input_tokens counts; cache_creation_input_tokens is 0. A
+// stream sends message_start (input_tokens: the whole prompt, as the
+// cache's share is known only at the end), ping, each block's
+// content_block_start, _delta and _stop (a block starts with its first
+// output and stops when another kind starts or at the end), message_delta
+// (stop reason and the final usage) and message_stop. Every failure on
+// these routes, authentication and parsing included, is Anthropic's
+// {"type": "error", "error": {"type", "message"}} with the status below
+// (in a stream an error event). POST /v1/messages/count_tokens takes the
+// same body (max_tokens and stream not read) and answers {"input_tokens"}:
+// the rendered prompt, tools included, without the engine.
+//
+// # Tokenizer endpoints
+//
+// POST /tokenize takes {prompt, add_special_tokens (default true: the BOS
+// the tokenizer adds)} or {messages, add_generation_prompt (default true),
+// tools, chat_template_kwargs, add_special_tokens (default false: exactly
+// the prompt chat completions submits; true puts a BOS first when it is
+// missing)}, messages parsed and rendered as chat completions does; it
+// answers {count, max_model_len, tokens, token_strs (the vocabulary strings,
+// when return_token_strs)}. POST /detokenize takes {tokens} and answers
+// {prompt}; an id outside the vocabulary is 400 naming tokens[k].
+//
 // # Validation
 //
 // Every check runs before anything is submitted, so a refused request
@@ -38,7 +90,9 @@
 // invalid_request_error; a body that is not Content-Type application/json
 // is 415 (browsers send text/plain, form and multipart bodies cross-site
 // without a preflight); an unknown model is 404; a missing or wrong API key
-// 401 authentication_error, two Authorization headers 400; more than
+// 401 authentication_error (the key comes as Authorization: Bearer or
+// x-api-key), two Authorization or x-api-key headers, or both headers with
+// different keys, 400; more than
 // Config.MaxInFlight engine requests in flight (Config.MaxProgramInFlight
 // for program turns, a bound of their own) 429 rate_limit_error with
 // Retry-After. A text prompt is bounded in bytes before it is tokenised

@@ -242,6 +242,10 @@ func New(cfg Config, eng Engine) (*Server, error) {
 	s.mux = http.NewServeMux()
 	s.route("POST /v1/completions", "completions", s.handleCompletions)
 	s.route("POST /v1/chat/completions", "chat", s.handleChat)
+	s.route("POST /v1/messages", "messages", s.handleMessages)
+	s.route("POST /v1/messages/count_tokens", "count_tokens", s.handleCountTokens)
+	s.route("POST /tokenize", "tokenize", s.handleTokenize)
+	s.route("POST /detokenize", "detokenize", s.handleDetokenize)
 	s.route("GET /v1/models", "models", s.handleModels)
 	s.route("POST /v1/responses", "responses", s.handleResponses)
 	s.route("GET /v1/responses/{id}", "responses", s.handleGetResponse)
@@ -252,15 +256,20 @@ func New(cfg Config, eng Engine) (*Server, error) {
 	// Everything else is answered as JSON too: 405 for a known path with
 	// another method, else 404.
 	allow := map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/responses": "POST", "/v1/models": "GET",
+		"/v1/messages": "POST", "/v1/messages/count_tokens": "POST", "/tokenize": "POST", "/detokenize": "POST",
 		"/health": "GET", "/metrics": "GET"}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		var errs errorStyle = openAIErrors{}
+		if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+			errs = anthropicErrors{}
+		}
 		if m, ok := allow[r.URL.Path]; ok {
 			w.Header().Set("Allow", m)
-			writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: errInvalidRequest, Code: "method_not_allowed",
+			errs.whole(w, &APIError{Status: http.StatusMethodNotAllowed, Type: errInvalidRequest, Code: "method_not_allowed",
 				Message: fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, m)})
 			return
 		}
-		writeError(w, &APIError{Status: http.StatusNotFound, Type: errInvalidRequest, Code: "not_found",
+		errs.whole(w, &APIError{Status: http.StatusNotFound, Type: errInvalidRequest, Code: "not_found",
 			Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 	})
 	return s, nil
@@ -333,7 +342,7 @@ func (s *Server) route(pattern, endpoint string, h http.HandlerFunc) {
 			code = sw.outcome
 		}
 		s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
-		if code < 300 && (endpoint == "completions" || endpoint == "chat" || (endpoint == "responses" && r.Method == http.MethodPost)) {
+		if code < 300 && (endpoint == "completions" || endpoint == "chat" || endpoint == "messages" || (endpoint == "responses" && r.Method == http.MethodPost)) {
 			s.metrics.latency.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
 		}
 		msg := "request"

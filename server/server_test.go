@@ -321,6 +321,43 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// TestAPIKeyHeader: x-api-key (Anthropic's clients) authenticates as the
+// Bearer key does, on every route; both headers with different keys, or
+// two x-api-key headers, are 400.
+func TestAPIKeyHeader(t *testing.T) {
+	e := newSimEnv(t, simOpts{keys: []string{"k-one", "k-two"}})
+	const un, auth = http.StatusUnauthorized, errAuthentication
+	checkErrors(t, e, []errCase{
+		{"wrong x-api-key", "", `{"prompt":"hi"}`, []string{"X-Api-Key", "nope"}, un, auth, "", "invalid_api_key"},
+		{"empty x-api-key", "", `{"prompt":"hi"}`, []string{"X-Api-Key", ""}, un, auth, "", "invalid_api_key"},
+		{"different keys", "", `{"prompt":"hi"}`, []string{"X-Api-Key", "k-one", "Authorization", "Bearer k-two"},
+			http.StatusBadRequest, errInvalidRequest, "", "conflicting_api_keys"},
+		{"wrong bearer, right x-api-key", "", `{"prompt":"hi"}`, []string{"X-Api-Key", "k-one", "Authorization", "Bearer nope"},
+			http.StatusBadRequest, errInvalidRequest, "", "conflicting_api_keys"},
+	})
+	for _, hdr := range [][]string{
+		{"X-Api-Key", "k-one"},
+		{"x-api-key", "k-two", "anthropic-version", "2023-06-01"},
+		{"X-Api-Key", "k-one", "Authorization", "Bearer k-one"},
+	} {
+		resp := e.post(t, "/v1/completions", `{"prompt":"hi","max_tokens":2}`, hdr...)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%q", hdr)
+		resp.Body.Close()
+	}
+	req, err := http.NewRequest(http.MethodGet, e.ts.URL+"/v1/models", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Api-Key", "k-two")
+	resp, err := e.ts.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "GET /v1/models with x-api-key")
+	req.Header.Add("X-Api-Key", "k-one")
+	resp, err = e.ts.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "two x-api-key headers")
+}
+
 // TestTenantSalt: requests with different API keys never share prefix
 // blocks; the same key does.
 func TestTenantSalt(t *testing.T) {
