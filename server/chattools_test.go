@@ -191,9 +191,6 @@ type chatToolsOut struct {
 // false gives exactly one call, and a stream's deltas add up to the whole
 // answer's calls.
 func TestChatToolCallsEnforced(t *testing.T) {
-	if guided.StructuralTag == 100 {
-		t.Skip("the structural-tag grammar is a stub")
-	}
 	schemas := map[string]string{
 		"get_weather": tripSchema,
 		"get_time":    `{"type":"object","properties":{"tz":{"enum":["UTC","CET"]}},"required":["tz"],"additionalProperties":false}`,

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-llm/turnstile/guided"
 	"github.com/turnstile-llm/turnstile/toolcall"
 )
 
@@ -526,13 +525,10 @@ func TestMessagesBlocks(t *testing.T) {
 // TestMessagesForcedToolUse: tool_choice {type: tool} makes the answer a
 // tool_use block of that tool with an object input, stop_reason tool_use.
 func TestMessagesForcedToolUse(t *testing.T) {
-	if guided.StructuralTag == 100 {
-		t.Skip("guided.StructuralTag is still the stub (guided/tag_stub.go): the tool grammar is not merged yet")
-	}
-	e := newSimEnv(t, simOpts{guided: true})
+	e := newSimEnv(t, simOpts{guided: true, maxContext: 4096})
 	body := map[string]any{"max_tokens": 120, "messages": []map[string]any{{"role": "user", "content": "weather in Paris?"}},
 		"tools": []map[string]any{{"name": "get_weather", "input_schema": map[string]any{"type": "object",
-			"properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []string{"city"}}}},
+			"properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 8}}, "required": []string{"city"}, "additionalProperties": false}}},
 		"tool_choice": map[string]any{"type": "tool", "name": "get_weather"}}
 	var out msgOut
 	resp := e.post(t, "/v1/messages", body)

@@ -446,11 +446,8 @@ func TestResponsesJSONSchema(t *testing.T) {
 // TestResponsesRequiredTool: tool_choice required gives a function_call
 // item whose arguments match the tool's parameters.
 func TestResponsesRequiredTool(t *testing.T) {
-	if guided.StructuralTag == 100 {
-		t.Skip("guided.StructuralTag is still the stub (branch tag not merged): tool grammars cannot be compiled")
-	}
-	e := newSimEnv(t, simOpts{guided: true, maxContext: 512})
-	body := map[string]any{"input": "Weather in Paris?", "max_output_tokens": 200, "tool_choice": "required",
+	e := newSimEnv(t, simOpts{guided: true, maxContext: 4096})
+	body := map[string]any{"input": "Weather in Paris?", "max_output_tokens": 200, "tool_choice": "required", "parallel_tool_calls": false,
 		"tools": []any{map[string]any{"type": "function", "name": "get_weather", "strict": true,
 			"parameters": json.RawMessage(`{"type":"object","properties":{"city":{"type":"string","maxLength":8}},"required":["city"],"additionalProperties":false}`)}}}
 	out := postResp(t, e, body)
