@@ -20,7 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-llm/turnstile/executor"
-	"github.com/turnstile-llm/turnstile/guided"
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/internal/testwait"
 	"github.com/turnstile-llm/turnstile/toolcall"
