@@ -305,7 +305,7 @@ func toolConstraint(c *convo, s *toolcall.Syntax, reasoningEnd string) (*constra
 		return nil, badRequest(c.toolsParam, "invalid_value", "%s: %v", c.toolsParam, err)
 	}
 	return &constraint{spec: guided.Spec{Kind: guided.StructuralTag, Source: src}, param: c.toolsParam,
-		optional: c.choice.Mode == toolsAuto, rename: structureNames(c.toolsParam, toolIndex)}, nil
+		optional: c.choice.Mode == toolsAuto, rename: structureNames(c, toolIndex)}, nil
 }
 
 // structurePattern finds a structure's index in a grammar error.
@@ -313,14 +313,14 @@ var structurePattern = regexp.MustCompile(`structures\[(\d+)\]\.schema`)
 
 // structureNames maps the grammar's "structures[k].schema" in errors to
 // the tool's field.
-func structureNames(param string, toolIndex []int) func(string) string {
+func structureNames(c *convo, toolIndex []int) func(string) string {
 	return func(msg string) string {
 		return structurePattern.ReplaceAllStringFunc(msg, func(m string) string {
 			k, err := strconv.Atoi(structurePattern.FindStringSubmatch(m)[1])
 			if err != nil || k >= len(toolIndex) {
 				return m
 			}
-			return fmt.Sprintf("%s[%d].parameters", param, toolIndex[k])
+			return c.toolField(toolIndex[k], c.schemaField)
 		})
 	}
 }

@@ -385,3 +385,18 @@ func TestReasoningShape(t *testing.T) {
 		})
 	}
 }
+
+// TestToolSchemaRefused: a parameter schema the grammar engine refuses is a
+// 400 whose message names the tool's field.
+func TestToolSchemaRefused(t *testing.T) {
+	e := newSimEnv(t, simOpts{guided: true, maxContext: 4096})
+	body := `{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"tool_choice":"required","tools":[` +
+		`{"type":"function","function":{"name":"ok","parameters":{"type":"object"}}},` +
+		`{"type":"function","function":{"name":"bad","parameters":{"type":"object","properties":{"a":{"type":"string","pattern":"(?=x)"}}}}}]}`
+	resp := e.post(t, "/v1/chat/completions", body)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	var eo errorOut
+	decodeJSON(t, resp, &eo)
+	require.Equal(t, "tools", *eo.Error.Param)
+	require.Contains(t, eo.Error.Message, "tools[1].function.parameters")
+}

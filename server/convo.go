@@ -75,6 +75,16 @@ type convo struct {
 	// Request field names, for errors: where the messages, tools and the
 	// choice came from in this protocol.
 	msgsParam, toolsParam, choiceParam string
+	// nameField and schemaField are where a tool's name and parameter
+	// schema sit inside one tools element ("function.name" and
+	// "function.parameters" on chat, "name" and "input_schema" on
+	// Anthropic's).
+	nameField, schemaField string
+}
+
+// toolField names field of tools[i], for errors.
+func (c *convo) toolField(i int, field string) string {
+	return fmt.Sprintf("%s[%d].%s", c.toolsParam, i, field)
 }
 
 // checkTools validates the offered tools and the choice against them.
@@ -84,17 +94,17 @@ func (c *convo) checkTools() *APIError {
 	}
 	seen := make(map[string]int, len(c.tools))
 	for i, t := range c.tools {
-		at := fmt.Sprintf("%s[%d]", c.toolsParam, i)
+		name, schema := c.toolField(i, c.nameField), c.toolField(i, c.schemaField)
 		if !toolNamePattern.MatchString(t.Name) {
-			return badRequest(at+".name", "invalid_value", "%s.name %q: must be 1 to %d letters, digits, underscores or dashes", at, clipValue(t.Name), maxToolNameLen)
+			return badRequest(name, "invalid_value", "%s %q: must be 1 to %d letters, digits, underscores or dashes", name, clipValue(t.Name), maxToolNameLen)
 		}
 		if k, dup := seen[t.Name]; dup {
-			return badRequest(at+".name", "invalid_value", "%s.name %q: %s[%d] has the same name", at, t.Name, c.toolsParam, k)
+			return badRequest(name, "invalid_value", "%s %q: %s[%d] has the same name", name, t.Name, c.toolsParam, k)
 		}
 		seen[t.Name] = i
 		if present(t.Parameters) {
 			if p := bytes.TrimSpace(t.Parameters); p[0] != '{' {
-				return badRequest(at+".parameters", "invalid_type", "%s.parameters: expected a JSON Schema object, got %s", at, jsonValueKind(p))
+				return badRequest(schema, "invalid_type", "%s: expected a JSON Schema object, got %s", schema, jsonValueKind(p))
 			}
 		}
 	}

@@ -136,7 +136,8 @@ func (mp messagesParse) parse(body []byte) (*job, *APIError) {
 		return nil, e
 	}
 	c := &convo{msgs: msgs, tools: tools, choice: choice, parallel: parallel, kwargs: kwargs,
-		msgsParam: "messages", toolsParam: "tools", choiceParam: "tool_choice"}
+		msgsParam: "messages", toolsParam: "tools", choiceParam: "tool_choice",
+		nameField: "name", schemaField: "input_schema"}
 	return p.convoJob(c, &job{chat: true}, f, r.MaxTokens, "max_tokens")
 }
 

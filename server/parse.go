@@ -407,7 +407,8 @@ func (p *parser) chatCompletion(body []byte) (*job, *APIError) {
 		return nil, e
 	}
 	c := &convo{msgs: msgs, tools: tools, choice: choice, parallel: r.ParallelToolCalls == nil || *r.ParallelToolCalls,
-		kwargs: kwargs, msgsParam: "messages", toolsParam: "tools", choiceParam: "tool_choice"}
+		kwargs: kwargs, msgsParam: "messages", toolsParam: "tools", choiceParam: "tool_choice",
+		nameField: "function.name", schemaField: "function.parameters"}
 	j := &job{chat: true, logprobs: r.Logprobs}
 	if r.TopLogprobs != nil {
 		switch tl := *r.TopLogprobs; {

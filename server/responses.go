@@ -258,7 +258,8 @@ func (s *Server) parseResponses(body []byte, header string) (*job, *APIError) {
 		}
 	}
 	c := &convo{msgs: msgs, tools: tools, choice: choice, parallel: r.ParallelToolCalls == nil || *r.ParallelToolCalls,
-		kwargs: kwargs, msgsParam: "input", toolsParam: "tools", choiceParam: "tool_choice"}
+		kwargs: kwargs, msgsParam: "input", toolsParam: "tools", choiceParam: "tool_choice",
+		nameField: "name", schemaField: "parameters"}
 	f := &sharedFields{MaxTokens: r.MaxOutputTokens, Temperature: r.Temperature, TopP: r.TopP, Stream: r.Stream, User: r.User}
 	format, e := respTextFormat(r.Text, f)
 	if e != nil {

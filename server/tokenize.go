@@ -95,7 +95,8 @@ func (p *parser) tokenize(body []byte) (*tokenizeResponse, *APIError) {
 			return nil, e
 		}
 		c := &convo{msgs: msgs, tools: tools, choice: toolChoice{Mode: toolsNone}, parallel: true, kwargs: kwargs,
-			msgsParam: "messages", toolsParam: "tools", choiceParam: "tool_choice"}
+			msgsParam: "messages", toolsParam: "tools", choiceParam: "tool_choice",
+			nameField: "function.name", schemaField: "function.parameters"}
 		cue := r.AddGenerationPrompt == nil || *r.AddGenerationPrompt
 		if toks, _, e = p.renderConvo(c, cue); e != nil {
 			return nil, e
