@@ -52,7 +52,8 @@ type serveOptions struct {
 	// The server's client bounds (server.Config; 0 takes its defaults).
 	readTimeout, writeTimeout, idleTimeout time.Duration
 	maxConnections                         int
-	// The /v1/responses store's bounds (server.Config.Responses*).
+	// The /v1/responses store's bounds (server.Config.ResponsesMax,
+	// ResponsesMaxBytes and ResponsesTTL).
 	responsesMax      int
 	responsesMaxBytes int64
 	responsesTTL      time.Duration
