@@ -22,6 +22,7 @@ import (
 	"github.com/turnstile-llm/turnstile/executor"
 	"github.com/turnstile-llm/turnstile/internal/clock"
 	"github.com/turnstile-llm/turnstile/internal/testwait"
+	"github.com/turnstile-llm/turnstile/policy"
 	"github.com/turnstile-llm/turnstile/toolcall"
 )
 
@@ -685,4 +686,41 @@ func TestOpenAINodeResponses(t *testing.T) {
 	require.True(t, got.Retrieved)
 	require.True(t, got.Deleted)
 	require.Equal(t, 404, got.AfterDelete)
+}
+
+// TestResponsesChainIsOneProgram: under the engine's program policy, a
+// chain of three stored responses is one program in /metrics, and deleting
+// the chain's responses ends it.
+func TestResponsesChainIsOneProgram(t *testing.T) {
+	pc := policy.DefaultConfig(policy.BlockAccounting, 0)
+	e := newSimEnv(t, simOpts{programs: &pc, maxContext: 1024})
+	programs := func() float64 {
+		fams := scrape(t, e)
+		n := 0.0
+		for _, st := range []string{"active", "paused", "waiting"} {
+			n += labelled(fams, "turnstile_programs", "state", st)
+		}
+		return n
+	}
+	var ids []string
+	prev := ""
+	for turn := range 3 {
+		body := map[string]any{"input": fmt.Sprintf("Turn %d: tell me more.", turn), "max_output_tokens": 4}
+		if prev != "" {
+			body["previous_response_id"] = prev
+		}
+		out := postResp(t, e, body)
+		prev = out.ID
+		ids = append(ids, out.ID)
+		require.Eventually(t, func() bool { return programs() == 1 }, 5*time.Second, time.Millisecond, "turn %d", turn)
+	}
+	for _, id := range ids {
+		req, err := http.NewRequest(http.MethodDelete, e.ts.URL+"/v1/responses/"+id, nil)
+		require.NoError(t, err)
+		resp, err := e.ts.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	require.Eventually(t, func() bool { return programs() == 0 }, 5*time.Second, time.Millisecond, "the chain's program ends with its last response")
 }
