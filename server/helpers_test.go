@@ -64,10 +64,14 @@ type simOpts struct {
 	programs    *policy.Config // the engine's program policy (nil: none)
 	guided      bool           // structured output: a guided decoder and a grammar cache
 	grammarsOff error          // with guided false: why structured output is off
+	// tok is the tokenizer (nil: stories260K's); the sim samples among its
+	// ordinary tokens [tokenMin, tokenMax) (both 0 with tok nil:
+	// stories260K's pieces, past the control and byte tokens; both 0 with
+	// tok set: the whole vocabulary).
+	tok                *tokenizer.Tokenizer
+	tokenMin, tokenMax int32
 }
 
-// newSimEnv serves the sim runner (deterministic tokens among stories260K's
-// ordinary pieces) with the real tokenizer.
 // testSeats is the seat count, derived once by seatpool.Seats, that an
 // engine of mbs with overlap ovl and its runner are built with.
 func testSeats(tb testing.TB, mbs int, ovl bool) int {
@@ -77,9 +81,18 @@ func testSeats(tb testing.TB, mbs int, ovl bool) int {
 	return n
 }
 
+// newSimEnv serves the sim runner (deterministic tokens among the
+// tokenizer's ordinary pieces: stories260K's unless o.tok says otherwise)
+// with the real tokenizer.
 func newSimEnv(t testing.TB, o simOpts) *env {
 	t.Helper()
-	tok := storiesTokenizer(t)
+	tok := o.tok
+	if tok == nil {
+		tok = storiesTokenizer(t)
+		if o.tokenMin == 0 && o.tokenMax == 0 {
+			o.tokenMin, o.tokenMax = 259, int32(tok.VocabSize())
+		}
+	}
 	if o.maxContext == 0 {
 		o.maxContext = 256
 	}
@@ -94,7 +107,7 @@ func newSimEnv(t testing.TB, o simOpts) *env {
 		Capacity: step.Capacity{Seats: seats, KVBlocks: 512, BlockSize: 16, MaxContext: o.maxContext,
 			MaxBatchTokens: 256, Vocab: tok.VocabSize()},
 		Cost: sim.Fixed(o.step), Clock: clock.Real{}, Seed: 3,
-		TokenMin: 259, TokenMax: int32(tok.VocabSize()), EOS: tok.EOS(),
+		TokenMin: o.tokenMin, TokenMax: o.tokenMax, EOS: tok.EOS(),
 	})
 	require.NoError(t, err)
 	cfg := executor.Config{MaxBatchSize: o.mbs, Overlap: true, Model: testModel, Seed: 1, Programs: o.programs}
