@@ -9,11 +9,39 @@ export const env = {
   key: process.env.TURNSTILE_KEY,
   model: process.env.TURNSTILE_MODEL,
   seeds: (process.env.TURNSTILE_SEEDS ?? '0,1,2').split(',').map(Number),
-  // Extra members for every OpenAI chat/responses request body (e.g.
-  // chat_template_kwargs for a thinking template), as JSON.
-  extra: JSON.parse(process.env.TURNSTILE_EXTRA || '{}'),
+  // The template thinks unless told not to (Qwen3): each API's way of
+  // turning thinking off goes into its requests (on random logits the
+  // reasoning would never end).
+  thinks: process.env.TURNSTILE_THINKS === '1',
   // Which scenarios to run (comma separated; empty: all).
   only: (process.env.TURNSTILE_ONLY ?? '').split(',').filter(Boolean),
+};
+
+// noThinking is each API's request member that turns thinking off, where
+// the template thinks.
+export const noThinking = {
+  chat: env.thinks ? { chat_template_kwargs: { enable_thinking: false } } : {},
+  responses: env.thinks ? { reasoning: { effort: 'none' } } : {},
+  messages: env.thinks ? { thinking: { type: 'disabled' } } : {},
+};
+
+// The tools' parameters: schemas that keep random walks short (enums,
+// small integers, short strings).
+export const weatherSchema = {
+  type: 'object',
+  properties: {
+    city: { type: 'string', maxLength: 12 },
+    unit: { enum: ['c', 'f'] },
+    days: { type: 'integer', minimum: 1, maximum: 7 },
+  },
+  required: ['city', 'unit'],
+  additionalProperties: false,
+};
+export const timeSchema = {
+  type: 'object',
+  properties: { tz: { enum: ['UTC', 'CET', 'JST'] } },
+  required: ['tz'],
+  additionalProperties: false,
 };
 
 const ajv = new Ajv({ strict: false, allErrors: true });

@@ -4,26 +4,10 @@
 // arguments checked with ajv; then the conversation sent back with the
 // calls and their results.
 import OpenAI from 'openai';
-import { env, check, scenario, report } from './common.mjs';
+import { env, check, scenario, report, noThinking, weatherSchema, timeSchema } from './common.mjs';
 
 const client = new OpenAI({ baseURL: `${env.url}/v1`, apiKey: env.key, maxRetries: 0 });
 
-export const weatherSchema = {
-  type: 'object',
-  properties: {
-    city: { type: 'string', maxLength: 12 },
-    unit: { enum: ['c', 'f'] },
-    days: { type: 'integer', minimum: 1, maximum: 7 },
-  },
-  required: ['city', 'unit'],
-  additionalProperties: false,
-};
-export const timeSchema = {
-  type: 'object',
-  properties: { tz: { enum: ['UTC', 'CET', 'JST'] } },
-  required: ['tz'],
-  additionalProperties: false,
-};
 const schemas = { get_weather: weatherSchema, get_time: timeSchema };
 const tools = [
   { type: 'function', function: { name: 'get_weather', description: 'The weather in a city', parameters: weatherSchema } },
@@ -43,7 +27,7 @@ for (const [mode, choice] of Object.entries(modes)) {
   for (const seed of env.seeds) {
     for (const stream of [false, true]) {
       await scenario(`${mode}/seed=${seed}/${stream ? 'stream' : 'whole'}`, async () => {
-        const body = { model: env.model, messages, tools, ...choice, temperature: 1, seed, max_tokens: 160, ...env.extra };
+        const body = { model: env.model, messages, tools, ...choice, temperature: 1, seed, max_tokens: 160, ...noThinking.chat };
         const completion = stream
           ? await client.chat.completions.stream(body).finalChatCompletion()
           : await client.chat.completions.create(body);
@@ -64,7 +48,7 @@ for (const [mode, choice] of Object.entries(modes)) {
             ...whole.map((c) => ({ role: 'tool', tool_call_id: c.id, content: JSON.stringify({ ok: true, name: c.function.name }) })),
           ];
           const second = await client.chat.completions.create({
-            model: env.model, messages: back, tools, temperature: 1, seed, max_tokens: 24, ...env.extra,
+            model: env.model, messages: back, tools, temperature: 1, seed, max_tokens: 24, ...noThinking.chat,
           });
           result.roundTrip = { finish: second.choices[0].finish_reason, promptTokens: second.usage?.prompt_tokens };
         }
