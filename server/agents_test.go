@@ -165,6 +165,7 @@ func TestAgentClients(t *testing.T) {
 			e := s.start(t)
 			t.Run("openai-tools", func(t *testing.T) { testOpenAITools(t, dir, e, s) })
 			t.Run("openai-responses", func(t *testing.T) { testOpenAIResponses(t, dir, e, s) })
+			t.Run("openai-agents", func(t *testing.T) { testOpenAIAgents(t, dir, e, s) })
 		})
 	}
 	// The Responses API has no seed: temperature 0's determinism, whole
@@ -361,6 +362,46 @@ func testOpenAIResponses(t *testing.T, dir string, e *env, s clientServer, only 
 			require.Contains(t, []string{"completed", "incomplete"}, c.Second.Status)
 			require.Greater(t, c.Second.Usage.InputTokens, c.First.Usage.InputTokens, "the second turn's input holds the first's")
 			require.Positive(t, c.Second.Usage.InputTokensDetails.CachedTokens, "the second turn reuses the first's KV prefix")
+		})
+	}
+}
+
+// testOpenAIAgents: the OpenAI Agents SDK runs an agent with one function
+// tool through the Responses API: the tool is called (forced on the first
+// turn) with valid arguments and the run ends with a final output.
+func testOpenAIAgents(t *testing.T, dir string, e *env, s clientServer) {
+	if !endpointServed(t, e, "/v1/responses") {
+		t.Skip("POST /v1/responses is not served (404): the Responses API (branch responses) is not merged")
+	}
+	// The chat completions model's run needs no Responses API, but one
+	// script runs them all.
+	got, names := runClient(t, dir, e, s, "agents.mjs")
+	require.Equal(t, []string{"chat_completions/stream", "json/stream", "zod/whole"}, names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			if !noFailure(t, got[name]) {
+				return
+			}
+			var c struct {
+				Calls          []ajvCheck `json:"calls"`
+				FinalOutput    *string    `json:"finalOutput"`
+				Items          []string   `json:"items"`
+				Responses      int        `json:"responses"`
+				LastResponseID string     `json:"lastResponseId"`
+				Events         int        `json:"events"`
+			}
+			require.NoError(t, json.Unmarshal(got[name], &c))
+			require.Len(t, c.Calls, 1, "the tool ran once: items %v", c.Items)
+			require.True(t, c.Calls[0].Valid, "arguments %v: ajv: %s", c.Calls[0].Value, c.Calls[0].Errors)
+			require.Equal(t, []string{"tool_call_item", "tool_call_output_item", "message_output_item"}, c.Items)
+			require.Equal(t, 2, c.Responses, "a turn that calls and a turn that answers")
+			require.NotNil(t, c.FinalOutput, "the run ended with a final output")
+			if !strings.HasPrefix(name, "chat_completions") {
+				require.NotEmpty(t, c.LastResponseID)
+			}
+			if strings.HasSuffix(name, "stream") {
+				require.Positive(t, c.Events)
+			}
 		})
 	}
 }
