@@ -166,16 +166,19 @@ func TestAgentClients(t *testing.T) {
 			t.Run("openai-tools", func(t *testing.T) { testOpenAITools(t, dir, e, s) })
 			t.Run("openai-responses", func(t *testing.T) { testOpenAIResponses(t, dir, e, s) })
 			t.Run("openai-agents", func(t *testing.T) { testOpenAIAgents(t, dir, e, s) })
+			t.Run("anthropic", func(t *testing.T) { testAnthropic(t, dir, e, s) })
 		})
 	}
-	// The Responses API has no seed: temperature 0's determinism, whole
-	// against streamed, is checked where it holds, on a real model (the
-	// stories260K CPU runner).
-	t.Run("stories-cpu/openai-responses", func(t *testing.T) {
+	// Neither the Responses API nor the Messages API has a seed:
+	// temperature 0's determinism, whole against streamed, is checked
+	// where it holds, on a real model (the stories260K CPU runner).
+	t.Run("stories-cpu", func(t *testing.T) {
 		eng, m := storiesEngine(t, true)
 		e := startEnv(t, eng, m.Tokenizer(), Config{Model: testModel, MaxContext: m.MaxContext(), Tokenizer: m.Tokenizer(),
 			ChatTemplate: readTemplate(t, "qwen2.5"), APIKeys: []string{"sk-test"}, MaxInFlight: 16})
-		testOpenAIResponses(t, dir, e, clientServer{name: "stories-cpu", greedy: true}, "text")
+		cpu := clientServer{name: "stories-cpu", greedy: true}
+		t.Run("openai-responses", func(t *testing.T) { testOpenAIResponses(t, dir, e, cpu, "text") })
+		t.Run("anthropic", func(t *testing.T) { testAnthropic(t, dir, e, cpu, "text") })
 	})
 }
 
@@ -404,4 +407,185 @@ func testOpenAIAgents(t *testing.T, dir string, e *env, s clientServer) {
 			}
 		})
 	}
+}
+
+// msgSummary is what the anthropic script reports of a message.
+type msgSummary struct {
+	ID         string  `json:"id"`
+	Type       string  `json:"type"`
+	Role       string  `json:"role"`
+	Model      string  `json:"model"`
+	StopReason string  `json:"stop_reason"`
+	StopSeq    *string `json:"stop_sequence"`
+	Content    []struct {
+		Type  string          `json:"type"`
+		Text  string          `json:"text"`
+		ID    string          `json:"id"`
+		Name  string          `json:"name"`
+		Input json.RawMessage `json:"input"`
+	} `json:"content"`
+	Usage struct {
+		InputTokens   int `json:"input_tokens"` // Anthropic's: past the cache's
+		CacheRead     int `json:"cache_read_input_tokens"`
+		CacheCreation int `json:"cache_creation_input_tokens"`
+		OutputTokens  int `json:"output_tokens"`
+	} `json:"usage"`
+	Checks []ajvCheck `json:"checks"`
+}
+
+// prompt is the prompt's whole length: Anthropic's input_tokens counts only
+// what follows the cache's part.
+func (m msgSummary) prompt() int {
+	return m.Usage.InputTokens + m.Usage.CacheRead + m.Usage.CacheCreation
+}
+
+func (m msgSummary) text() string {
+	var b strings.Builder
+	for _, c := range m.Content {
+		b.WriteString(c.Text)
+	}
+	return b.String()
+}
+
+// testAnthropic: the Anthropic SDK's messages, whole and streamed, a
+// forced tool_use block checked with ajv, its result sent back, and
+// errors mapped to the SDK's classes.
+func testAnthropic(t *testing.T, dir string, e *env, s clientServer, only ...string) {
+	if !endpointServed(t, e, "/v1/messages") {
+		t.Skip("POST /v1/messages is not served (404): the Messages API (branch messages) is not merged")
+	}
+	got, names := runClient(t, dir, e, s, "anthropic.mjs", only...)
+	if len(only) == 0 {
+		require.Equal(t, []string{"errors", "text", "tool/any", "tool/tool"}, names)
+	}
+	sub := func(name string, f func(t *testing.T, raw json.RawMessage)) {
+		if len(only) > 0 && !slices.Contains(only, name) {
+			return
+		}
+		t.Run(name, func(t *testing.T) {
+			raw, ok := got[name]
+			require.True(t, ok, "the script reports %s", name)
+			if noFailure(t, raw) {
+				f(t, raw)
+			}
+		})
+	}
+	sub("text", func(t *testing.T, raw json.RawMessage) {
+		var c struct {
+			Whole  msgSummary `json:"whole"`
+			Stream struct {
+				msgSummary
+				Deltas string `json:"deltas"`
+			} `json:"stream"`
+			Raw struct {
+				Types      []string `json:"types"`
+				First      string   `json:"first"`
+				Last       string   `json:"last"`
+				Text       string   `json:"text"`
+				StopReason string   `json:"stop_reason"`
+				Usage      struct {
+					OutputTokens int `json:"output_tokens"`
+				} `json:"usage"`
+			} `json:"raw"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &c))
+		require.Equal(t, "message", c.Whole.Type)
+		require.Equal(t, "assistant", c.Whole.Role)
+		require.Equal(t, testModel, c.Whole.Model)
+		require.Equal(t, "max_tokens", c.Whole.StopReason, "16 tokens of text end at max_tokens")
+		require.Equal(t, 16, c.Whole.Usage.OutputTokens)
+		require.Positive(t, c.Whole.prompt())
+		require.Len(t, c.Whole.Content, 1)
+		require.Equal(t, "text", c.Whole.Content[0].Type)
+		require.NotEmpty(t, c.Whole.text())
+		require.Equal(t, c.Stream.text(), c.Stream.Deltas, "the helper's text events add up to its message")
+		require.Equal(t, "max_tokens", c.Stream.StopReason)
+		require.Equal(t, "message_start", c.Raw.First)
+		require.Equal(t, "message_stop", c.Raw.Last)
+		require.Equal(t, "max_tokens", c.Raw.StopReason)
+		require.Equal(t, 16, c.Raw.Usage.OutputTokens)
+		if s.greedy {
+			require.Equal(t, c.Whole.text(), c.Stream.text(), "the same request at temperature 0 whole and streamed (the helper)")
+			require.Equal(t, c.Whole.text(), c.Raw.Text, "the same request at temperature 0 whole and streamed (create)")
+		} else {
+			t.Logf("sim: whole %q, streamed %q (no seed in the Messages API; compared on stories-cpu)", c.Whole.text(), c.Stream.text())
+		}
+	})
+	for _, name := range []string{"tool/tool", "tool/any"} {
+		sub(name, func(t *testing.T, raw json.RawMessage) {
+			var c struct {
+				Whole  msgSummary `json:"whole"`
+				Stream msgSummary `json:"stream"`
+				Raw    struct {
+					StopReason string   `json:"stop_reason"`
+					Types      []string `json:"types"`
+					Uses       []struct {
+						ID    string   `json:"id"`
+						Name  string   `json:"name"`
+						JSON  string   `json:"json"`
+						Check ajvCheck `json:"check"`
+					} `json:"uses"`
+				} `json:"raw"`
+				Second *msgSummary `json:"second"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &c))
+			for _, m := range []msgSummary{c.Whole, c.Stream} {
+				require.Equal(t, "tool_use", m.StopReason, "%+v", m)
+				var uses []string
+				for _, b := range m.Content {
+					if b.Type == "tool_use" {
+						require.Equal(t, "get_weather", b.Name)
+						require.NotEmpty(t, b.ID)
+						uses = append(uses, string(b.Input))
+					}
+				}
+				require.Len(t, uses, 1, "one tool_use block: %+v", m.Content)
+				require.Len(t, m.Checks, 1)
+				require.True(t, m.Checks[0].Valid, "input %s: ajv: %s", uses[0], m.Checks[0].Errors)
+			}
+			require.Equal(t, "tool_use", c.Raw.StopReason)
+			require.Len(t, c.Raw.Uses, 1)
+			require.True(t, c.Raw.Uses[0].Check.Valid, "input_json_delta pieces %s: ajv: %s", c.Raw.Uses[0].JSON, c.Raw.Uses[0].Check.Errors)
+			require.Contains(t, c.Raw.Types, "content_block_delta")
+			require.NotNil(t, c.Second, "the tool's result was sent back")
+			require.Equal(t, "message", c.Second.Type)
+			require.Contains(t, []string{"end_turn", "max_tokens", "tool_use"}, c.Second.StopReason)
+			require.Greater(t, c.Second.prompt(), c.Whole.prompt(), "the second turn's prompt holds the first's")
+			require.Positive(t, c.Second.Usage.CacheRead, "the second turn reuses the first's KV prefix")
+		})
+	}
+	sub("errors", func(t *testing.T, raw json.RawMessage) {
+		type errOut struct {
+			Class  string `json:"class"`
+			Status int    `json:"status"`
+			Body   struct {
+				Type  string `json:"type"`
+				Error struct {
+					Type    string `json:"type"`
+					Message string `json:"message"`
+				} `json:"error"`
+			} `json:"body"`
+		}
+		var c struct {
+			NotFound     errOut `json:"notFound"`
+			Unauthorized errOut `json:"unauthorized"`
+			BadRequest   errOut `json:"badRequest"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &c))
+		for _, tc := range []struct {
+			got            errOut
+			class, errType string
+			status         int
+		}{
+			{c.NotFound, "NotFoundError", "not_found_error", 404},
+			{c.Unauthorized, "AuthenticationError", "authentication_error", 401},
+			{c.BadRequest, "BadRequestError", "invalid_request_error", 400},
+		} {
+			require.Equal(t, tc.class, tc.got.Class)
+			require.Equal(t, tc.status, tc.got.Status)
+			require.Equal(t, "error", tc.got.Body.Type, "Anthropic's error shape")
+			require.Equal(t, tc.errType, tc.got.Body.Error.Type)
+			require.NotEmpty(t, tc.got.Body.Error.Message)
+		}
+	})
 }
