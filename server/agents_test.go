@@ -231,6 +231,23 @@ func testOpenAITools(t *testing.T, dir string, e *env, s clientServer) {
 				require.Positive(t, c.RoundTrip.PromptTokens)
 				require.NotEmpty(t, c.RoundTrip.Finish)
 			}
+			whole, ok := strings.CutSuffix(name, "/stream")
+			if !ok {
+				return
+			}
+			// The same request (the same seed) whole: the stream's calls,
+			// as the client's stream helper assembled them, are its calls.
+			var w struct {
+				Finish string        `json:"finish"`
+				Calls  []toolCallOut `json:"calls"`
+			}
+			require.NoError(t, json.Unmarshal(got[whole+"/whole"], &w))
+			require.Equal(t, w.Finish, c.Finish)
+			require.Len(t, c.Calls, len(w.Calls))
+			for k := range w.Calls {
+				require.Equal(t, w.Calls[k].Name, c.Calls[k].Name)
+				require.Equal(t, w.Calls[k].Arguments, c.Calls[k].Arguments)
+			}
 		})
 	}
 }
