@@ -1,5 +1,6 @@
 // Package serveload is a load generator for any OpenAI-compatible server's
-// streaming POST /v1/completions (turnstile, llama-server, vLLM). It runs
+// streaming POST /v1/completions (turnstile, llama-server, vLLM), or
+// /v1/chat/completions with a system message and tools (Config.Chat). It runs
 // closed loop — N clients each send one request at a time, and the next as
 // soon as the previous one ends — or open loop — requests arrive as a
 // seeded Poisson process of a given rate, with an optional bound on those
@@ -116,6 +117,11 @@ type Config struct {
 	// client taking them in turn from its own offset: one shared by all
 	// requests, or as many different ones as given. Not modified.
 	ResponseFormats []json.RawMessage
+	// Chat, when set, sends POST /v1/chat/completions instead: the prompt
+	// is the user message, after Chat.System when that is set, with
+	// Chat.Tools offered (tool_choice auto). Content, reasoning and
+	// tool-call deltas all count as token-carrying chunks.
+	Chat *Chat
 	// Progress, when set, is called with the requests finished so far and
 	// MaxRequests, at most every ProgressEvery and once at the end, from
 	// one goroutine at a time.
@@ -126,6 +132,15 @@ type Config struct {
 	// Client sends the requests (nil: a client with its own transport
 	// keeping one idle connection per client, closed when Run returns).
 	Client *http.Client
+}
+
+// Chat is a chat-completions run's conversation around each prompt.
+type Chat struct {
+	// System is the system message ("": none).
+	System string
+	// Tools is OpenAI's tools array, sent with tool_choice "auto" (nil:
+	// no tools). Not modified.
+	Tools json.RawMessage
 }
 
 // Result is what one run measured. Rates are over Elapsed, the wall time
@@ -155,6 +170,9 @@ type Result struct {
 	// InputTokens their usage.prompt_tokens (0 where a server omits it).
 	OutputTokens int64 `json:"output_tokens"`
 	InputTokens  int64 `json:"input_tokens"`
+	// CachedTokens sums usage.prompt_tokens_details.cached_tokens: the
+	// prompt tokens the server's prefix cache held (0 where it omits it).
+	CachedTokens int64 `json:"cached_tokens"`
 	// RequestsPerSec is Successes / Elapsed; OutputTokensPerSec is
 	// OutputTokens / Elapsed.
 	RequestsPerSec     float64 `json:"requests_per_sec"`
@@ -178,6 +196,9 @@ type Result struct {
 	SLO     *SLO    `json:"slo,omitempty"`
 	SLOMet  int     `json:"slo_met,omitempty"`
 	Goodput float64 `json:"goodput_per_sec,omitempty"`
+	// ToolCallRequests is the successful chat requests whose stream
+	// carried a tool call.
+	ToolCallRequests int `json:"tool_call_requests,omitempty"`
 }
 
 // WordsSummary is the length of the prompts sent (0s when none was).
@@ -232,6 +253,14 @@ func (c *Config) validate() error {
 			return fmt.Errorf("serveload: ResponseFormats[%d] is not a JSON object", i)
 		}
 	}
+	if c.Chat != nil && len(c.Chat.Tools) > 0 {
+		if t := bytes.TrimSpace(c.Chat.Tools); !json.Valid(t) || t[0] != '[' {
+			return errors.New("serveload: Chat.Tools is not a JSON array")
+		}
+		if c.IgnoreEOS {
+			return errors.New("serveload: IgnoreEOS with Chat.Tools: a tool call ends where its grammar does")
+		}
+	}
 	if len(c.ResponseFormats) > 0 && c.IgnoreEOS {
 		return errors.New("serveload: IgnoreEOS with ResponseFormats: a constrained request ends where its grammar does")
 	}
@@ -251,7 +280,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.validate(); err != nil {
 		return Result{}, err
 	}
-	r := &runner{cfg: &cfg, url: strings.TrimSuffix(cfg.BaseURL, "/") + "/v1/completions",
+	path := "/v1/completions"
+	if cfg.Chat != nil {
+		path = "/v1/chat/completions"
+	}
+	r := &runner{cfg: &cfg, url: strings.TrimSuffix(cfg.BaseURL, "/") + path,
 		itl: newReservoir(MaxITLSamples, cfg.Seed)}
 	r.client = cfg.Client
 	if r.client == nil {
@@ -422,6 +455,8 @@ type worker struct {
 	firstErr        error
 	firstErrAt      time.Time
 	tokens, input   int64
+	cached          int64
+	toolCalls       int      // successful requests that streamed a tool call
 	samples         []sample // successful requests only
 	words           WordsSummary
 	wordsSum, sent  int
@@ -440,19 +475,53 @@ type request struct {
 	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
 }
 
+// chatRequest is the body of each POST /v1/chat/completions (Config.Chat).
+type chatRequest struct {
+	Model          string          `json:"model,omitempty"`
+	Messages       []chatMessage   `json:"messages"`
+	MaxTokens      int             `json:"max_tokens"`
+	Seed           uint32          `json:"seed"`
+	IgnoreEOS      bool            `json:"ignore_eos,omitempty"`
+	Stream         bool            `json:"stream"`
+	StreamOptions  streamOptions   `json:"stream_options"`
+	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
+	Tools          json.RawMessage `json:"tools,omitempty"`
+	ToolChoice     string          `json:"tool_choice,omitempty"`
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
 type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
-// chunk is the part of a completions stream chunk the client checks.
+// chunk is the part of a completions or chat completions stream chunk the
+// client checks.
 type chunk struct {
 	Choices []struct {
 		Text         string  `json:"text"`
 		FinishReason *string `json:"finish_reason"`
+		// Delta is a chat chunk's.
+		Delta *struct {
+			Content          string `json:"content"`
+			ReasoningContent string `json:"reasoning_content"`
+			ToolCalls        []struct {
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
 	} `json:"choices"`
 	Usage *struct {
-		CompletionTokens int `json:"completion_tokens"`
-		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokens        int `json:"prompt_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 	Error *struct {
 		Message string `json:"message"`
@@ -469,10 +538,23 @@ func (w *worker) one(ctx context.Context, prompt string, words int, seed uint32)
 	w.words.Max = max(w.words.Max, words)
 	w.wordsSum += words
 	w.sent++
-	req := request{Model: cfg.Model, Prompt: prompt, MaxTokens: cfg.MaxTokens, Seed: seed,
-		IgnoreEOS: cfg.IgnoreEOS, Stream: true, StreamOptions: streamOptions{IncludeUsage: true}}
+	var rf json.RawMessage
 	if n := len(cfg.ResponseFormats); n > 0 {
-		req.ResponseFormat = cfg.ResponseFormats[(w.id+w.sent)%n]
+		rf = cfg.ResponseFormats[(w.id+w.sent)%n]
+	}
+	var req any = request{Model: cfg.Model, Prompt: prompt, MaxTokens: cfg.MaxTokens, Seed: seed,
+		IgnoreEOS: cfg.IgnoreEOS, Stream: true, StreamOptions: streamOptions{IncludeUsage: true}, ResponseFormat: rf}
+	if c := cfg.Chat; c != nil {
+		cr := chatRequest{Model: cfg.Model, MaxTokens: cfg.MaxTokens, Seed: seed, IgnoreEOS: cfg.IgnoreEOS, Stream: true,
+			StreamOptions: streamOptions{IncludeUsage: true}, ResponseFormat: rf, Tools: c.Tools}
+		if c.System != "" {
+			cr.Messages = append(cr.Messages, chatMessage{Role: "system", Content: c.System})
+		}
+		cr.Messages = append(cr.Messages, chatMessage{Role: "user", Content: prompt})
+		if len(c.Tools) > 0 {
+			cr.ToolChoice = "auto"
+		}
+		req = cr
 	}
 	w.body.Reset()
 	if err := json.NewEncoder(&w.body).Encode(req); err != nil {
@@ -498,6 +580,10 @@ func (w *worker) one(ctx context.Context, prompt string, words int, seed uint32)
 	w.successes++
 	w.tokens += int64(st.tokens)
 	w.input += int64(st.promptTokens)
+	w.cached += int64(st.cachedTokens)
+	if st.toolCall {
+		w.toolCalls++
+	}
 	w.samples = append(w.samples, sample{ttft: st.ttft, e2e: e2e, tokens: st.tokens})
 	r.itl.add(w.gaps)
 }
@@ -536,9 +622,13 @@ func (w *worker) send(ctx context.Context, t0 time.Time) (streamStats, error) {
 type streamStats struct {
 	ttft                 time.Duration
 	tokens, promptTokens int
+	cachedTokens         int
+	toolCall             bool // a chat delta carried a tool call
 }
 
-// readStream parses a completions event stream from br: data lines of
+// readStream parses a completions (or chat completions: a choice's delta
+// content, reasoning or tool-call fragment is its text) event stream from
+// br: data lines of
 // chunks, at least one choice with a finish reason, a usage chunk, then
 // [DONE] and the end of the body. TTFT is measured with now from t0 to the
 // first token-carrying chunk (a choice with text; the first chunk with a
@@ -591,6 +681,13 @@ func readStream(br *bufio.Reader, t0 time.Time, now func() time.Time, gaps []tim
 				finished = true
 			}
 			text = text || ch.Text != ""
+			if d := ch.Delta; d != nil {
+				text = text || d.Content != "" || d.ReasoningContent != ""
+				for _, tc := range d.ToolCalls {
+					st.toolCall = true
+					text = text || tc.Function.Name != "" || tc.Function.Arguments != ""
+				}
+			}
 		}
 		switch {
 		case text:
@@ -609,6 +706,9 @@ func readStream(br *bufio.Reader, t0 time.Time, now func() time.Time, gaps []tim
 				return streamStats{}, gaps, fmt.Errorf("malformed SSE: line %d: a second usage chunk", n)
 			}
 			usage, st.promptTokens = &c.Usage.CompletionTokens, c.Usage.PromptTokens
+			if d := c.Usage.PromptTokensDetails; d != nil {
+				st.cachedTokens = d.CachedTokens
+			}
 		}
 	}
 	switch {
@@ -667,6 +767,8 @@ func (r *runner) merge(elapsed time.Duration) Result {
 		res.Errors += w.errs
 		res.OutputTokens += w.tokens
 		res.InputTokens += w.input
+		res.CachedTokens += w.cached
+		res.ToolCallRequests += w.toolCalls
 		if w.firstErr != nil && (res.FirstError == "" || w.firstErrAt.Before(firstAt)) {
 			res.FirstError, firstAt = w.firstErr.Error(), w.firstErrAt
 		}

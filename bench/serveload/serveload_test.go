@@ -299,6 +299,9 @@ func TestConfigErrors(t *testing.T) {
 		{"prompts and prompt len", func(c *Config) { c.Prompts, c.PromptLen = []string{"x"}, PromptLen{"fixed", 2, 2} },
 			"both Prompts and PromptLen"},
 		{"slo", func(c *Config) { c.SLO.TPOT = -1 }, "bounds must be >= 0"},
+		{"chat tools", func(c *Config) { c.Chat = &Chat{Tools: json.RawMessage(`{}`)} }, "Chat.Tools is not a JSON array"},
+		{"chat tools ignore eos", func(c *Config) { c.Chat, c.IgnoreEOS = &Chat{Tools: json.RawMessage(`[]`)}, true },
+			"IgnoreEOS with Chat.Tools"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
@@ -337,6 +340,30 @@ func TestReadStream(t *testing.T) {
 			require.Equal(t, tc.wantTokens, tokens)
 		})
 	}
+}
+
+// TestReadStreamChat: in a chat stream the role chunk carries no token;
+// TTFT is the first content delta's, and content, reasoning and tool-call
+// deltas are token chunks (their gaps the ITL's).
+func TestReadStreamChat(t *testing.T) {
+	in := `data: {"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}` + "\n\n" +
+		`data: {"choices":[{"index":0,"delta":{"reasoning_content":"hm"},"finish_reason":null}]}` + "\n\n" +
+		`data: {"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}` + "\n\n" +
+		`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f","arguments":""}}]},"finish_reason":null}]}` + "\n\n" +
+		`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]},"finish_reason":null}]}` + "\n\n" +
+		`data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\n" +
+		`data: {"choices":[],"usage":{"prompt_tokens":30,"completion_tokens":9,"prompt_tokens_details":{"cached_tokens":16}}}` + "\n\ndata: [DONE]\n\n"
+	t0 := time.Unix(0, 0)
+	tick := t0
+	now := func() time.Time { tick = tick.Add(time.Millisecond); return tick }
+	st, gaps, err := readStream(bufio.NewReaderSize(strings.NewReader(in), MaxLineBytes), t0, now, nil)
+	require.NoError(t, err)
+	require.Equal(t, 9, st.tokens)
+	require.Equal(t, 30, st.promptTokens)
+	require.Equal(t, 16, st.cachedTokens)
+	require.True(t, st.toolCall)
+	require.Equal(t, 2*time.Millisecond, st.ttft, "the role chunk's time, replaced by the first delta with text")
+	require.Len(t, gaps, 3, "content, the call's name, its arguments")
 }
 
 func readAll(s string) (int, error) {

@@ -69,6 +69,16 @@ type benchServeOptions struct {
 	jsonSchemas     []string
 	responseFormats []json.RawMessage
 	ignoreEOSSet    bool
+	// tools is --tools: chat requests offering that many tools
+	// (bench_tools.go); toolsBaseline sends none but pads the system
+	// message to their prompt tokens. chatTemplate is the in-process
+	// server's --chat-template; cpuProfile --cpuprofile.
+	tools         int
+	toolsBaseline bool
+	chatTemplate  string
+	cpuProfile    string
+	// chat is the load's conversation, set by runBenchServe in chat mode.
+	chat *serveload.Chat
 	// progressOut, when set, gets a progress bar per level (RunE sets it
 	// to stderr when that is a terminal).
 	progressOut io.Writer
@@ -98,6 +108,8 @@ func newBenchServeCmd() *cobra.Command {
 			"meeting every bound); mean, median, std, p90, p99 (nearest rank) of each in the JSON.\n" +
 			"It prints per level: requests/s, output tokens/s, TTFT p50/p99, TPOT, ITL and E2E\n" +
 			"medians, goodput, errors and (in-process) the resident memory (VmRSS) before and after.\n" +
+			"--tools N sends chat requests offering N tools instead, and --tools-baseline the same\n" +
+			"requests without tools at the same prompt length (a padded system message).\n" +
 			"--out writes the report as JSON to DIR/" + benchServeFile + ", and --csv one row per level\n" +
 			"to DIR/" + benchServeCSV + ". The exit status is non-zero if any request failed.",
 		Args: cobra.NoArgs,
@@ -134,6 +146,10 @@ func newBenchServeCmd() *cobra.Command {
 	f.StringVar(&o.sloFlag, "slo", o.sloFlag, "goodput's per-request bounds, e.g. ttft:200ms,tpot:50ms,e2e:2s (durations, or bare milliseconds)")
 	f.StringVar(&o.promptLenFlag, "prompt-len", o.promptLenFlag, "prompt length in words: fixed:N or uniform:MIN-MAX, from a 64-word story vocabulary (default: 8 story openings)")
 	f.BoolVar(&o.csv, "csv", o.csv, "also write one row per level to DIR/"+benchServeCSV+" (needs --out)")
+	f.IntVar(&o.tools, "tools", o.tools, "chat mode: streaming /v1/chat/completions with a system message and the user prompt, offering N function tools (realistic JSON Schema parameters, order drawn from --seed) with tool_choice auto; --ignore-eos is off (requests end at EOS or --max-tokens)")
+	f.BoolVar(&o.toolsBaseline, "tools-baseline", o.toolsBaseline, "with --tools N: offer no tools, and pad the system message with neutral text to the prompt tokens the N tools' rendering takes (measured first), for side-by-side runs")
+	f.StringVar(&o.chatTemplate, "chat-template", o.chatTemplate, chatTemplateUsage+" (in-process server)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", o.cpuProfile, "write a CPU profile (go tool pprof) of the levels, in-process server included, to `FILE`")
 	f.StringSliceVar(&o.jsonSchemas, "json-schema", o.jsonSchemas, "constrain every request to a JSON Schema (structured output, response_format json_schema): FILE holds the schema, or a MaskBench file's {\"schema\", \"tests\"}; several files (repeated or comma-separated) are sent in turn, each client starting at its own; requests then end where their JSON does (--ignore-eos off)")
 	return cmd
 }
@@ -159,6 +175,11 @@ func (o *benchServeOptions) validate() error {
 		return fmt.Errorf("bench serve: --request-timeout %v: must be > 0", o.timeout)
 	case o.url != "" && !strings.HasPrefix(o.url, "http://") && !strings.HasPrefix(o.url, "https://"):
 		return fmt.Errorf("bench serve: --url %q: must start with http:// or https://", o.url)
+	case o.url != "" && o.chatTemplate != "":
+		return errors.New("bench serve: --chat-template is the in-process server's: not with --url")
+	}
+	if err := o.validateTools(); err != nil {
+		return err
 	}
 	for _, c := range o.clients {
 		if c < 1 || c > maxBenchClients {
@@ -208,6 +229,26 @@ func (o *benchServeOptions) validateLoad() error {
 		o.promptLen = p
 	}
 	return o.readSchemas()
+}
+
+// validateTools checks --tools and --tools-baseline. A request with tools
+// ends at EOS or at a call's end, so --ignore-eos, on by default, is off
+// with them (and off in the baseline, for equal conditions).
+func (o *benchServeOptions) validateTools() error {
+	switch {
+	case o.tools < 0 || o.tools > maxBenchTools:
+		return fmt.Errorf("bench serve: --tools %d: must be in [0, %d]", o.tools, maxBenchTools)
+	case o.toolsBaseline && o.tools == 0:
+		return errors.New("bench serve: --tools-baseline needs --tools N (the tools whose prompt length it matches)")
+	case o.tools == 0:
+		return nil
+	case len(o.jsonSchemas) > 0:
+		return errors.New("bench serve: --tools and --json-schema exclude each other")
+	case o.ignoreEOSSet && o.ignoreEOS:
+		return errors.New("bench serve: --ignore-eos with --tools: the server refuses ignore_eos with the tools' grammar (the baseline runs without it too)")
+	}
+	o.ignoreEOS = false
+	return nil
 }
 
 // readSchemas reads --json-schema's files into response_format objects.
@@ -335,6 +376,7 @@ func (o *benchServeOptions) serveOptions() (serveOptions, error) {
 	so.port, so.maxQueue, so.drain, so.logLevel = 0, max(4*seats, o.concurrencyBound()), 10*time.Second, "warn"
 	so.maxConnections = max(so.maxConnections, o.concurrencyBound()) // every client's connection is served
 	so.dp = o.dp
+	so.chatTemplate = o.chatTemplate
 	if err := so.validate(); err != nil {
 		return serveOptions{}, fmt.Errorf("bench %w", err)
 	}
@@ -369,8 +411,12 @@ type benchServeReport struct {
 	MaxConcurrency int    `json:"max_concurrency,omitempty"`
 	// JSONSchemas is --json-schema's files.
 	JSONSchemas []string `json:"json_schemas,omitempty"`
-	LoadBefore  float64  `json:"loadavg1_before"`
-	LoadAfter   float64  `json:"loadavg1_after"`
+	// Tools is --tools' prompt measurement (nil without --tools);
+	// ChatTemplate the in-process server's --chat-template.
+	Tools        *benchToolsInfo `json:"tools,omitempty"`
+	ChatTemplate string          `json:"chat_template,omitempty"`
+	LoadBefore   float64         `json:"loadavg1_before"`
+	LoadAfter    float64         `json:"loadavg1_after"`
 	// Warmup is the warm-up run (nil when --warmup 0); its errors fail the
 	// run like any level's.
 	Warmup *serveload.Result `json:"warmup,omitempty"`
@@ -396,7 +442,7 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 	rep := benchServeReport{Model: o.model, Duration: o.duration.String(), MaxRequests: o.maxRequests,
 		MaxTokens: o.maxTokens, IgnoreEOS: o.ignoreEOS, Seed: o.seed, MaxBatchSize: o.maxBatchSize,
 		KVTokens: o.kvTokens, GOMAXPROCS: runtime.GOMAXPROCS(0), Prompts: o.promptLenFlag, SLO: o.slo.String(),
-		MaxConcurrency: o.maxConcurrency, JSONSchemas: o.jsonSchemas}
+		MaxConcurrency: o.maxConcurrency, JSONSchemas: o.jsonSchemas, ChatTemplate: o.chatTemplate}
 
 	srvCtx, stopServer := context.WithCancel(ctx)
 	defer stopServer()
@@ -416,6 +462,15 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 		served <- nil // nothing to stop: the server is not ours
 	}
 
+	if o.tools > 0 {
+		chat, info, err := o.toolsChat(ctx, url)
+		if err != nil {
+			stopServer()
+			return rep, errors.Join(err, <-served)
+		}
+		o.chat, rep.Tools = chat, &info
+	}
+
 	rep.LoadBefore, _ = serveload.LoadAverage() // 0 where /proc is absent
 	var runErr error
 	if o.warmup > 0 {
@@ -427,6 +482,14 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 		o.endBar()
 		if err != nil {
 			runErr = fmt.Errorf("bench serve: warm-up: %w", err)
+		}
+	}
+	stopProfile := func() {}
+	if o.cpuProfile != "" && runErr == nil {
+		if stop, err := startCPUProfile(o.cpuProfile); err != nil {
+			runErr = err
+		} else {
+			stopProfile = stop
 		}
 	}
 	for _, n := range o.levels() {
@@ -452,6 +515,7 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 			break
 		}
 	}
+	stopProfile()
 	rep.LoadAfter, _ = serveload.LoadAverage()
 	stopServer()
 	// runServe also checks the engine's accounting after shutdown.
@@ -495,7 +559,7 @@ func runBenchServe(ctx context.Context, o benchServeOptions, out io.Writer) (ben
 func (o *benchServeOptions) loadConfig(url string, l level, d time.Duration, label string) serveload.Config {
 	c := serveload.Config{BaseURL: url, Clients: l.clients, Duration: d, MaxRequests: o.maxRequests,
 		MaxTokens: o.maxTokens, IgnoreEOS: o.ignoreEOS, Seed: o.seed, RequestTimeout: o.timeout,
-		PromptLen: o.promptLen, SLO: o.slo, ResponseFormats: o.responseFormats}
+		PromptLen: o.promptLen, SLO: o.slo, ResponseFormats: o.responseFormats, Chat: o.chat}
 	if l.rate > 0 {
 		c.RequestRate, c.MaxConcurrency = l.rate, o.maxConcurrency
 	}
@@ -552,6 +616,17 @@ func (r benchServeReport) print(out io.Writer) error {
 			load = strconv.FormatFloat(w.RequestRate, 'g', -1, 64) + " req/s"
 		}
 		if _, err := fmt.Fprintf(out, "warm-up: %s, %d requests, %d errors\n", load, w.Requests, w.Errors); err != nil {
+			return err
+		}
+	}
+	if t := r.Tools; t != nil {
+		arm := fmt.Sprintf("%d tools offered (tool_choice auto)", t.Tools)
+		if t.Baseline {
+			arm = fmt.Sprintf("baseline: no tools, system message padded with %d words to %d prompt tokens", t.PadWords, t.PromptPadded)
+		}
+		if _, err := fmt.Fprintf(out, "chat: %s; one request's prompt: %d tokens without tools, %d with %d tools; "+
+			"first request with them %.1f ms, second %.1f ms (max_tokens 1); grammar compiles %d, %.1f ms\n",
+			arm, t.PromptNoTools, t.PromptTools, t.Tools, t.FirstToolsMS, t.SecondToolsMS, t.GrammarCompiles, t.GrammarCompileMS); err != nil {
 			return err
 		}
 	}

@@ -72,6 +72,12 @@ func TestBenchServeFlagErrors(t *testing.T) {
 		{"schema an array", []string{"--json-schema", arraySchema}, "bench serve: --json-schema " + arraySchema + ": a schema is a JSON object or boolean, not []interface {}"},
 		{"schema maskbench", []string{"--json-schema", mbNoSchema}, "bench serve: --json-schema " + mbNoSchema + `: a MaskBench file without "schema"`},
 		{"schema ignore eos", []string{"--json-schema", okSchema, "--ignore-eos"}, "bench serve: --ignore-eos with --json-schema: a constrained request ends where its JSON does"},
+		{"tools negative", []string{"--tools", "-1"}, "bench serve: --tools -1: must be in [0, 128]"},
+		{"tools many", []string{"--tools", "129"}, "bench serve: --tools 129: must be in [0, 128]"},
+		{"tools baseline alone", []string{"--tools-baseline"}, "bench serve: --tools-baseline needs --tools N"},
+		{"tools and schema", []string{"--tools", "2", "--json-schema", okSchema}, "bench serve: --tools and --json-schema exclude each other"},
+		{"tools ignore eos", []string{"--tools", "2", "--ignore-eos"}, "bench serve: --ignore-eos with --tools"},
+		{"template with url", []string{"--url", "http://127.0.0.1:1", "--chat-template", file}, "bench serve: --chat-template is the in-process server's"},
 		{"admission", []string{"--admission", "D"}, `bench serve: --admission "D": must be tokens, blocks or pausing`},
 		{"admission reserve", []string{"--admission", "blocks", "--admission-reserve", "-5"}, "bench serve: --admission-reserve -5: policy: reserve -5 tokens: must be ≥ 0"},
 	} {
@@ -103,6 +109,80 @@ func TestBenchServeJSONSchema(t *testing.T) {
 	require.NotEmpty(t, rep.Levels)
 	require.Positive(t, rep.Levels[0].Successes)
 	require.Zero(t, rep.Levels[0].Errors)
+}
+
+// TestBenchServeTools: --tools sends chat requests offering the tools
+// through the Qwen2.5 template on stories260K, and --tools-baseline the
+// same requests without them, the system message padded to within a few
+// prompt tokens of the tools' prompt; every request succeeds in both, and
+// --cpuprofile writes a profile.
+func TestBenchServeTools(t *testing.T) {
+	tmpl := filepath.Join("..", "..", "server", "testdata", "templates", "qwen2.5.jinja")
+	var infos []benchToolsInfo
+	prof := filepath.Join(t.TempDir(), "cpu.pprof")
+	for _, arm := range [][]string{{"--cpuprofile", prof}, {"--tools-baseline"}} {
+		dir := t.TempDir()
+		args := append([]string{"bench", "serve", "--duration", "300ms", "--clients", "2", "--warmup", "0s", "--max-tokens", "8",
+			"--workers", "1", "--tools", "2", "--chat-template", tmpl, "--out", dir}, arm...)
+		out, err := runCLI(t, args...)
+		require.NoError(t, err, out)
+		require.Regexp(t, `chat: .*; one request's prompt: [0-9]+ tokens without tools, [0-9]+ with 2 tools`, out)
+		data, err := os.ReadFile(filepath.Join(dir, benchServeFile))
+		require.NoError(t, err)
+		var rep benchServeReport
+		require.NoError(t, json.Unmarshal(data, &rep))
+		require.False(t, rep.IgnoreEOS)
+		require.Equal(t, tmpl, rep.ChatTemplate)
+		require.NotNil(t, rep.Tools)
+		l := rep.Levels[0]
+		require.Positive(t, l.Successes)
+		require.Zero(t, l.Errors)
+		require.Greater(t, rep.Tools.PromptTools, rep.Tools.PromptNoTools+100, "the tools are rendered into the prompt")
+		require.Equal(t, 1, rep.Tools.GrammarCompiles, "the tools' grammar is compiled once, then cached")
+		// The requests' prompts are the story openings after the
+		// measured prompt's system message (and tools or padding).
+		perReq := float64(l.InputTokens) / float64(l.Successes)
+		require.InDelta(t, rep.Tools.PromptTools, perReq, 40)
+		infos = append(infos, *rep.Tools)
+	}
+	st, err := os.Stat(prof)
+	require.NoError(t, err)
+	require.Positive(t, st.Size(), "--cpuprofile wrote a profile")
+	require.False(t, infos[0].Baseline)
+	require.True(t, infos[1].Baseline)
+	require.Equal(t, infos[0].PromptTools, infos[1].PromptTools)
+	require.Positive(t, infos[1].PadWords)
+	require.InDelta(t, infos[1].PromptTools, infos[1].PromptPadded, 4, "the padded prompt matches the tools' within a few tokens")
+}
+
+// TestBenchTools: the tools are valid function tools, deterministic from
+// the seed, named uniquely beyond the list's length.
+func TestBenchTools(t *testing.T) {
+	a, err := benchTools(20, 1)
+	require.NoError(t, err)
+	b, err := benchTools(20, 1)
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	c, err := benchTools(20, 2)
+	require.NoError(t, err)
+	require.NotEqual(t, a, c, "another seed, another order")
+	var tools []struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name       string         `json:"name"`
+			Parameters map[string]any `json:"parameters"`
+		} `json:"function"`
+	}
+	require.NoError(t, json.Unmarshal(a, &tools))
+	require.Len(t, tools, 20)
+	names := map[string]bool{}
+	for _, tool := range tools {
+		require.Equal(t, "function", tool.Type)
+		require.Equal(t, "object", tool.Function.Parameters["type"])
+		require.False(t, names[tool.Function.Name], tool.Function.Name)
+		names[tool.Function.Name] = true
+	}
+	require.Equal(t, "The library", padWords(2))
 }
 
 // TestBenchServeProgramPolicy: the program policy's flags are engine

@@ -119,7 +119,7 @@ func newServeCmd() *cobra.Command {
 	f := cmd.Flags()
 	o.register(f, serveEngineFlags)
 	f.StringVar(&o.modelName, "served-model-name", o.modelName, "model id clients send (default: the file's base name)")
-	f.StringVar(&o.chatTemplate, "chat-template", o.chatTemplate, "Jinja chat template file (default: the model's own, GGUF tokenizer.chat_template or tokenizer_config.json chat_template, else the plain fallback)")
+	f.StringVar(&o.chatTemplate, "chat-template", o.chatTemplate, chatTemplateUsage)
 	f.StringVar(&o.host, "host", o.host, "address to bind")
 	f.IntVar(&o.port, "port", o.port, "TCP port (0: any free port)")
 	f.IntVar(&o.dp, "dp", o.dp, "attention data-parallel ranks, each its own engine, KV cache and seats, routed at one gather point; under mpirun one rank per process, and --dp must equal -np")
@@ -143,6 +143,9 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "log level: debug, info, warn or error")
 	return cmd
 }
+
+// chatTemplateUsage describes --chat-template (serve and bench serve).
+const chatTemplateUsage = "Jinja chat template file (default: the model's own, GGUF tokenizer.chat_template or tokenizer_config.json chat_template, else the plain fallback)"
 
 // validate checks every flag that does not need the model.
 func (o *serveOptions) validate() error {
