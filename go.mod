@@ -12,6 +12,8 @@ require golang.org/x/net v0.62.0
 
 require github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 
+require github.com/hashicorp/golang-lru/v2 v2.0.7
+
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect

@@ -2,12 +2,15 @@ package server
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/turnstile-llm/turnstile/toolcall"
 )
@@ -44,7 +47,15 @@ type chatTemplate struct {
 	nativeTools bool
 	// thinks: the template marks reasoning with <think>…</think>.
 	thinks bool
+	// toolValues caches tools as template values, by definition: agents
+	// send the same tools with every turn, and decoding their schemas
+	// into values was most of a tools request's work before its first
+	// token. Values are only read by renders, so they are shared.
+	toolValues *lru.Cache[[32]byte, jinja.Value]
 }
+
+// toolValueEntries bounds chatTemplate.toolValues (tools, not requests).
+const toolValueEntries = 4096
 
 // specialEncoder is what a Tokenizer may also offer for chat templates
 // (model/tokenizer's does): EncodeSpecial reads special-token text (e.g.
@@ -84,7 +95,11 @@ const (
 // bos_token and eos_token).
 func newChatTemplate(src, bos, eos string) (*chatTemplate, error) {
 	fallback, _ := toolcall.Known("fallback")
-	c := &chatTemplate{bos: bos, eos: eos, syntax: fallback}
+	values, err := lru.New[[32]byte, jinja.Value](toolValueEntries)
+	if err != nil {
+		return nil, fmt.Errorf("server: tool cache: %w", err)
+	}
+	c := &chatTemplate{bos: bos, eos: eos, syntax: fallback, toolValues: values}
 	if src == "" {
 		return c, nil
 	}
@@ -251,9 +266,14 @@ func (c *chatTemplate) renderTemplate(msgs []message, tools []toolDef, kwargs ma
 	if len(tools) > 0 {
 		tl := make([]jinja.Value, len(tools))
 		for i, t := range tools {
-			v, err := toolValue(t, esc)
-			if err != nil {
-				return "", fmt.Errorf("tool %d: %w", i, err)
+			key := t.key()
+			v, ok := c.toolValues.Get(key)
+			if !ok {
+				var err error
+				if v, err = toolValue(t, esc); err != nil {
+					return "", fmt.Errorf("tool %d: %w", i, err)
+				}
+				c.toolValues.Add(key, v)
 			}
 			tl[i] = v
 		}
@@ -264,6 +284,20 @@ func (c *chatTemplate) renderTemplate(msgs []message, tools []toolDef, kwargs ma
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	return out, nil
+}
+
+// key identifies t's definition (name, description, parameters as sent).
+func (t toolDef) key() [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, part := range [][]byte{[]byte(t.Name), []byte(t.Description), t.Parameters} {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
 }
 
 // toolValue is t as templates expect it: OpenAI's

@@ -2,11 +2,15 @@ package server
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/turnstile-llm/turnstile/guided"
 	"github.com/turnstile-llm/turnstile/toolcall"
@@ -215,7 +219,7 @@ func (p *parser) convoJob(c *convo, j *job, f *sharedFields, maxTok *int, param 
 		reasoningEnd = thinkClose
 	}
 	if shape.syntax != nil {
-		tc, e := toolConstraint(c, shape.syntax, reasoningEnd)
+		tc, e := p.toolConstraint(c, shape.syntax, reasoningEnd)
 		if e != nil {
 			return nil, e
 		}
@@ -265,7 +269,7 @@ var anyObject = json.RawMessage(`{"type":"object"}`)
 // model write text and constrains a call from its opening marker on (the
 // tag's triggers); without parallel calls the grammar allows one call, so
 // generation stops after it rather than being cut afterwards.
-func toolConstraint(c *convo, s *toolcall.Syntax, reasoningEnd string) (*constraint, *APIError) {
+func (p *parser) toolConstraint(c *convo, s *toolcall.Syntax, reasoningEnd string) (*constraint, *APIError) {
 	if s.Prefix() != "" || s.Suffix() != "" {
 		// A syntax that wraps all calls (Mistral's [TOOL_CALLS][...]) is
 		// parsed but not constrained: its opening marker is a control
@@ -275,8 +279,88 @@ func toolConstraint(c *convo, s *toolcall.Syntax, reasoningEnd string) (*constra
 		}
 		return nil, badRequest(c.choiceParam, "unsupported", "%s: calls in this model's %s syntax cannot be enforced (use auto)", c.choiceParam, s.Name)
 	}
+	key := tagKey(c, s, reasoningEnd)
+	tag, ok := p.tags.get(key)
+	if !ok {
+		var err error
+		if tag, err = buildTag(c, s, reasoningEnd); err != nil {
+			return nil, badRequest(c.toolsParam, "invalid_value", "%s: %v", c.toolsParam, err)
+		}
+		p.tags.add(key, tag)
+	}
+	return &constraint{spec: guided.Spec{Kind: guided.StructuralTag, Source: tag.src}, param: c.toolsParam,
+		optional: c.choice.Mode == toolsAuto, rename: structureNames(c, tag.toolIndex)}, nil
+}
+
+// toolTag is a request's tool grammar as a structural tag's JSON, and the
+// tool of each of its structures.
+type toolTag struct {
+	src       string
+	toolIndex []int
+}
+
+// tagCache caches tool tags by what they are built from (nil: none).
+type tagCache struct{ c *lru.Cache[[32]byte, toolTag] }
+
+// tagEntries bounds the tag cache (distinct tool sets and choices).
+const tagEntries = 1024
+
+func newTagCache() (tagCache, error) {
+	c, err := lru.New[[32]byte, toolTag](tagEntries)
+	return tagCache{c}, err
+}
+
+func (t tagCache) get(k [32]byte) (toolTag, bool) {
+	if t.c == nil {
+		return toolTag{}, false
+	}
+	return t.c.Get(k)
+}
+
+func (t tagCache) add(k [32]byte, v toolTag) {
+	if t.c != nil {
+		t.c.Add(k, v)
+	}
+}
+
+// tagKey identifies what buildTag reads: the syntax, the choice, the
+// tools' names and schemas, the reasoning end.
+func tagKey(c *convo, s *toolcall.Syntax, reasoningEnd string) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	put := func(b []byte) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	put([]byte(s.Name))
+	put([]byte{byte(c.choice.Mode), boolByte(c.parallel)})
+	put([]byte(c.choice.Name))
+	put([]byte(reasoningEnd))
+	for _, t := range c.tools {
+		put([]byte(t.Name))
+		put(t.Parameters)
+	}
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// buildTag writes the tool grammar: required and named choices start
+// with a call; auto lets the model write text and constrains a call from
+// its opening marker on (the tag's triggers); without parallel calls the
+// grammar allows one call, so generation stops after it rather than being
+// cut afterwards.
+func buildTag(c *convo, s *toolcall.Syntax, reasoningEnd string) (toolTag, error) {
 	t := tagJSON{Type: "structural_tag", Triggers: s.Triggers(), ReasoningEnd: reasoningEnd}
-	toolIndex := []int{}
+	var toolIndex []int
 	for i, tool := range c.tools {
 		if c.choice.Mode == toolsNamed && tool.Name != c.choice.Name {
 			continue
@@ -301,11 +385,7 @@ func toolConstraint(c *convo, s *toolcall.Syntax, reasoningEnd string) (*constra
 		t.Max = 1
 	}
 	src, err := t.marshal()
-	if err != nil {
-		return nil, badRequest(c.toolsParam, "invalid_value", "%s: %v", c.toolsParam, err)
-	}
-	return &constraint{spec: guided.Spec{Kind: guided.StructuralTag, Source: src}, param: c.toolsParam,
-		optional: c.choice.Mode == toolsAuto, rename: structureNames(c, toolIndex)}, nil
+	return toolTag{src: src, toolIndex: toolIndex}, err
 }
 
 // structurePattern finds a structure's index in a grammar error.

@@ -400,3 +400,39 @@ func TestToolSchemaRefused(t *testing.T) {
 	require.Equal(t, "tools", *eo.Error.Param)
 	require.Contains(t, eo.Error.Message, "tools[1].function.parameters")
 }
+
+// TestToolCaches: a tool set seen before renders and constrains from the
+// caches, with the same prompt and grammar as the first time.
+func TestToolCaches(t *testing.T) {
+	tok := storiesTokenizer(t)
+	c, err := newChatTemplate(readTemplate(t, "qwen2.5"), "<s>", "</s>")
+	require.NoError(t, err)
+	tags, err := newTagCache()
+	require.NoError(t, err)
+	p := &parser{tok: tok, chat: c, tags: tags, lim: limits{model: testModel, maxContext: 8192, vocab: tok.VocabSize(), maxN: 4, maxChoices: 4}}
+	body := toolsBody(`,"tool_choice":"required"`)
+	probe := c.toolValues.Len() // the syntax probe's tool
+	first, e := p.chatCompletion([]byte(body))
+	require.Nil(t, e)
+	require.Equal(t, probe+2, c.toolValues.Len())
+	require.Equal(t, 1, tags.c.Len())
+	again, e := p.chatCompletion([]byte(body))
+	require.Nil(t, e)
+	require.Equal(t, first.reqs[0].PromptTokens, again.reqs[0].PromptTokens)
+	require.Equal(t, first.constraint.spec, again.constraint.spec)
+	require.Equal(t, probe+2, c.toolValues.Len())
+	require.Equal(t, 1, tags.c.Len())
+	// Another choice is another grammar over the same tool values.
+	named, e := p.chatCompletion([]byte(toolsBody(`,"tool_choice":{"type":"function","function":{"name":"get_time"}}`)))
+	require.Nil(t, e)
+	require.NotEqual(t, first.constraint.spec, named.constraint.spec)
+	require.Equal(t, probe+2, c.toolValues.Len())
+	require.Equal(t, 2, tags.c.Len())
+	// Uncached, the same prompt.
+	fresh, err := newChatTemplate(readTemplate(t, "qwen2.5"), "<s>", "</s>")
+	require.NoError(t, err)
+	p.chat = fresh
+	uncached, e := p.chatCompletion([]byte(body))
+	require.Nil(t, e)
+	require.Equal(t, first.reqs[0].PromptTokens, uncached.reqs[0].PromptTokens)
+}

@@ -143,6 +143,9 @@ type parser struct {
 	tok   Tokenizer
 	chat  *chatTemplate
 	stops []int32 // the model's stop tokens (Config.StopTokenIDs)
+	// tags caches requests' tool grammars as structural tags (the zero
+	// value caches nothing).
+	tags tagCache
 }
 
 // completionBody and chatBody shadow the fields whose elements are decoded

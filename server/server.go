@@ -226,12 +226,16 @@ func New(cfg Config, eng Engine) (*Server, error) {
 		return nil, err
 	}
 	chat = chat.withSpecial(tok)
+	tags, err := newTagCache()
+	if err != nil {
+		return nil, fmt.Errorf("server: tool grammar cache: %w", err)
+	}
 	s := &Server{
 		cfg: cfg, eng: eng, keys: newKeyring(cfg.APIKeys), progs: newPrograms(defaultMaxPrograms, cfg.ProgramIdleTTL, cfg.Clock),
 		log: cfg.Logger, cancels: make(map[*context.CancelCauseFunc]struct{}),
 		plain: &bound{max: cfg.MaxInFlight}, program: &bound{max: cfg.MaxProgramInFlight},
 		parsing: make(chan struct{}, cfg.MaxParsing),
-		parse: parser{tok: tok, chat: chat, stops: slices.Clone(cfg.StopTokenIDs), lim: limits{
+		parse: parser{tok: tok, chat: chat, stops: slices.Clone(cfg.StopTokenIDs), tags: tags, lim: limits{
 			model: cfg.Model, maxContext: cfg.MaxContext, vocab: tok.VocabSize(), maxPiece: maxPieceBytes(tok),
 			maxN: cfg.MaxN, maxChoices: min(cfg.MaxInFlight, cfg.MaxProgramInFlight),
 		}},
