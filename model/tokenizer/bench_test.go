@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -34,16 +35,24 @@ func BenchmarkDecoderAdd(b *testing.B) {
 var benchMixed = strings.Repeat("The year 1999 was 25 years ago; it's a fact. "+
 	"func main() {\n\tfmt.Println(\"hi\")\n}\n東京は日本の首都です。 👍🏽\n", 8)
 
+// BenchmarkEncodeHF encodes the same text again and again (warm: its
+// words are in the word cache, as a repeated system prompt's are) and
+// with the cache emptied before each encoding (cold: every word merged).
 func BenchmarkEncodeHF(b *testing.B) {
 	for _, name := range []string{"llama3", "qwen3"} {
-		b.Run(name, func(b *testing.B) {
-			tk, _ := hfFixture(b, name)
-			b.SetBytes(int64(len(benchMixed)))
-			b.ReportAllocs()
-			for b.Loop() {
-				tk.Encode(benchMixed, false)
-			}
-		})
+		for _, cold := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/cold=%v", name, cold), func(b *testing.B) {
+				tk, _ := hfFixture(b, name)
+				b.SetBytes(int64(len(benchMixed)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if cold {
+						tk.words.Purge()
+					}
+					tk.Encode(benchMixed, false)
+				}
+			})
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -112,29 +113,54 @@ func (t *Tokenizer) encodeBPE(out []int32, text string) []int32 {
 		return -float64(rank), true
 	}}
 	for _, word := range t.pre.split(nil, text) {
-		mapped.Reset()
-		for i := 0; i < len(word); i++ {
-			mapped.WriteRune(b2r[word[i]])
-		}
-		m.text = mapped.String()
-		if t.ignoreMerges {
-			if id, ok := t.index[m.text]; ok {
-				out = append(out, id)
+		cache := t.words != nil && len(word) <= maxCachedWord
+		if cache {
+			if ids, ok := t.words.Get(word); ok {
+				out = append(out, ids...)
 				continue
 			}
 		}
-		for _, p := range m.run() {
-			if id, ok := t.index[p]; ok {
+		start := len(out)
+		out = t.mergeWord(out, &m, &mapped, &b2r, word)
+		if cache {
+			// The key is copied: word shares the prompt's memory.
+			t.words.Add(strings.Clone(word), slices.Clone(out[start:]))
+		}
+	}
+	return out
+}
+
+// Word cache bounds: words, and the longest word cached, bytes (longer
+// ones are rare and would let one prompt fill the cache).
+const (
+	wordCacheEntries = 1 << 15
+	maxCachedWord    = 64
+)
+
+// mergeWord appends word's tokens: its bytes mapped to BPE's characters,
+// merged by rank.
+func (t *Tokenizer) mergeWord(out []int32, m *merger, mapped *strings.Builder, b2r *[256]rune, word string) []int32 {
+	mapped.Reset()
+	for i := 0; i < len(word); i++ {
+		mapped.WriteRune(b2r[word[i]])
+	}
+	m.text = mapped.String()
+	if t.ignoreMerges {
+		if id, ok := t.index[m.text]; ok {
+			return append(out, id)
+		}
+	}
+	for _, p := range m.run() {
+		if id, ok := t.index[p]; ok {
+			out = append(out, id)
+			continue
+		}
+		// A single mapped byte missing from the vocabulary.
+		for _, r := range p {
+			if id, ok := t.index[string(r)]; ok {
 				out = append(out, id)
-				continue
-			}
-			// A single mapped byte missing from the vocabulary.
-			for _, r := range p {
-				if id, ok := t.index[string(r)]; ok {
-					out = append(out, id)
-				} else if t.unk >= 0 {
-					out = append(out, t.unk)
-				}
+			} else if t.unk >= 0 {
+				out = append(out, t.unk)
 			}
 		}
 	}

@@ -27,6 +27,8 @@ import (
 	"strconv"
 	"strings"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"github.com/turnstile-llm/turnstile/model/gguf"
 )
 
@@ -69,6 +71,11 @@ type Tokenizer struct {
 	bos, eos, unk  int32
 	addBOS         bool
 	addSpacePrefix bool
+	// words caches BPE's merges by pre-tokenized word (BPE only): prompts
+	// repeat their words (system prompts, tool schemas, conversation
+	// history), and merging was most of encoding's time, as in Hugging
+	// Face's tokenizers, which cache words the same way.
+	words *lru.Cache[string, []int32]
 	// plain finds user-defined tokens in text (Encode); special also finds
 	// control and unknown ones (EncodeSpecial); control finds only those
 	// (EscapeSpecial).
@@ -195,6 +202,12 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 // build makes the lookup tables once tokens, their types (one per token)
 // and, for BPE, the merges in rank order are known.
 func (t *Tokenizer) build(types []int32, merges []pair) error {
+	if t.kind == BPE {
+		var err error
+		if t.words, err = lru.New[string, []int32](wordCacheEntries); err != nil {
+			return fmt.Errorf("tokenizer: word cache: %w", err)
+		}
+	}
 	n := len(t.tokens)
 	t.index = make(map[string]int32, n)
 	for i, s := range t.tokens {
