@@ -265,14 +265,22 @@ TK_INLINE TK_TARGET_AVX2 __m256 tk_ld8(int wtype, const uint8_t *row, int c) {
 #ifndef TK_STREAM_PF
 #define TK_STREAM_PF 16384
 #endif
+// TK_STREAM_PF_HINT is its cache level, a knob for A/B builds like
+// TK_STREAM_PF (CGO_CFLAGS=-DTK_STREAM_PF_HINT=_MM_HINT_T2): at the 1B
+// shape, whose weights stream from DRAM, T2 and no prefetch at all each
+// won on some types and lost on the 110M shape (docs/experiments.md, "The
+// 1B shape: where decode time goes"), so T0 stays.
+#ifndef TK_STREAM_PF_HINT
+#define TK_STREAM_PF_HINT _MM_HINT_T0
+#endif
 
 // tk_pf_row prefetches the bytes [p + TK_STREAM_PF, p + TK_STREAM_PF + n)
-// into L1. A prefetch past the end of the matrix is a hint that the CPU
+// into L1 (TK_STREAM_PF_HINT). A prefetch past the end of the matrix is a hint that the CPU
 // drops; it neither faults nor reads out of bounds.
 TK_INLINE void tk_pf_row(const uint8_t *p, size_t n) {
 #if TK_STREAM_PF > 0  // 0: off (for A/B builds)
   const char *q = (const char *)((uintptr_t)p + TK_STREAM_PF);
-  for (size_t i = 0; i < n; i += 64) _mm_prefetch(q + i, _MM_HINT_T0);
+  for (size_t i = 0; i < n; i += 64) _mm_prefetch(q + i, TK_STREAM_PF_HINT);
 #else
   (void)p, (void)n;
 #endif
