@@ -66,6 +66,9 @@ type chatRequest struct {
 	ToolChoice         json.RawMessage `json:"tool_choice"`
 	ParallelToolCalls  *bool           `json:"parallel_tool_calls"`
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
+	// ReasoningEffort none or minimal turns a thinking template's
+	// thinking off (parser.reasoningEffort).
+	ReasoningEffort *string `json:"reasoning_effort"`
 	refusedChat
 }
 

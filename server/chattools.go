@@ -46,30 +46,16 @@ type wireToolCall struct {
 
 // openAITools decodes OpenAI's tools array.
 func openAITools(raw json.RawMessage) ([]toolDef, *APIError) {
-	if !present(raw) {
-		return nil, nil
-	}
-	var tools []toolDef
-	e := eachElem(raw, "tools", func(i int, elem json.RawMessage) *APIError {
-		at := fmt.Sprintf("tools[%d]", i)
-		if i >= maxTools {
-			return badRequest("tools", "invalid_value", "tools: more than %d tools", maxTools)
-		}
-		var t wireTool
-		if e := decodeElem(elem, &t, at); e != nil {
-			return e
-		}
+	return decodeTools(raw, func(at string, t *wireTool) (toolDef, *APIError) {
 		if t.Type != "function" {
-			return badRequest(at+".type", "invalid_value", "%s.type %q: only function tools are supported", at, clipValue(t.Type))
+			return toolDef{}, badRequest(at+".type", "invalid_value", "%s.type %q: only function tools are supported", at, clipValue(t.Type))
 		}
 		if t.Function == nil {
-			return badRequest(at+".function", "invalid_value", "%s.function is missing", at)
+			return toolDef{}, badRequest(at+".function", "invalid_value", "%s.function is missing", at)
 		}
-		tools = append(tools, toolDef{Name: t.Function.Name, Description: t.Function.Description,
-			Parameters: t.Function.Parameters, Strict: t.Function.Strict != nil && *t.Function.Strict})
-		return nil
+		return toolDef{Name: t.Function.Name, Description: t.Function.Description,
+			Parameters: t.Function.Parameters, Strict: t.Function.Strict != nil && *t.Function.Strict}, nil
 	})
-	return tools, e
 }
 
 // openAIToolChoice decodes tool_choice: "none", "auto", "required" or

@@ -364,6 +364,7 @@ func TestReasoningShape(t *testing.T) {
 		{"deepseek-r1", `,"response_format":{"type":"json_object"}`, false, false}, // llama.cpp's copy closes the block unless enable_thinking
 		{"qwen3", `,"response_format":{"type":"json_schema","json_schema":{"name":"p","schema":` + personSchema + `}}`, false, true},
 		{"qwen3", `,"chat_template_kwargs":{"enable_thinking":false},"response_format":{"type":"json_schema","json_schema":{"name":"p","schema":` + personSchema + `}}`, false, false},
+		{"qwen3", `,"reasoning_effort":"minimal","response_format":{"type":"json_schema","json_schema":{"name":"p","schema":` + personSchema + `}}`, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.template+tc.extra, func(t *testing.T) {
@@ -435,4 +436,16 @@ func TestToolCaches(t *testing.T) {
 	uncached, e := p.chatCompletion([]byte(body))
 	require.Nil(t, e)
 	require.Equal(t, first.reqs[0].PromptTokens, uncached.reqs[0].PromptTokens)
+}
+
+// TestReasoningEffortConflict: reasoning_effort and enable_thinking both
+// setting thinking is a 400 naming reasoning_effort.
+func TestReasoningEffortConflict(t *testing.T) {
+	tok := storiesTokenizer(t)
+	c, err := newChatTemplate(readTemplate(t, "qwen3"), "<s>", "</s>")
+	require.NoError(t, err)
+	p := &parser{tok: tok, chat: c, lim: limits{model: testModel, maxContext: 4096, vocab: tok.VocabSize(), maxN: 4, maxChoices: 4}}
+	_, e := p.chatCompletion([]byte(`{"messages":[{"role":"user","content":"Hi"}],"reasoning_effort":"none","chat_template_kwargs":{"enable_thinking":true}}`))
+	require.NotNil(t, e)
+	require.Equal(t, "reasoning_effort", e.Param)
 }

@@ -203,3 +203,57 @@ type outShape struct {
 func (o *outShape) active() bool {
 	return o != nil && (o.syntax != nil || o.reasoning.Close != "")
 }
+
+// decodeTools decodes a tools array whose elements are T, naming each
+// element tools[i] in errors and bounding the list at maxTools; convert
+// checks one element and makes it a toolDef.
+func decodeTools[T any](raw json.RawMessage, convert func(at string, t *T) (toolDef, *APIError)) ([]toolDef, *APIError) {
+	if !present(raw) {
+		return nil, nil
+	}
+	var tools []toolDef
+	e := eachElem(raw, "tools", func(i int, elem json.RawMessage) *APIError {
+		at := fmt.Sprintf("tools[%d]", i)
+		if i >= maxTools {
+			return badRequest("tools", "invalid_value", "tools: more than %d tools", maxTools)
+		}
+		var t T
+		if e := decodeElem(elem, &t, at); e != nil {
+			return e
+		}
+		d, e := convert(at, &t)
+		if e != nil {
+			return e
+		}
+		tools = append(tools, d)
+		return nil
+	})
+	return tools, e
+}
+
+// reasoningEffort applies OpenAI's reasoning effort (param names the
+// field) to the template variables kwargs: none and minimal turn thinking
+// off on a template that thinks (enable_thinking false); low to xhigh
+// leave it on, as turnstile has no budget between them. nil effort: kwargs
+// unchanged.
+func (p *parser) reasoningEffort(effort *string, kwargs map[string]any, param string) (map[string]any, *APIError) {
+	if effort == nil {
+		return kwargs, nil
+	}
+	switch *effort {
+	case "none", "minimal":
+		if p.chat.thinks {
+			if _, set := kwargs["enable_thinking"]; set {
+				return nil, badRequest(param, "invalid_value", "%s %q and chat_template_kwargs.enable_thinking both set thinking: give one", param, *effort)
+			}
+			if kwargs == nil {
+				kwargs = map[string]any{}
+			}
+			kwargs["enable_thinking"] = false
+		}
+	case "low", "medium", "high", "xhigh":
+	default:
+		return nil, badRequest(param, "invalid_value", "%s %q: must be none, minimal, low, medium, high or xhigh", param, clipValue(*effort))
+	}
+	return kwargs, nil
+}

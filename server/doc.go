@@ -158,7 +158,8 @@
 // template opens the block in the prompt; a JSON-schema constraint or a
 // tool grammar applies after the reasoning ends. chat_template_kwargs
 // passes template variables (enable_thinking: false turns Qwen3's thinking
-// off).
+// off); reasoning_effort none or minimal does the same, low to xhigh leave
+// thinking on (turnstile has no thinking budget between them).
 //
 // # Programs and tenants
 //

@@ -356,31 +356,17 @@ func anthropicText(raw json.RawMessage, param string) (string, *APIError) {
 // anthropicTools decodes tools: custom tools only (Anthropic's server
 // tools, such as web_search, run on Anthropic's side).
 func anthropicTools(raw json.RawMessage) ([]toolDef, *APIError) {
-	if !present(raw) {
-		return nil, nil
-	}
-	var tools []toolDef
-	e := eachElem(raw, "tools", func(i int, elem json.RawMessage) *APIError {
-		at := fmt.Sprintf("tools[%d]", i)
-		if i >= maxTools {
-			return badRequest("tools", "invalid_value", "tools: more than %d tools", maxTools)
-		}
-		var t anthropicTool
-		if e := decodeElem(elem, &t, at); e != nil {
-			return e
-		}
+	return decodeTools(raw, func(at string, t *anthropicTool) (toolDef, *APIError) {
 		if t.Type != "" && t.Type != "custom" {
-			return badRequest(at+".type", "unsupported", "%s.type %q: only custom tools are supported (server tools run on Anthropic's side)", at, clipValue(t.Type))
+			return toolDef{}, badRequest(at+".type", "unsupported", "%s.type %q: only custom tools are supported (server tools run on Anthropic's side)", at, clipValue(t.Type))
 		}
 		if present(t.InputSchema) {
 			if s := bytes.TrimSpace(t.InputSchema); s[0] != '{' {
-				return badRequest(at+".input_schema", "invalid_type", "%s.input_schema: expected a JSON Schema object, got %s", at, jsonValueKind(s))
+				return toolDef{}, badRequest(at+".input_schema", "invalid_type", "%s.input_schema: expected a JSON Schema object, got %s", at, jsonValueKind(s))
 			}
 		}
-		tools = append(tools, toolDef{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
-		return nil
+		return toolDef{Name: t.Name, Description: t.Description, Parameters: t.InputSchema}, nil
 	})
-	return tools, e
 }
 
 // anthropicToolChoice decodes tool_choice {type: auto|any|tool|none, name,

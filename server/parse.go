@@ -409,6 +409,9 @@ func (p *parser) chatCompletion(body []byte) (*job, *APIError) {
 	if e != nil {
 		return nil, e
 	}
+	if kwargs, e = p.reasoningEffort(r.ReasoningEffort, kwargs, "reasoning_effort"); e != nil {
+		return nil, e
+	}
 	c := &convo{msgs: msgs, tools: tools, choice: choice, parallel: r.ParallelToolCalls == nil || *r.ParallelToolCalls,
 		kwargs: kwargs, msgsParam: "messages", toolsParam: "tools", choiceParam: "tool_choice",
 		nameField: "function.name", schemaField: "function.parameters"}

@@ -26,10 +26,14 @@ type refusedCompletion struct {
 // refusedChat are such fields of /v1/chat/completions. (functions and
 // function_call are OpenAI's deprecated form of tools.)
 type refusedChat struct {
-	Functions    json.RawMessage `json:"functions"`
-	FunctionCall json.RawMessage `json:"function_call"`
-	Audio        json.RawMessage `json:"audio"`
-	Modalities   json.RawMessage `json:"modalities"`
+	Functions json.RawMessage `json:"functions"`
+	// WebSearchOptions asks for answers grounded in a web search, and
+	// Verbosity for a longer or shorter answer: turnstile does neither.
+	WebSearchOptions json.RawMessage `json:"web_search_options"`
+	Verbosity        json.RawMessage `json:"verbosity"`
+	FunctionCall     json.RawMessage `json:"function_call"`
+	Audio            json.RawMessage `json:"audio"`
+	Modalities       json.RawMessage `json:"modalities"`
 }
 
 func (r *refusedShared) check() *APIError {
@@ -53,6 +57,8 @@ func (r *refusedChat) check() *APIError {
 		empty []string
 	}{
 		{"functions", r.Functions, []string{`[]`}},
+		{"web_search_options", r.WebSearchOptions, []string{`{}`}},
+		{"verbosity", r.Verbosity, []string{`"medium"`}},
 		{"function_call", r.FunctionCall, []string{`"none"`, `"auto"`}},
 		{"audio", r.Audio, nil},
 		{"modalities", r.Modalities, []string{`[]`, `["text"]`}},

@@ -246,15 +246,9 @@ func (s *Server) parseResponses(body []byte, header string) (*job, *APIError) {
 		return nil, e
 	}
 	var kwargs map[string]any
-	if r.Reasoning != nil && r.Reasoning.Effort != nil {
-		switch *r.Reasoning.Effort {
-		case "none", "minimal":
-			if p.chat.thinks {
-				kwargs = map[string]any{"enable_thinking": false}
-			}
-		case "low", "medium", "high", "xhigh":
-		default:
-			return nil, badRequest("reasoning.effort", "invalid_value", "reasoning.effort %q: must be none, minimal, low, medium, high or xhigh", clipValue(*r.Reasoning.Effort))
+	if r.Reasoning != nil {
+		if kwargs, e = p.reasoningEffort(r.Reasoning.Effort, nil, "reasoning.effort"); e != nil {
+			return nil, e
 		}
 	}
 	c := &convo{msgs: msgs, tools: tools, choice: choice, parallel: r.ParallelToolCalls == nil || *r.ParallelToolCalls,
@@ -379,27 +373,13 @@ type respTool struct {
 
 // respTools decodes tools.
 func respTools(raw json.RawMessage) ([]toolDef, *APIError) {
-	if !present(raw) {
-		return nil, nil
-	}
-	var tools []toolDef
-	e := eachElem(raw, "tools", func(i int, elem json.RawMessage) *APIError {
-		at := fmt.Sprintf("tools[%d]", i)
-		if i >= maxTools {
-			return badRequest("tools", "invalid_value", "tools: more than %d tools", maxTools)
-		}
-		var t respTool
-		if e := decodeElem(elem, &t, at); e != nil {
-			return e
-		}
+	return decodeTools(raw, func(at string, t *respTool) (toolDef, *APIError) {
 		if t.Type != "function" {
-			return badRequest(at+".type", "unsupported", "%s.type %q: only function tools are supported", at, clipValue(t.Type))
+			return toolDef{}, badRequest(at+".type", "unsupported", "%s.type %q: only function tools are supported", at, clipValue(t.Type))
 		}
-		tools = append(tools, toolDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters,
-			Strict: t.Strict == nil || *t.Strict})
-		return nil
+		return toolDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters,
+			Strict: t.Strict == nil || *t.Strict}, nil
 	})
-	return tools, e
 }
 
 // respToolChoice decodes tool_choice: "none", "auto", "required" or
