@@ -1223,7 +1223,9 @@ static TK_TARGET_AVX512 double peak_avx512(long iters, float *sink) {
 // over one stream each and 44-54 GB/s over eight), and a decode step's
 // matmuls read several matrices' rows at once, so one stream would
 // understate the bandwidth they can reach.
+#ifndef TK_READ_STREAMS
 #define TK_READ_STREAMS 8
+#endif
 static TK_TARGET_AVX2 float read_sum_avx2(const float *p, long n) {
   __m256 s[TK_READ_STREAMS];
   for (int j = 0; j < TK_READ_STREAMS; j++) s[j] = _mm256_setzero_ps();

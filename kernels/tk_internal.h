@@ -274,6 +274,25 @@ TK_INLINE TK_TARGET_AVX2 __m256 tk_ld8(int wtype, const uint8_t *row, int c) {
 #define TK_STREAM_PF_HINT _MM_HINT_T0
 #endif
 
+// The decode GEMVs of the int8 (qmm: Q8_0 family and K-quants) and BF16
+// paths at one row of x read two weight rows at once, from the two halves
+// of their tile (TK_GEMV2; 0 builds the one-row GEMVs, for A/B): a core
+// keeps more lines in flight over two streams than over one (the read
+// probe on 2 cores: 23-25 GB/s with one stream each, 28-30 with two), and
+// the weights of a 1B model stream from DRAM. Each line they read is
+// prefetched TK_GEMV2_PF bytes ahead as they go, not a row's worth at the
+// start of each row as tk_pf_row does: at 1B the burst of a row's
+// prefetches filled the L1 miss buffers (Q8_0 decode from 12.7 to 22-23
+// tok/s, Q4_K_M 20.7 to 34, BF16 7.0 to 9.3; the 110M Q8_0 shape, whose
+// weights sit in the LLC, gained 4-12%; 2 KiB beat 4 KiB at 1B by 6-14%;
+// docs/experiments.md, "The 1B shape").
+#ifndef TK_GEMV2
+#define TK_GEMV2 1
+#endif
+#ifndef TK_GEMV2_PF
+#define TK_GEMV2_PF 2048
+#endif
+
 // tk_pf_row prefetches the bytes [p + TK_STREAM_PF, p + TK_STREAM_PF + n)
 // into L1 (TK_STREAM_PF_HINT). A prefetch past the end of the matrix is a hint that the CPU
 // drops; it neither faults nor reads out of bounds.

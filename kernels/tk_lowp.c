@@ -501,6 +501,42 @@ TK_INLINE TK_TARGET_BF16 void gemv_bf16(const int M, const uint8_t *w,
   }
 }
 
+// gemv2_bf16 is gemv_bf16 for one row of x over the rows [n0, n1) split in
+// two halves read side by side (see gemv2z in tk_lowp_body.h): two
+// streams per core, each prefetched TK_GEMV2_PF ahead a line per line read.
+TK_INLINE TK_TARGET_BF16 void gemv2_bf16(const uint8_t *w, size_t wrow, const uint16_t *x,
+                                         float *y, int k, int n0, int n1) {
+  const int h = (n1 - n0) / 2;
+  for (int i = 0; i < h; i++) {
+    const uint16_t *ra = (const uint16_t *)(const void *)(w + (size_t)(n0 + i) * wrow);
+    const uint16_t *rb = (const uint16_t *)(const void *)(w + (size_t)(n0 + h + i) * wrow);
+    __m512 a[4], b[4];
+    for (int u = 0; u < 4; u++) a[u] = b[u] = _mm512_setzero_ps();
+    int c = 0;
+    for (; c + 128 <= k; c += 128) {
+      for (int u = 0; u < 4; u++) {
+        if (TK_GEMV2_PF) {
+          _mm_prefetch((const char *)(ra + c + 32 * u) + TK_GEMV2_PF, TK_STREAM_PF_HINT);
+          _mm_prefetch((const char *)(rb + c + 32 * u) + TK_GEMV2_PF, TK_STREAM_PF_HINT);
+        }
+        __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x + c + 32 * u));
+        a[u] = _mm512_dpbf16_ps(a[u], (__m512bh)_mm512_loadu_si512((const void *)(ra + c + 32 * u)), xv);
+        b[u] = _mm512_dpbf16_ps(b[u], (__m512bh)_mm512_loadu_si512((const void *)(rb + c + 32 * u)), xv);
+      }
+    }
+    for (; c < k; c += 32) {  // the last weight block masked: x is zero past k
+      int left = k - c;
+      __mmask32 mk = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1);
+      __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x + c));
+      a[0] = _mm512_dpbf16_ps(a[0], (__m512bh)_mm512_maskz_loadu_epi16(mk, ra + c), xv);
+      b[0] = _mm512_dpbf16_ps(b[0], (__m512bh)_mm512_maskz_loadu_epi16(mk, rb + c), xv);
+    }
+    y[n0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+    y[n0 + h + i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(b[0], b[1]), _mm512_add_ps(b[2], b[3])));
+  }
+  if (2 * h < n1 - n0) gemv_bf16(1, w, wrow, x, 0, y, 1, k, n0 + 2 * h, n1);
+}
+
 #define TK_BF16_KC 4096  // depth chunk: 4 weight rows' share (32 KiB) in L1
 
 static TK_TARGET_BF16 void mm_bf16_tile(const uint8_t *w, size_t wrow,
@@ -508,7 +544,10 @@ static TK_TARGET_BF16 void mm_bf16_tile(const uint8_t *w, size_t wrow,
                                         float *y, long ldy, int k, int n0,
                                         int n1) {
   switch (m) {
-    case 1: gemv_bf16(1, w, wrow, xb, kp, y, ldy, k, n0, n1); return;
+    case 1:
+      if (TK_GEMV2) gemv2_bf16(w, wrow, xb, y, k, n0, n1);
+      else gemv_bf16(1, w, wrow, xb, kp, y, ldy, k, n0, n1);
+      return;
     case 2: gemv_bf16(2, w, wrow, xb, kp, y, ldy, k, n0, n1); return;
     case 3: gemv_bf16(3, w, wrow, xb, kp, y, ldy, k, n0, n1); return;
     case 4: gemv_bf16(4, w, wrow, xb, kp, y, ldy, k, n0, n1); return;

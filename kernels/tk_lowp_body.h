@@ -312,8 +312,39 @@ TK_INLINE LP_TARGET void LPF(mm32z)(const int WT, const int M, const int N,
   for (int r = 0; r < M; r++)
     for (int j = 0; j < N; j++) y[(size_t)r * ldy + n + j] = tk_hsum8(t[r][j]);
 }
+
+// gemv2z is the decode GEMV (one row of x) over two weight rows r0 and r1
+// read side by side, eight blocks of each in turn, each line prefetched
+// TK_GEMV2_PF ahead: two streams per core (TK_GEMV2 in tk_internal.h).
+// nb % 8 == 0 (the caller checks).
+TK_INLINE LP_TARGET void LPF(gemv2z)(const int WT, const uint8_t *r0, const uint8_t *r1,
+                                     const int8_t *xq, const float *xd, const int32_t *xc,
+                                     int k, float *y0, float *y1) {
+  const int nb = k / TK_QK;
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  const size_t bb = tk_blk_bytes(WT);
+  for (int b = 0; b < nb; b += 8) {
+    if (TK_GEMV2_PF) {
+      for (size_t o = 0; o < 8 * bb; o += 64) {
+        _mm_prefetch((const char *)r0 + (size_t)b * bb + TK_GEMV2_PF + o, TK_STREAM_PF_HINT);
+        _mm_prefetch((const char *)r1 + (size_t)b * bb + TK_GEMV2_PF + o, TK_STREAM_PF_HINT);
+      }
+    }
+    LPF(mm32z_gemv8)(WT, r0, xq, xd, xc, b, &a0);
+    LPF(mm32z_gemv8)(WT, r1, xq, xd, xc, b, &a1);
+  }
+  *y0 = tk_hsum8(_mm256_add_ps(_mm512_castps512_ps256(a0), _mm512_extractf32x8_ps(a0, 1)));
+  *y1 = tk_hsum8(_mm256_add_ps(_mm512_castps512_ps256(a1), _mm512_extractf32x8_ps(a1, 1)));
+}
+#define LP_GEMV2 1
 #define LP_MM32 LPF(mm32z)
 #else
+// Without 512-bit registers qmm never calls gemv2z (LP_GEMV2_ON is 0).
+TK_INLINE LP_TARGET void LPF(gemv2z)(const int WT, const uint8_t *r0, const uint8_t *r1,
+                                     const int8_t *xq, const float *xd, const int32_t *xc,
+                                     int k, float *y0, float *y1) {
+  (void)WT, (void)r0, (void)r1, (void)xq, (void)xd, (void)xc, (void)k, (void)y0, (void)y1;
+}
 #define LP_MM32 LPF(mm32)
 #endif
 
@@ -908,42 +939,88 @@ TK_INLINE LP_TARGET void LPF(mmkt)(const int WT, const uint8_t *w, size_t wrow, 
 // The rows are read in order and prefetched TK_STREAM_PF ahead, a row at a
 // time (with the weights in 4 KiB pages a prefetch 1-4 KiB ahead showed no
 // gain; see tk_pf_row).
+#ifdef LP_ZMM
+// kq1_sb accumulates super-block sb of one weight row and the one row of
+// x into *acc (and the mins into *accm): mmk1's loop body.
+TK_INLINE LP_TARGET void LPF(kq1_sb)(const int WT, const uint8_t *row, const int8_t *xq,
+                                     const float *xd, const int16_t *xs, int sb, __m512 *acc,
+                                     __m256 *accm) {
+  const size_t bb = tk_blk_bytes(WT);
+  const int off = WT == TK_Q6_K || WT == TK_Q3_K;  // an offset, else mins
+  const int8_t *xr = xq + TK_QKK * sb;
+  __m256i mins;
+  float d, dmin;
+  __m512i Q[4], SC[4];
+  LPF(kq_decodez)(WT, row + (size_t)sb * bb, Q, SC, &mins, &d, &dmin);
+  // Two independent integer chains of two dots of 64 products each.
+  __m512i is2[2];
+  for (int p = 0; p < 2; p++)
+    is2[p] = _mm512_madd_epi16(_mm512_maddubs_epi16(Q[p], _mm512_loadu_si512((const void *)(xr + 64 * p))), SC[p]);
+  for (int p = 2; p < 4; p++)
+    is2[p - 2] = _mm512_dpwssd_epi32(is2[p - 2], _mm512_maddubs_epi16(Q[p], _mm512_loadu_si512((const void *)(xr + 64 * p))),
+                                     SC[p]);
+  __m512i is = _mm512_add_epi32(is2[0], is2[1]);
+  __m256i c = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(xs + 16 * sb)), mins);
+  const float dx = xd[sb];
+  // Σ sc·(q − off)·x = Σ sc·q·x − off·Σ sc·bsum (off 32 or 4)
+  if (off) is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(c, WT == TK_Q6_K ? 5 : 2)));
+  *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * dx), *acc);
+  if (!off) *accm = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(dmin * dx), *accm);
+}
+
+TK_INLINE LP_TARGET float LPF(kq1_sum)(const int WT, __m512 acc, __m256 accm) {
+  const int off = WT == TK_Q6_K || WT == TK_Q3_K;
+  __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  return tk_hsum8(off ? a8 : _mm256_add_ps(a8, accm));
+}
+#endif
+
+// mmk1 is mmk for one row of x (the decode GEMV), y[n] for n in [n0, n1).
+// On 512-bit levels the integer dot stays 512 bits wide up to one float
+// accumulator per row and no loop runs over rows of x; the 256-bit levels
+// keep mmk with m = 1 (a copy of it measured 6% slower for Q2_K on AVX2).
+// The rows go two at a time from the two halves of [n0, n1), a super-block
+// of each in turn, each line prefetched TK_GEMV2_PF ahead (TK_GEMV2 in
+// tk_internal.h); an odd last row, or all of them with TK_GEMV2 0, one at
+// a time prefetched TK_STREAM_PF ahead (tk_pf_row).
 TK_INLINE LP_TARGET void LPF(mmk1)(const int WT, const uint8_t *w, size_t wrow,
                                    const int8_t *xq, const float *xd,
                                    const int16_t *xs, int k, float *y, int n0,
                                    int n1) {
 #ifdef LP_ZMM
   const int nsb = k / TK_QKK;
-  const size_t bb = tk_blk_bytes(WT);
-  const int off = WT == TK_Q6_K || WT == TK_Q3_K;  // an offset, else mins
-  for (int n = n0; n < n1; n++) {
+  int n = n0;
+#if TK_GEMV2
+  if (n1 - n >= 2) {  // two streams (TK_GEMV2)
+    const int h = (n1 - n) / 2;
+    for (int i = 0; i < h; i++) {
+      const uint8_t *ra = w + (size_t)(n + i) * wrow, *rb = ra + (size_t)h * wrow;
+      __m512 aa = _mm512_setzero_ps(), ab = _mm512_setzero_ps();
+      __m256 ma = _mm256_setzero_ps(), mb = _mm256_setzero_ps();
+      for (int sb = 0; sb < nsb; sb++) {
+        if (TK_GEMV2_PF) {
+          const size_t bb = tk_blk_bytes(WT);
+          for (size_t o = 0; o < bb; o += 64) {
+            _mm_prefetch((const char *)ra + (size_t)sb * bb + TK_GEMV2_PF + o, TK_STREAM_PF_HINT);
+            _mm_prefetch((const char *)rb + (size_t)sb * bb + TK_GEMV2_PF + o, TK_STREAM_PF_HINT);
+          }
+        }
+        LPF(kq1_sb)(WT, ra, xq, xd, xs, sb, &aa, &ma);
+        LPF(kq1_sb)(WT, rb, xq, xd, xs, sb, &ab, &mb);
+      }
+      y[n + i] = LPF(kq1_sum)(WT, aa, ma);
+      y[n + h + i] = LPF(kq1_sum)(WT, ab, mb);
+    }
+    n += 2 * h;
+  }
+#endif
+  for (; n < n1; n++) {
     const uint8_t *row = w + (size_t)n * wrow;
     tk_pf_row(row, wrow);
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
-    for (int sb = 0; sb < nsb; sb++) {
-      const int8_t *xr = xq + TK_QKK * sb;
-      __m256i mins;
-      float d, dmin;
-      __m512i Q[4], SC[4];
-      LPF(kq_decodez)(WT, row + (size_t)sb * bb, Q, SC, &mins, &d, &dmin);
-      // Two independent integer chains of two dots of 64 products each.
-      __m512i is2[2];
-      for (int p = 0; p < 2; p++)
-        is2[p] = _mm512_madd_epi16(_mm512_maddubs_epi16(Q[p], _mm512_loadu_si512((const void *)(xr + 64 * p))), SC[p]);
-      for (int p = 2; p < 4; p++)
-        is2[p - 2] = _mm512_dpwssd_epi32(is2[p - 2], _mm512_maddubs_epi16(Q[p], _mm512_loadu_si512((const void *)(xr + 64 * p))),
-                                         SC[p]);
-      __m512i is = _mm512_add_epi32(is2[0], is2[1]);
-      __m256i c = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(xs + 16 * sb)), mins);
-      const float dx = xd[sb];
-      // Σ sc·(q − off)·x = Σ sc·q·x − off·Σ sc·bsum (off 32 or 4)
-      if (off) is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(c, WT == TK_Q6_K ? 5 : 2)));
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * dx), acc);
-      if (!off) accm = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(dmin * dx), accm);
-    }
-    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-    y[n] = tk_hsum8(off ? a8 : _mm256_add_ps(a8, accm));
+    for (int sb = 0; sb < nsb; sb++) LPF(kq1_sb)(WT, row, xq, xd, xs, sb, &acc, &accm);
+    y[n] = LPF(kq1_sum)(WT, acc, accm);
   }
 #else
   LPF(mmk)(WT, w, wrow, xq, xd, xs, 1, k, y, 1, n0, n1);
@@ -956,6 +1033,11 @@ TK_INLINE LP_TARGET void LPF(mmk1)(const int WT, const uint8_t *w, size_t wrow,
 // packing 8 rows per chunk outweighs what the tile saves over mmk's GEMV.
 #define LP_KT_MIN 5
 
+#if defined(LP_GEMV2) && TK_GEMV2
+#define LP_GEMV2_ON 1
+#else
+#define LP_GEMV2_ON 0
+#endif
 LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
                                const int8_t *xq, const float *xd,
                                const void *aux, int m, int k, float *y,
@@ -988,15 +1070,23 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
   case T: {                                                                               \
     const int32_t *xc = (const int32_t *)aux;                                             \
     int n = n0;                                                                           \
-    /* GEMV rows (m ≤ 4) go one weight row at a time: a strictly         */               \
-    /* sequential read (a tile of interleaved short rows measured slower */               \
-    /* on the 110M model), prefetched TK_STREAM_PF ahead.                */               \
+    /* GEMV rows (m ≤ 4) go one weight row at a time (a tile of         */               \
+    /* interleaved short rows measured slower on the 110M model); at     */               \
+    /* m = 1 two at a time from the tile's two halves (gemv2z).          */               \
     if (m > 4)                                                                            \
       for (; n + LP_NMAX <= n1; n += LP_NMAX) {                                           \
         int nx = n1 - (n + LP_NMAX) < LP_NMAX ? n1 - (n + LP_NMAX) : LP_NMAX;             \
         LPF(mm32_rows)(T, LP_NMAX, w, wrow, xq, xd, xc, m, k, y, ldy, n,                  \
                        w + (size_t)(n + LP_NMAX) * wrow, (size_t)nx * wrow);              \
       }                                                                                   \
+    if (LP_GEMV2_ON && m == 1 && (k / TK_QK) % 8 == 0 && n1 - n >= 2) {                 \
+      const int h = (n1 - n) / 2;                                                         \
+      for (int i = 0; i < h; i++) {                                                       \
+        const uint8_t *ra = w + (size_t)(n + i) * wrow, *rb = ra + (size_t)h * wrow;      \
+        LPF(gemv2z)(T, ra, rb, xq, xd, xc, k, y + n + i, y + n + h + i);                  \
+      }                                                                                   \
+      n += 2 * h;                                                                         \
+    }                                                                                     \
     for (; n < n1; n++) {                                                                 \
       if (m <= 4) tk_pf_row(w + (size_t)n * wrow, wrow);                                  \
       LPF(mm32_rows)(T, 1, w, wrow, xq, xd, xc, m, k, y, ldy, n, w, 0);                   \
@@ -1014,6 +1104,8 @@ LP_TARGET static void LPF(qmm)(int wtype, const uint8_t *w, size_t wrow,
 #undef LP_N_FOR
 #undef LP_KT_MIN
 #undef LP_MM32
+#undef LP_GEMV2
+#undef LP_GEMV2_ON
 
 // Each inclusion instantiates one dot level; the next sets its own
 // parameters (LP_ZMM is optional).
