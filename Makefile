@@ -76,7 +76,8 @@ bench: deps build
 ## bench-peer: turnstile beside llama.cpp on this machine (builds llama.cpp into
 ## out/llama.cpp first if needed, ~5-8 minutes): the kernel table (llama-bench,
 ## llama-batched-bench vs bench decode on synthetic GGUF files of the 110M
-## shape) and llama-server vs turnstile serve at 1, 16 and 64 clients, into
+## shape; SHAPE=1b or 3b: the Llama-3.2 shapes) and llama-server vs turnstile
+## serve at 1, 16 and 64 clients, into
 ## out/peer-bench/ (scripts/peer-bench.sh states its knobs).
 bench-peer: deps build $(MODEL)
 	bash scripts/peer-bench.sh

@@ -285,7 +285,7 @@ TK_INLINE TK_TARGET_AVX2 __m256 tk_ld8(int wtype, const uint8_t *row, int c) {
 // prefetches filled the L1 miss buffers (Q8_0 decode from 12.7 to 22-23
 // tok/s, Q4_K_M 20.7 to 34, BF16 7.0 to 9.3; the 110M Q8_0 shape, whose
 // weights sit in the LLC, gained 4-12%; 2 KiB beat 4 KiB at 1B by 6-14%;
-// docs/experiments.md, "The 1B shape").
+// docs/experiments.md, "Two weight streams per core").
 #ifndef TK_GEMV2
 #define TK_GEMV2 1
 #endif

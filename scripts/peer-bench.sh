@@ -2,24 +2,41 @@
 # peer-bench.sh: turnstile beside llama.cpp on this machine, same model files,
 # same threads, interleaved rounds, medians and ratios.
 #
-#   1. Kernel table: synthetic GGUF models of one shape (default llama2.c's
-#      110M: dim 768, 12 layers, FFN 2048) in each weight type, measured by
-#      llama-bench / llama-batched-bench and by `turnstile bench decode` with
-#      the same definitions: pp512, tg128, tg128@d512 (decode after a
-#      512-token prompt), tg128x8 and tg128x32 (batched decode after a
-#      128-token prompt each). Ratios are turnstile / llama.cpp tokens/s.
-#   2. Serving: llama-server against `turnstile serve` on the Q8_0 model,
+#   1. Kernel table: synthetic GGUF models of one shape in each weight type,
+#      measured by llama-bench / llama-batched-bench and by `turnstile bench
+#      decode` with the same definitions: pp512, tgN (decode from empty),
+#      tgN@d512 (decode after a 512-token prompt), tgNx8 and tgNx32 (batched
+#      decode after a 128-token prompt each). Ratios are turnstile /
+#      llama.cpp tokens/s. llama.cpp runs with its default mmap load and,
+#      with LOAD_MODES="mmap none", also with `-lm none` / `--no-mmap`
+#      (turnstile copies weights into huge pages, so the comparison must
+#      not rest on page size alone); each mode gets its own column.
+#   2. Serving: llama-server against `turnstile serve` on the SERVE_TYPE model,
 #      each loaded by `turnstile bench serve --url` (streaming clients, the
 #      same prompts, --max-tokens 64) at 1, 16 and 64 clients, one server at
 #      a time, with both servers' RSS.
+#
+# Shapes (SHAPE):
+#   110m  llama2.c's 110M (dim 768, 12 layers, FFN 2048), the 512-token
+#         stories vocabulary, each type written by `turnstile model synth`.
+#   1b    Llama-3.2-1B (dim 2048, 16 layers, 32/8 heads, FFN 8192), 3b
+#         Llama-3.2-3B (dim 3072, 28 layers, 24/8 heads, FFN 8192): the
+#         Llama 3 vocabulary (128,256 tokens, from llama.cpp's
+#         models/ggml-vocab-llama-bpe.gguf), tied embeddings, Llama 3 RoPE;
+#         synthesised in BF16, then Q4_K_M and Q8_0 made by llama-quantize so
+#         both engines read identical bytes.
 #
 # llama.cpp is built with ../shared/tools/build-llama-cpp.sh into $LLAMA_DIR
 # when it is not there yet (about 5-8 minutes on 2 cores).
 #
 # Environment (defaults in brackets):
-#   LLAMA_DIR [out/llama.cpp]  THREADS [2]  ROUNDS [3]
-#   TYPES ["f32 f16 bf16 q8_0"]  DIM [768] LAYERS [12] HEADS [12] FFN [2048]
-#   CLIENTS ["1 16 64"]  DURATION [30s]  SERVE_TYPE [q8_0]  SKIP_SERVE [0]
+#   LLAMA_DIR [out/llama.cpp]  LLAMA_BIN [$LLAMA_DIR/build/bin: another build's
+#     binaries, e.g. one configured without AMX where the VM faults on its
+#     tile instructions]  THREADS [2]  ROUNDS [3]  SHAPE [110m]
+#   TYPES ["f32 f16 bf16 q8_0"; 1b/3b: "q4_k_m q8_0 bf16"]
+#   TG [128; 1b/3b: 64]  TESTS ["pp512 tg tg@d512 tgx8 tgx32"]
+#   LOAD_MODES ["mmap"]  CLIENTS ["1 16 64"]  DURATION [30s]
+#   SERVE_TYPE [q8_0; 1b/3b: q4_k_m]  SKIP_SERVE [0]  SKIP_KERNELS [0]
 #   OUT [out/peer-bench]
 set -euo pipefail
 
@@ -27,16 +44,33 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 LLAMA_DIR=${LLAMA_DIR:-$ROOT/out/llama.cpp}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
-TYPES=${TYPES:-"f32 f16 bf16 q8_0"}
-DIM=${DIM:-768} LAYERS=${LAYERS:-12} HEADS=${HEADS:-12} FFN=${FFN:-2048}
+SHAPE=${SHAPE:-110m}
+case "$SHAPE" in
+  110m) SYNTH=(--dim 768 --layers 12 --heads 12 --kv-heads 12 --ffn 2048) TYPES=${TYPES:-"f32 f16 bf16 q8_0"}
+    TG=${TG:-128} SERVE_TYPE=${SERVE_TYPE:-q8_0} CTX=1024 ;;
+  1b) SYNTH=(--dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 8192) TYPES=${TYPES:-"q4_k_m q8_0 bf16"}
+    TG=${TG:-64} SERVE_TYPE=${SERVE_TYPE:-q4_k_m} CTX=4096 ;;
+  3b) SYNTH=(--dim 3072 --layers 28 --heads 24 --kv-heads 8 --ffn 8192) TYPES=${TYPES:-"q4_k_m q8_0 bf16"}
+    TG=${TG:-64} SERVE_TYPE=${SERVE_TYPE:-q4_k_m} CTX=4096 ;;
+  *) echo "peer-bench: SHAPE=$SHAPE: want 110m, 1b or 3b" >&2; exit 1 ;;
+esac
+# CTX: 110m: every test fits (512 + 128 positions; 128 + 128 per batched
+# sequence); 1b/3b: the models' context.
+TESTS=${TESTS:-"pp512 tg tg@d512 tgx8 tgx32"}
+LOAD_MODES=${LOAD_MODES:-mmap}
+for m in $LOAD_MODES; do
+  case "$m" in mmap | none) ;; *) echo "peer-bench: LOAD_MODES: $m: want mmap or none" >&2; exit 1 ;; esac
+done
+for t in $TESTS; do
+  case "$t" in pp512 | tg | tg@d512 | tgx8 | tgx32) ;; *) echo "peer-bench: TESTS: $t: want pp512, tg, tg@d512, tgx8 or tgx32" >&2; exit 1 ;; esac
+done
 CLIENTS=${CLIENTS:-"1 16 64"}
 DURATION=${DURATION:-30s}
-SERVE_TYPE=${SERVE_TYPE:-q8_0}
 SKIP_SERVE=${SKIP_SERVE:-0}
+SKIP_KERNELS=${SKIP_KERNELS:-0}
 OUT=${OUT:-$ROOT/out/peer-bench}
-CTX=1024 # every test fits: 512 + 128 positions; 128 + 128 per batched sequence
 
-BIN="$LLAMA_DIR/build/bin"
+BIN=${LLAMA_BIN:-$LLAMA_DIR/build/bin}
 if [ ! -x "$BIN/llama-bench" ] || [ ! -x "$BIN/llama-batched-bench" ] || [ ! -x "$BIN/llama-server" ]; then
   tool="$ROOT/../shared/tools/build-llama-cpp.sh"
   if [ ! -f "$tool" ]; then
@@ -54,77 +88,78 @@ mkdir -p "$OUT/models" "$OUT/raw"
 RAW="$OUT/raw"
 : >"$RAW/rows.tsv" # engine type test round tokens_per_second
 
-for t in $TYPES; do
-  f="$OUT/models/synth-$DIM-$LAYERS-$t.gguf"
-  [ -f "$f" ] || "$TS" model synth --dim "$DIM" --layers "$LAYERS" --heads "$HEADS" --kv-heads "$HEADS" --ffn "$FFN" \
-    --context "$CTX" --type "$t" --vocab-from "$ROOT/testdata/models/stories260K.gguf" -o "$f" >/dev/null
-done
+model_file() { echo "$OUT/models/$SHAPE-$1.gguf"; }
+if [ "$SHAPE" = 110m ]; then
+  for t in $TYPES; do
+    f=$(model_file "$t")
+    [ -f "$f" ] || "$TS" model synth "${SYNTH[@]}" --context "$CTX" --type "$t" \
+      --vocab-from "$ROOT/testdata/models/stories260K.gguf" -o "$f" >/dev/null
+  done
+else
+  vocab="$LLAMA_DIR/models/ggml-vocab-llama-bpe.gguf"
+  [ -f "$vocab" ] || { echo "peer-bench: no $vocab (the llama.cpp tree's vocabulary files)" >&2; exit 1; }
+  base=$(model_file bf16)
+  [ -f "$base" ] || "$TS" model synth "${SYNTH[@]}" --tied --vocab-from "$vocab" --context "$CTX" --type bf16 \
+    --rope-theta 500000 --rope-scaling llama3 --rope-factor 32 --rope-high-freq-factor 4 \
+    --rope-low-freq-factor 1 --rope-original-context 8192 -o "$base" >/dev/null
+  for t in $TYPES; do
+    f=$(model_file "$t")
+    case "$t" in
+      bf16) ;;
+      q4_k_m | q4_k_s | q5_k_m | q6_k | q8_0) [ -f "$f" ] || "$BIN/llama-quantize" "$base" "$f" "${t^^}" >/dev/null 2>&1 ;;
+      *) echo "peer-bench: SHAPE=$SHAPE: type $t: want bf16, q4_k_m, q4_k_s, q5_k_m, q6_k or q8_0" >&2; exit 1 ;;
+    esac
+  done
+fi
+has() { [[ " $TESTS " == *" $1 "* ]]; }
 
 # One round: every type on both engines, alternating, so slow phases of a
 # shared machine hit both alike.
-for r in $(seq 1 "$ROUNDS"); do
+[ "$SKIP_KERNELS" = 1 ] || for r in $(seq 1 "$ROUNDS"); do
   for t in $TYPES; do
-    f="$OUT/models/synth-$DIM-$LAYERS-$t.gguf"
-    echo "peer-bench: round $r/$ROUNDS, $t"
-    "$BIN/llama-bench" -m "$f" -t "$THREADS" -r 1 -p 512 -n 0 -o jsonl >"$RAW/lb-pp-$t-$r.jsonl" 2>/dev/null
-    "$BIN/llama-bench" -m "$f" -t "$THREADS" -r 1 -p 0 -n 128 -d 0,512 -o jsonl >"$RAW/lb-tg-$t-$r.jsonl" 2>/dev/null
-    "$BIN/llama-batched-bench" -m "$f" -t "$THREADS" -c 8192 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 8,32 \
-      --output-format jsonl >"$RAW/lbb-$t-$r.jsonl" 2>/dev/null
+    f=$(model_file "$t")
+    echo "peer-bench: round $r/$ROUNDS, $SHAPE $t"
+    ts_tests=() depths=() npl=()
+    has pp512 && ts_tests+=(pp512)
+    has tg && ts_tests+=("tg$TG") depths+=(0)
+    has tg@d512 && ts_tests+=("tg$TG@d512") depths+=(512)
+    has tgx8 && ts_tests+=("tg${TG}x8") npl+=(8)
+    has tgx32 && ts_tests+=("tg${TG}x32") npl+=(32)
+    for mode in $LOAD_MODES; do
+      lm=() nommap=()
+      if [ "$mode" = none ]; then lm=(-lm none) nommap=(--no-mmap); fi
+      : >"$RAW/lb-$mode-$t-$r.jsonl"
+      if has pp512; then
+        "$BIN/llama-bench" -m "$f" -t "$THREADS" "${lm[@]}" -r 1 -p 512 -n 0 -o jsonl >>"$RAW/lb-$mode-$t-$r.jsonl" 2>/dev/null
+      fi
+      if [ ${#depths[@]} -gt 0 ]; then
+        "$BIN/llama-bench" -m "$f" -t "$THREADS" "${lm[@]}" -r 1 -p 0 -n "$TG" -d "$(IFS=,; echo "${depths[*]}")" \
+          -o jsonl >>"$RAW/lb-$mode-$t-$r.jsonl" 2>/dev/null
+      fi
+      : >"$RAW/lbb-$mode-$t-$r.jsonl"
+      if [ ${#npl[@]} -gt 0 ]; then
+        "$BIN/llama-batched-bench" -m "$f" -t "$THREADS" "${nommap[@]}" -c 8192 -b 2048 -ub 512 -npp 128 -ntg "$TG" \
+          -npl "$(IFS=,; echo "${npl[*]}")" --output-format jsonl >"$RAW/lbb-$mode-$t-$r.jsonl" 2>/dev/null
+      fi
+    done
     "$TS" bench decode --device cpu --model "$f" --workers "$THREADS" --rounds 1 \
-      --tests pp512,tg128,tg128@d512,tg128x8,tg128x32 --batched-prompt 128 --out "$RAW/ts-$t-$r" >/dev/null
-    python3 - "$RAW" "$t" "$r" >>"$RAW/rows.tsv" <<'EOF'
-import csv, json, sys
-raw, t, r = sys.argv[1:]
-def jsonl(p):
-    with open(p) as f:
-        return [json.loads(l) for l in f if l.strip().startswith("{")]
-for j in jsonl(f"{raw}/lb-pp-{t}-{r}.jsonl") + jsonl(f"{raw}/lb-tg-{t}-{r}.jsonl"):
-    if j["n_gen"] == 0:
-        name = f"pp{j['n_prompt']}"
-    else:
-        name = f"tg{j['n_gen']}" + (f"@d{j['n_depth']}" if j.get("n_depth", 0) else "")
-    print("llama.cpp", t, name, r, j["avg_ts"], sep="\t")
-for j in jsonl(f"{raw}/lbb-{t}-{r}.jsonl"):
-    print("llama.cpp", t, f"tg{j['tg']}x{j['pl']}", r, j["speed_tg"], sep="\t")
-with open(f"{raw}/ts-{t}-{r}/decode.csv") as f:
-    for row in csv.DictReader(f):
-        print("turnstile", t, row["test"], r, row["tokens_per_second"], sep="\t")
-EOF
+      --tests "$(IFS=,; echo "${ts_tests[*]}")" --batched-prompt 128 --out "$RAW/ts-$t-$r" >/dev/null
+    python3 "$ROOT/scripts/peer-bench-rows.py" "$RAW" "$t" "$r" "$LOAD_MODES" >>"$RAW/rows.tsv"
   done
 done
 
-python3 - "$RAW/rows.tsv" "$TYPES" >"$OUT/kernels.md" <<'EOF'
-import statistics, sys
-rows, types = sys.argv[1], sys.argv[2].split()
-v = {}
-for line in open(rows):
-    eng, t, test, _, tps = line.rstrip("\n").split("\t")
-    v.setdefault((eng, t, test), []).append(float(tps))
-tests = [("tg128", "decode, 1 sequence, from empty"), ("tg128@d512", "decode after a 512-token prompt"),
-         ("tg128x8", "batched decode, 8 sequences"), ("tg128x32", "batched decode, 32 sequences"),
-         ("pp512", "prefill 512, warm")]
-print("| tok/s, turnstile / llama.cpp (medians) | " + " | ".join(t.upper() for t in types) + " |")
-print("|---|" + "---|" * len(types))
-for test, label in tests:
-    cells = []
-    for t in types:
-        a, b = v.get(("turnstile", t, test)), v.get(("llama.cpp", t, test))
-        if not a or not b:
-            cells.append("n/a")
-            continue
-        ma, mb = statistics.median(a), statistics.median(b)
-        cells.append(f"{ma / mb:.2f} ({ma:.0f} / {mb:.0f})")
-    print(f"| {label} | " + " | ".join(cells) + " |")
-EOF
-cat "$OUT/kernels.md"
+if [ "$SKIP_KERNELS" != 1 ]; then
+  python3 "$ROOT/scripts/peer-bench-rows.py" --table "$RAW/rows.tsv" "$TYPES" "$TG" "$LOAD_MODES" "$SHAPE" >"$OUT/kernels.md"
+  cat "$OUT/kernels.md"
+fi
 
 [ "$SKIP_SERVE" = 1 ] && exit 0
 
 # Serving: one server at a time on its own port; each level gets a fresh
 # server with as many slots (llama.cpp) / batch rows (turnstile) as clients.
-f="$OUT/models/synth-$DIM-$LAYERS-$SERVE_TYPE.gguf"
+f=$(model_file "$SERVE_TYPE")
 [ -f "$f" ] || { echo "peer-bench: no $SERVE_TYPE model (add it to TYPES)" >&2; exit 1; }
-PER_SEQ=$CTX # turnstile holds a full context per seat; llama-server gets the same
+PER_SEQ=1024 # turnstile holds a full context per seat; llama-server gets the same
 rss_mib() { awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$1/status" 2>/dev/null || echo "?"; }
 wait_ready() { # url
   for _ in $(seq 1 600); do
