@@ -293,6 +293,14 @@ TK_INLINE TK_TARGET_AVX2 __m256 tk_ld8(int wtype, const uint8_t *row, int c) {
 #define TK_GEMV2_PF 2048
 #endif
 
+// tk_pf_ahead prefetches the bytes [p + TK_GEMV2_PF, p + TK_GEMV2_PF + n),
+// a line at a time: the two-stream GEMVs call it for what they are about to
+// read, so the prefetches keep pace with the reads instead of bursting.
+TK_INLINE void tk_pf_ahead(const void *p, size_t n) {
+  const char *q = (const char *)p + TK_GEMV2_PF;
+  for (size_t o = 0; TK_GEMV2_PF > 0 && o < n; o += 64) _mm_prefetch(q + o, TK_STREAM_PF_HINT);
+}
+
 // tk_pf_row prefetches the bytes [p + TK_STREAM_PF, p + TK_STREAM_PF + n)
 // into L1 (TK_STREAM_PF_HINT). A prefetch past the end of the matrix is a hint that the CPU
 // drops; it neither faults nor reads out of bounds.

@@ -515,10 +515,8 @@ TK_INLINE TK_TARGET_BF16 void gemv2_bf16(const uint8_t *w, size_t wrow, const ui
     int c = 0;
     for (; c + 128 <= k; c += 128) {
       for (int u = 0; u < 4; u++) {
-        if (TK_GEMV2_PF) {
-          _mm_prefetch((const char *)(ra + c + 32 * u) + TK_GEMV2_PF, TK_STREAM_PF_HINT);
-          _mm_prefetch((const char *)(rb + c + 32 * u) + TK_GEMV2_PF, TK_STREAM_PF_HINT);
-        }
+        tk_pf_ahead(ra + c + 32 * u, 64);
+        tk_pf_ahead(rb + c + 32 * u, 64);
         __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x + c + 32 * u));
         a[u] = _mm512_dpbf16_ps(a[u], (__m512bh)_mm512_loadu_si512((const void *)(ra + c + 32 * u)), xv);
         b[u] = _mm512_dpbf16_ps(b[u], (__m512bh)_mm512_loadu_si512((const void *)(rb + c + 32 * u)), xv);

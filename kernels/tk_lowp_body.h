@@ -324,12 +324,8 @@ TK_INLINE LP_TARGET void LPF(gemv2z)(const int WT, const uint8_t *r0, const uint
   __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
   const size_t bb = tk_blk_bytes(WT);
   for (int b = 0; b < nb; b += 8) {
-    if (TK_GEMV2_PF) {
-      for (size_t o = 0; o < 8 * bb; o += 64) {
-        _mm_prefetch((const char *)r0 + (size_t)b * bb + TK_GEMV2_PF + o, TK_STREAM_PF_HINT);
-        _mm_prefetch((const char *)r1 + (size_t)b * bb + TK_GEMV2_PF + o, TK_STREAM_PF_HINT);
-      }
-    }
+    tk_pf_ahead(r0 + (size_t)b * bb, 8 * bb);
+    tk_pf_ahead(r1 + (size_t)b * bb, 8 * bb);
     LPF(mm32z_gemv8)(WT, r0, xq, xd, xc, b, &a0);
     LPF(mm32z_gemv8)(WT, r1, xq, xd, xc, b, &a1);
   }
@@ -998,13 +994,9 @@ TK_INLINE LP_TARGET void LPF(mmk1)(const int WT, const uint8_t *w, size_t wrow,
       __m512 aa = _mm512_setzero_ps(), ab = _mm512_setzero_ps();
       __m256 ma = _mm256_setzero_ps(), mb = _mm256_setzero_ps();
       for (int sb = 0; sb < nsb; sb++) {
-        if (TK_GEMV2_PF) {
-          const size_t bb = tk_blk_bytes(WT);
-          for (size_t o = 0; o < bb; o += 64) {
-            _mm_prefetch((const char *)ra + (size_t)sb * bb + TK_GEMV2_PF + o, TK_STREAM_PF_HINT);
-            _mm_prefetch((const char *)rb + (size_t)sb * bb + TK_GEMV2_PF + o, TK_STREAM_PF_HINT);
-          }
-        }
+        const size_t bb = tk_blk_bytes(WT);
+        tk_pf_ahead(ra + (size_t)sb * bb, bb);
+        tk_pf_ahead(rb + (size_t)sb * bb, bb);
         LPF(kq1_sb)(WT, ra, xq, xd, xs, sb, &aa, &ma);
         LPF(kq1_sb)(WT, rb, xq, xd, xs, sb, &ab, &mb);
       }
